@@ -1,0 +1,74 @@
+#include "model/data.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/check.h"
+#include "model/kernels.h"
+#include "model/rng.h"
+
+namespace dtsim::model {
+namespace {
+
+// Gain on the teacher's weights so its outputs vary by O(1) across inputs.
+constexpr float kTeacherGain = 2.0f;
+
+void fill_input(uint64_t seed, int64_t step, int index, std::span<float> x) {
+  SplitMix64 rng(mix_seed(seed, static_cast<uint64_t>(step), static_cast<uint64_t>(index)));
+  for (float& v : x) v = rng.uniform(1.0f);
+}
+
+}  // namespace
+
+Teacher::Teacher(int in, int hidden, int out, uint64_t seed) : in_(in), hidden_(hidden), out_(out) {
+  SplitMix64 rng(mix_seed(seed, 0x7eac4e7ull));
+  auto fill = [&](std::vector<float>& v, size_t n, float bound) {
+    v.resize(n);
+    for (float& x : v) x = rng.uniform(bound);
+  };
+  fill(a1_, size_t(hidden) * in, kTeacherGain / std::sqrt(float(in)));
+  fill(c1_, hidden, 0.5f);
+  fill(a2_, size_t(out) * hidden, kTeacherGain / std::sqrt(float(hidden)));
+  fill(c2_, out, 0.1f);
+}
+
+void Teacher::apply(std::span<const float> x, std::span<float> y) const {
+  std::vector<float> pre(hidden_), hid(hidden_);  // (hidden)
+  linear_forward(x, a1_, c1_, pre, 1, in_, hidden_);
+  gelu_forward(pre, hid);
+  linear_forward(hid, a2_, c2_, y, 1, hidden_, out_);
+}
+
+RegressionTask::RegressionTask(int input_dim, int output_dim, uint64_t seed, int teacher_hidden)
+    : seed_(seed), teacher_(input_dim, teacher_hidden, output_dim, seed) {}
+
+void RegressionTask::batch(int64_t step, int first, int count, std::span<float> x,
+                           std::span<float> y) const {
+  const size_t D = teacher_.in(), O = teacher_.out();
+  DTSIM_CHECK(x.size() >= count * D && y.size() >= count * O);
+  for (int i = 0; i < count; ++i) {
+    auto xi = x.subspan(i * D, D);
+    fill_input(seed_, step, first + i, xi);
+    teacher_.apply(xi, y.subspan(i * O, O));
+  }
+}
+
+ClassificationTask::ClassificationTask(int input_dim, int num_classes, uint64_t seed,
+                                       int teacher_hidden)
+    : seed_(seed), teacher_(input_dim, teacher_hidden, num_classes, seed) {}
+
+void ClassificationTask::batch(int64_t step, int first, int count, std::span<float> x,
+                               std::span<int32_t> labels) const {
+  const size_t D = teacher_.in(), C = teacher_.out();
+  DTSIM_CHECK(x.size() >= count * D && labels.size() >= size_t(count));
+  std::vector<float> logits(C);  // (C)
+  for (int i = 0; i < count; ++i) {
+    auto xi = x.subspan(i * D, D);
+    fill_input(seed_, step, first + i, xi);
+    teacher_.apply(xi, logits);
+    labels[i] =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+}
+
+}  // namespace dtsim::model

@@ -1,0 +1,186 @@
+#include "model/kernels.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+
+#include "model/check.h"
+#include "model/parallel.h"
+
+namespace dtsim::model {
+namespace {
+
+using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Map = Eigen::Map<MatR>;
+using CMap = Eigen::Map<const MatR>;
+using CRowVec = Eigen::Map<const Eigen::RowVectorXf>;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluC = 0.044715f;
+
+// Elementwise kernels are split into fixed chunks of this many elements.
+constexpr int kElemChunk = 4096;
+
+template <class Fn>
+void for_elements(size_t n, Fn&& fn) {
+  const int chunks = static_cast<int>((n + kElemChunk - 1) / kElemChunk);
+  for_row_blocks(chunks, int64_t{kElemChunk} * 8, [&](int c0, int c1) {
+    fn(static_cast<size_t>(c0) * kElemChunk, std::min(n, static_cast<size_t>(c1) * kElemChunk));
+  });
+}
+
+}  // namespace
+
+void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b,
+                    std::span<float> y, int batch, int in, int out) {
+  DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
+  DTSIM_CHECK(y.size() >= size_t(batch) * out && (b.empty() || b.size() == size_t(out)));
+  const CMap X(x.data(), batch, in);  // (B, in)
+  const CMap W(w.data(), out, in);    // (out, in)
+  Map Y(y.data(), batch, out);        // (B, out)
+  for_row_blocks(batch, int64_t{in} * out, [&](int r0, int r1) {
+    auto y_blk = Y.middleRows(r0, r1 - r0);
+    y_blk.noalias() = X.middleRows(r0, r1 - r0) * W.transpose();
+    if (!b.empty()) y_blk.rowwise() += CRowVec(b.data(), out);
+  });
+}
+
+void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
+                     std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
+                     int in, int out) {
+  DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
+  DTSIM_CHECK(w.size() == size_t(out) * in);
+  const CMap dY(dy.data(), batch, out);  // (B, out)
+  const CMap X(x.data(), batch, in);     // (B, in)
+  const CMap W(w.data(), out, in);       // (out, in)
+  if (!dx.empty()) {
+    DTSIM_CHECK(dx.size() >= size_t(batch) * in);
+    Map dX(dx.data(), batch, in);  // (B, in)
+    for_row_blocks(batch, int64_t{in} * out, [&](int r0, int r1) {
+      dX.middleRows(r0, r1 - r0).noalias() += dY.middleRows(r0, r1 - r0) * W;
+    });
+  }
+  if (!dw.empty()) {
+    DTSIM_CHECK(dw.size() == size_t(out) * in);
+    Map dW(dw.data(), out, in);  // (out, in)
+    // Each block owns rows [o0, o1) of dW; the reduction over the batch stays in one task.
+    for_row_blocks(out, int64_t{batch} * in, [&](int o0, int o1) {
+      dW.middleRows(o0, o1 - o0).noalias() += dY.middleCols(o0, o1 - o0).transpose() * X;
+    });
+  }
+  if (!db.empty()) {
+    DTSIM_CHECK(db.size() == size_t(out));
+    for (int r = 0; r < batch; ++r) {
+      const float* row = dy.data() + size_t(r) * out;
+      for (int o = 0; o < out; ++o) db[o] += row[o];
+    }
+  }
+}
+
+void gelu_forward(std::span<const float> x, std::span<float> y) {
+  DTSIM_CHECK(y.size() >= x.size());
+  for_elements(x.size(), [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      const float v = x[i];
+      y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluC * v * v * v)));
+    }
+  });
+}
+
+void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+  DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
+  for_elements(x.size(), [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      const float v = x[i];
+      const float t = std::tanh(kSqrt2OverPi * (v + kGeluC * v * v * v));
+      const float dt = kSqrt2OverPi * (1.0f + 3.0f * kGeluC * v * v) * (1.0f - t * t);
+      dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    }
+  });
+}
+
+void relu_forward(std::span<const float> x, std::span<float> y) {
+  DTSIM_CHECK(y.size() >= x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+  DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
+  for (size_t i = 0; i < x.size(); ++i) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+float mse_loss_forward(std::span<const float> y, std::span<const float> t, int batch, int cols) {
+  DTSIM_CHECK(y.size() >= size_t(batch) * cols && t.size() >= size_t(batch) * cols);
+  double sum = 0.0;
+  for (size_t i = 0; i < size_t(batch) * cols; ++i) {
+    const double d = double(y[i]) - double(t[i]);
+    sum += d * d;
+  }
+  return static_cast<float>(sum / cols / batch);
+}
+
+void mse_loss_backward(std::span<const float> y, std::span<const float> t, int batch, int cols,
+                       float grad_scale, std::span<float> dy) {
+  DTSIM_CHECK(dy.size() >= size_t(batch) * cols);
+  const float k = grad_scale * 2.0f / static_cast<float>(cols);
+  for (size_t i = 0; i < size_t(batch) * cols; ++i) dy[i] += k * (y[i] - t[i]);
+}
+
+void softmax_forward(std::span<const float> logits, std::span<float> probs, int batch,
+                     int classes) {
+  DTSIM_CHECK(logits.size() >= size_t(batch) * classes && probs.size() >= logits.size());
+  for (int r = 0; r < batch; ++r) {
+    const float* z = logits.data() + size_t(r) * classes;
+    float* p = probs.data() + size_t(r) * classes;
+    const float m = *std::max_element(z, z + classes);
+    float sum = 0.0f;
+    for (int c = 0; c < classes; ++c) sum += (p[c] = std::exp(z[c] - m));
+    const float inv = 1.0f / sum;
+    for (int c = 0; c < classes; ++c) p[c] *= inv;
+  }
+}
+
+void softmax_backward(std::span<const float> probs, std::span<const float> dprobs,
+                      std::span<float> dlogits, int batch, int classes) {
+  for (int r = 0; r < batch; ++r) {
+    const float* p = probs.data() + size_t(r) * classes;
+    const float* dp = dprobs.data() + size_t(r) * classes;
+    float* dz = dlogits.data() + size_t(r) * classes;
+    float dot = 0.0f;
+    for (int c = 0; c < classes; ++c) dot += p[c] * dp[c];
+    for (int c = 0; c < classes; ++c) dz[c] += p[c] * (dp[c] - dot);
+  }
+}
+
+float softmax_cross_entropy_forward(std::span<const float> logits, std::span<const int32_t> labels,
+                                    std::span<float> probs, int batch, int classes) {
+  DTSIM_CHECK(labels.size() >= size_t(batch));
+  softmax_forward(logits, probs, batch, classes);
+  double sum = 0.0;
+  for (int r = 0; r < batch; ++r) {
+    const int32_t label = labels[r];
+    DTSIM_CHECK(label >= 0 && label < classes);
+    // -log p computed from the logits (log-sum-exp) so a tiny probability stays finite.
+    const float* z = logits.data() + size_t(r) * classes;
+    const double m = *std::max_element(z, z + classes);
+    double s = 0.0;
+    for (int c = 0; c < classes; ++c) s += std::exp(double(z[c]) - m);
+    sum += m + std::log(s) - double(z[label]);
+  }
+  return static_cast<float>(sum / batch);
+}
+
+void softmax_cross_entropy_backward(std::span<const float> probs, std::span<const int32_t> labels,
+                                    int batch, int classes, float grad_scale,
+                                    std::span<float> dlogits) {
+  DTSIM_CHECK(dlogits.size() >= size_t(batch) * classes);
+  for (int r = 0; r < batch; ++r) {
+    const float* p = probs.data() + size_t(r) * classes;
+    float* dz = dlogits.data() + size_t(r) * classes;
+    for (int c = 0; c < classes; ++c) {
+      dz[c] += grad_scale * (p[c] - (c == labels[r] ? 1.0f : 0.0f));
+    }
+  }
+}
+
+}  // namespace dtsim::model

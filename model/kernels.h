@@ -1,0 +1,57 @@
+// Free-function kernels over flat row-major buffers: Linear, GELU, ReLU, MSE, softmax
+// cross-entropy, forward and backward side by side. They know nothing of models or ranks,
+// so a tensor-parallel strategy can run a column-parallel Linear on a slice of W's rows
+// (and b) and a row-parallel Linear on a slice of W's columns (with an empty bias).
+//
+// Conventions: shapes in comments are row-major (rows, cols). Forward kernels overwrite
+// their outputs. Backward kernels ACCUMULATE (+=) into every gradient output, activation
+// gradients included; an empty span skips that output. Results are bitwise deterministic
+// for a given shape whatever the number of TBB threads; no kernel holds global state.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace dtsim::model {
+
+// y (B, out) = x (B, in) * w^T + b, with w (out, in) and b (out) or empty for no bias.
+void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b,
+                    std::span<float> y, int batch, int in, int out);
+// Given dy (B, out): dx (B, in) += dy * w; dw (out, in) += dy^T * x; db (out) += sum_rows dy.
+void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
+                     std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
+                     int in, int out);
+
+// y = gelu(x) elementwise, tanh approximation (as GPT-2 / torch approximate="tanh").
+void gelu_forward(std::span<const float> x, std::span<float> y);
+// dx += dy * gelu'(x) elementwise.
+void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx);
+
+// y = max(x, 0) elementwise.
+void relu_forward(std::span<const float> x, std::span<float> y);
+// dx += dy * [x > 0] elementwise.
+void relu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx);
+
+// Mean over the B rows of the per-row loss mean_j (y_ij - t_ij)^2; y, t are (B, C).
+float mse_loss_forward(std::span<const float> y, std::span<const float> t, int batch, int cols);
+// dy (B, C) += grad_scale * d(per-row loss)/dy: grad_scale multiplies the SUM over rows, so
+// pass 1/B for the gradient of the mean.
+void mse_loss_backward(std::span<const float> y, std::span<const float> t, int batch, int cols,
+                       float grad_scale, std::span<float> dy);
+
+// probs (B, C) = softmax(logits (B, C)); returns the mean over rows of -log probs[label].
+float softmax_cross_entropy_forward(std::span<const float> logits, std::span<const int32_t> labels,
+                                    std::span<float> probs, int batch, int classes);
+// dlogits (B, C) += grad_scale * (probs - onehot(label)); grad_scale multiplies the SUM over
+// rows (1/B for the mean).
+void softmax_cross_entropy_backward(std::span<const float> probs, std::span<const int32_t> labels,
+                                    int batch, int classes, float grad_scale,
+                                    std::span<float> dlogits);
+
+// probs (B, C) = row-wise softmax of logits (B, C) (max-subtracted).
+void softmax_forward(std::span<const float> logits, std::span<float> probs, int batch, int classes);
+// dlogits (B, C) += probs * (dprobs - sum_j probs_j * dprobs_j), row-wise.
+void softmax_backward(std::span<const float> probs, std::span<const float> dprobs,
+                      std::span<float> dlogits, int batch, int classes);
+
+}  // namespace dtsim::model

@@ -1,0 +1,147 @@
+#include "model/moe_layer.h"
+
+#include <algorithm>
+
+#include "model/check.h"
+
+namespace dtsim::model {
+namespace {
+
+std::span<const float> router_weights(std::span<const float> params, const MoeConfig& c) {
+  DTSIM_CHECK(params.size() == moe_layer_size(c));
+  return params.first(moe_router_size(c));
+}
+
+ExpertWeights expert_at(std::span<const float> params, int e, const MoeConfig& c) {
+  const size_t n = moe_expert_size(c);
+  return expert_weights(params.subspan(moe_router_size(c) + e * n, n), c);
+}
+
+ExpertGrads expert_grads_at(std::span<float> grads, int e, const MoeConfig& c) {
+  const size_t n = moe_expert_size(c);
+  return expert_grads(grads.subspan(moe_router_size(c) + e * n, n), c);
+}
+
+// Router and aux-loss backward shared by both paths, given the gate gradient (T, k).
+void backward_router(std::span<const float> h, std::span<const float> params, const Routing& r,
+                     const MoeConfig& c, std::span<const float> d_gate, float aux_scale,
+                     std::span<float> grads, std::span<float> dh) {
+  std::vector<float> d_probs(size_t(r.tokens) * r.num_experts, 0.0f);  // (T, E)
+  gate_backward(r, d_gate, d_probs);
+  aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs);
+  router_backward(h, router_weights(params, c), r, d_probs, grads.first(moe_router_size(c)), dh,
+                  c.d_model);
+}
+
+}  // namespace
+
+float MoeLayer::forward(std::span<const float> params, std::span<const float> h, int tokens,
+                        std::span<float> y) {
+  const MoeConfig& c = config_;
+  const int D = c.d_model;
+  h_ = h.first(size_t(tokens) * D);
+  routing_ = router_forward(h_, router_weights(params, c), tokens, c);
+  grouped_in_.resize(size_t(routing_.rows()) * D);
+  grouped_out_.resize(size_t(routing_.rows()) * D);
+  dispatch_forward(h_, routing_, D, grouped_in_);
+  acts_.resize(c.num_experts);
+  for (int e = 0; e < c.num_experts; ++e) {
+    const size_t begin = size_t(routing_.offsets[e]) * D;
+    const size_t n = routing_.counts[e];
+    expert_forward(expert_at(params, e, c), std::span(grouped_in_).subspan(begin, n * D),
+                   static_cast<int>(n), c, acts_[e], std::span(grouped_out_).subspan(begin, n * D));
+  }
+  combine_forward(h_, grouped_out_, routing_, D, y);
+  return aux_loss_forward(routing_, c.aux_alpha);
+}
+
+void MoeLayer::backward(std::span<const float> params, std::span<const float> dy, float aux_scale,
+                        std::span<float> grads, std::span<float> dh) {
+  const MoeConfig& c = config_;
+  const int D = c.d_model;
+  const Routing& r = routing_;
+  std::vector<float> d_out(size_t(r.rows()) * D, 0.0f);         // (rows, D)
+  std::vector<float> d_in(size_t(r.rows()) * D, 0.0f);          // (rows, D)
+  std::vector<float> d_gate(size_t(r.tokens) * r.top_k, 0.0f);  // (T, k)
+  combine_backward(dy, grouped_out_, r, D, dh, d_out, d_gate);
+  for (int e = 0; e < c.num_experts; ++e) {
+    const size_t begin = size_t(r.offsets[e]) * D;
+    const size_t n = r.counts[e];
+    expert_backward(expert_at(params, e, c), std::span(grouped_in_).subspan(begin, n * D), acts_[e],
+                    std::span(d_out).subspan(begin, n * D), static_cast<int>(n), c,
+                    expert_grads_at(grads, e, c), std::span(d_in).subspan(begin, n * D));
+  }
+  dispatch_backward(d_in, r, D, dh);
+  backward_router(h_, params, r, c, d_gate, aux_scale, grads, dh);
+}
+
+size_t MoeLayer::activation_bytes() const {
+  size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size();
+  for (const ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
+  return n * sizeof(float);
+}
+
+float DenseMoeReference::forward(std::span<const float> params, std::span<const float> h,
+                                 int tokens, std::span<float> y) {
+  const MoeConfig& c = config_;
+  const int D = c.d_model, E = c.num_experts, T = tokens, K = c.top_k;
+  h_ = h.first(size_t(T) * D);
+  routing_ = router_forward(h_, router_weights(params, c), T, c);
+  gates_.assign(size_t(T) * E, 0.0f);
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < K; ++j) {
+      const size_t s = size_t(t) * K + j;
+      if (routing_.row[s] >= 0) gates_[size_t(t) * E + routing_.expert[s]] = routing_.gate[s];
+    }
+  }
+  outs_.resize(size_t(E) * T * D);
+  acts_.resize(E);
+  const size_t td = size_t(T) * D;
+  for (int e = 0; e < E; ++e) {
+    expert_forward(expert_at(params, e, c), h_, T, c, acts_[e],
+                   std::span(outs_).subspan(e * td, td));
+  }
+  std::copy(h_.begin(), h_.end(), y.begin());
+  for (int t = 0; t < T; ++t) {
+    for (int e = 0; e < E; ++e) {
+      const float g = gates_[size_t(t) * E + e];
+      const float* out = &outs_[e * td + size_t(t) * D];
+      for (int d = 0; d < D; ++d) y[size_t(t) * D + d] += g * out[d];
+    }
+  }
+  return aux_loss_forward(routing_, c.aux_alpha);
+}
+
+void DenseMoeReference::backward(std::span<const float> params, std::span<const float> dy,
+                                 float aux_scale, std::span<float> grads, std::span<float> dh) {
+  const MoeConfig& c = config_;
+  const int D = c.d_model, E = c.num_experts, T = routing_.tokens, K = c.top_k;
+  const size_t td = size_t(T) * D;
+  for (size_t i = 0; i < td; ++i) dh[i] += dy[i];   // residual
+  std::vector<float> d_gates(size_t(T) * E, 0.0f);  // (T, E)
+  std::vector<float> d_out(td);                     // (T, D) for one expert
+  for (int e = 0; e < E; ++e) {
+    const float* out = &outs_[e * td];
+    for (int t = 0; t < T; ++t) {
+      const float g = gates_[size_t(t) * E + e];
+      float dot = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        d_out[size_t(t) * D + d] = g * dy[size_t(t) * D + d];
+        dot += dy[size_t(t) * D + d] * out[size_t(t) * D + d];
+      }
+      d_gates[size_t(t) * E + e] = dot;
+    }
+    expert_backward(expert_at(params, e, c), h_, acts_[e], d_out, T, c,
+                    expert_grads_at(grads, e, c), dh);
+  }
+  std::vector<float> d_gate(size_t(T) * K, 0.0f);  // (T, k): only kept slots carry a gradient
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < K; ++j) {
+      const size_t s = size_t(t) * K + j;
+      if (routing_.row[s] >= 0) d_gate[s] = d_gates[size_t(t) * E + routing_.expert[s]];
+    }
+  }
+  backward_router(h_, params, routing_, c, d_gate, aux_scale, grads, dh);
+}
+
+}  // namespace dtsim::model

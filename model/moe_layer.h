@@ -1,0 +1,60 @@
+// A whole MoE layer built from the pieces in moe.h (the sparse path a single rank runs), and
+// the dense all-expert reference that it must match: every expert computed on every token
+// and combined with a (T, E) gate matrix that is zero where a slot was not chosen or dropped.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "model/moe.h"
+
+namespace dtsim::model {
+
+// Thread safety: none; holds the activations of the last forward for backward.
+class MoeLayer {
+ public:
+  explicit MoeLayer(const MoeConfig& config) : config_(config) {}
+
+  // y (T, D) = MoE(h (T, D)) with the layer's params (moe_layer_size); returns the aux loss.
+  float forward(std::span<const float> params, std::span<const float> h, int tokens,
+                std::span<float> y);
+  // Given dy (T, D) and aux_scale (the weight of the aux loss in the objective):
+  // grads (moe_layer_size) += and dh (T, D) +=. Must follow forward with the same params.
+  void backward(std::span<const float> params, std::span<const float> dy, float aux_scale,
+                std::span<float> grads, std::span<float> dh);
+
+  const MoeConfig& config() const { return config_; }
+  const Routing& routing() const { return routing_; }
+  // Bytes of activations held for backward.
+  size_t activation_bytes() const;
+
+ private:
+  MoeConfig config_;
+  std::span<const float> h_;  // (T, D) the caller's input, kept until backward
+  Routing routing_;
+  std::vector<float> grouped_in_;        // (rows, D) dispatched tokens
+  std::vector<float> grouped_out_;       // (rows, D) expert outputs
+  std::vector<ExpertActivations> acts_;  // (E) per-expert activations
+};
+
+// The dense all-expert reference with the same contract as MoeLayer.
+class DenseMoeReference {
+ public:
+  explicit DenseMoeReference(const MoeConfig& config) : config_(config) {}
+
+  float forward(std::span<const float> params, std::span<const float> h, int tokens,
+                std::span<float> y);
+  void backward(std::span<const float> params, std::span<const float> dy, float aux_scale,
+                std::span<float> grads, std::span<float> dh);
+  const Routing& routing() const { return routing_; }
+
+ private:
+  MoeConfig config_;
+  std::span<const float> h_;  // (T, D)
+  Routing routing_;
+  std::vector<float> gates_;             // (T, E) gate of (t, e) if kept, else 0
+  std::vector<float> outs_;              // (E, T, D) every expert on every token
+  std::vector<ExpertActivations> acts_;  // (E)
+};
+
+}  // namespace dtsim::model
