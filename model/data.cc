@@ -11,7 +11,7 @@ namespace dtsim::model {
 namespace {
 
 // Gain on the teacher's weights so its outputs vary by O(1) across inputs.
-constexpr float kTeacherGain = 2.0f;
+constexpr float kTeacherGain = 0.7f;
 
 void fill_input(uint64_t seed, int64_t step, int index, std::span<float> x) {
   SplitMix64 rng(mix_seed(seed, static_cast<uint64_t>(step), static_cast<uint64_t>(index)));
@@ -27,15 +27,15 @@ Teacher::Teacher(int in, int hidden, int out, uint64_t seed) : in_(in), hidden_(
     for (float& x : v) x = rng.uniform(bound);
   };
   fill(a1_, size_t(hidden) * in, kTeacherGain / std::sqrt(float(in)));
-  fill(c1_, hidden, 0.5f);
+  fill(c1_, hidden, 0.2f);
   fill(a2_, size_t(out) * hidden, kTeacherGain / std::sqrt(float(hidden)));
-  fill(c2_, out, 0.1f);
+  fill(c2_, out, 0.0f);
 }
 
 void Teacher::apply(std::span<const float> x, std::span<float> y) const {
-  std::vector<float> pre(hidden_), hid(hidden_);  // (hidden)
-  linear_forward(x, a1_, c1_, pre, 1, in_, hidden_);
-  gelu_forward(pre, hid);
+  std::vector<float> hid(hidden_);  // (hidden)
+  linear_forward(x, a1_, c1_, hid, 1, in_, hidden_);
+  for (float& v : hid) v = std::tanh(v);
   linear_forward(hid, a2_, c2_, y, 1, hidden_, out_);
 }
 

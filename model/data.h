@@ -1,6 +1,6 @@
 // Seeded synthetic tasks that a small model can actually learn: inputs are uniform in
 // [-1, 1)^D and targets come from a fixed random two-layer "teacher" network,
-// y = A2 gelu(A1 x + c1) + c2. Regression uses y itself, classification argmax(y).
+// y = A2 tanh(A1 x + c1) + c2. Regression uses y itself, classification argmax(y).
 //
 // Sample i of step s depends only on (seed, s, i), so any rank can generate exactly its slice
 // [first, first + count) of the global batch of step s, and the same seed gives the same bits.
@@ -16,7 +16,7 @@ namespace dtsim::model {
 class Teacher {
  public:
   Teacher(int in, int hidden, int out, uint64_t seed);
-  // y (out) = A2 gelu(A1 x (in) + c1) + c2, one sample at a time (no batch-shape effects).
+  // y (out) = A2 tanh(A1 x (in) + c1) + c2, one sample at a time (no batch-shape effects).
   void apply(std::span<const float> x, std::span<float> y) const;
   int in() const { return in_; }
   int out() const { return out_; }
