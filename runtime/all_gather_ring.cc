@@ -1,0 +1,28 @@
+// Ring all-gather: rank r starts with chunk r; in step t it sends chunk (r - t) mod N to
+// rank r + 1 and receives chunk (r - 1 - t) mod N from rank r - 1. N - 1 steps, each rank
+// sends (N - 1)/N of the output.
+#include <cstring>
+
+#include "runtime/exchange.h"
+#include "runtime/ring_chunks.h"
+
+namespace dtsim {
+
+void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total) {
+  const int n = ex.size();
+  const int r = ex.rank();
+  const Chunks ch{total, static_cast<size_t>(n)};
+  std::byte* mine = ex.at(out, ch.offset(r));
+  if (mine != in && ch.size(r)) std::memmove(mine, in, ch.size(r) * ex.esize());
+  const int right = mod(r + 1, n);
+  const int left = mod(r - 1, n);
+  for (int t = 0; t < n - 1; ++t) {
+    const int s = mod(r - t, n);
+    ex.send(right, t, ex.at(out, ch.offset(s)), ch.size(s), s);
+    const int c = mod(r - 1 - t, n);
+    ex.recv_copy(left, t, ex.at(out, ch.offset(c)), ch.size(c));
+    ex.snapshot(t, out, total);
+  }
+}
+
+}  // namespace dtsim

@@ -1,0 +1,323 @@
+#include "runtime/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "runtime/exchange.h"
+#include "runtime/reduce_kernels.h"
+#include "runtime/split.h"
+
+namespace dtsim {
+namespace {
+
+// Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring.
+constexpr size_t kSmallAllReduceBytes = 32 * 1024;
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (z ^ (z >> 31)) & ~(1ull << 63);
+}
+
+std::string group_name(const std::vector<int>& ranks) {
+  std::string s = "group[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s.push_back(',');
+    if (i == 8 && ranks.size() > 9) {
+      s.append("...,").append(std::to_string(ranks.back()));
+      break;
+    }
+    s.append(std::to_string(ranks[i]));
+  }
+  return s + "]";
+}
+
+[[noreturn]] void usage(const std::string& what) { throw UsageError(what); }
+
+Signature sig(OpKind op, DType t, ReduceOp red, Algo algo, int root, uint64_t count) {
+  Signature s;
+  s.op = op;
+  s.dtype = t;
+  s.reduce = red;
+  s.algo = algo;
+  s.root = root;
+  s.count = count;
+  return s;
+}
+
+}  // namespace
+
+Communicator::Communicator(RankContext* ctx, uint64_t id, std::vector<int> ranks, std::string name)
+    : ctx_(ctx), id_(id), ranks_(std::move(ranks)), name_(std::move(name)) {
+  auto it = std::find(ranks_.begin(), ranks_.end(), ctx_->rank);
+  if (it == ranks_.end()) usage("communicator " + name_ + " does not contain this rank");
+  rank_ = static_cast<int>(it - ranks_.begin());
+  sent_.resize(ranks_.size());
+  received_.resize(ranks_.size());
+}
+
+void Communicator::check_peer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size()) {
+    usage(std::string(what) + ": rank " + std::to_string(peer) + " is not in " + name_ + " (size " +
+          std::to_string(size()) + "); pass a rank in [0, " + std::to_string(size()) + ")");
+  }
+}
+
+void Communicator::all_reduce_raw(void* data, size_t count, DType t, ReduceOp op, Algo algo) {
+  const Reducer red = reducer_for(t, op);
+  if (algo == Algo::kAuto) {
+    algo = count * dtype_size(t) <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kRing;
+  }
+  Exchange ex(*this, sig(OpKind::kAllReduce, t, op, algo, -1, count));
+  if (size() > 1 && count > 0) {
+    switch (algo) {
+      case Algo::kRing:
+        all_reduce_ring(ex, data, count, red);
+        break;
+      case Algo::kRecursiveDoubling:
+        all_reduce_recursive_doubling(ex, data, count, red);
+        break;
+      case Algo::kTree:
+        all_reduce_tree(ex, data, count, red);
+        break;
+      case Algo::kDirect:
+        all_reduce_direct(ex, data, count, red);
+        break;
+      case Algo::kDeterministic:
+        all_reduce_deterministic(ex, data, count, red);
+        break;
+      case Algo::kAuto:
+        break;
+    }
+  }
+  if (op == ReduceOp::kAvg) red.divide(data, count, size());
+}
+
+void Communicator::reduce_scatter_raw(const void* in, size_t in_count, void* out, size_t out_count,
+                                      DType t, ReduceOp op, Algo algo) {
+  const size_t want = split_size(in_count, size(), rank_);
+  if (out_count != want) {
+    usage("reduce_scatter: rank " + std::to_string(rank_) + "'s output has " +
+          std::to_string(out_count) + " elements but chunk " + std::to_string(rank_) + " of " +
+          std::to_string(in_count) + " over " + std::to_string(size()) + " ranks has " +
+          std::to_string(want) + " (tensor_split sizes)");
+  }
+  const Reducer red = reducer_for(t, op);
+  if (algo == Algo::kAuto) algo = Algo::kRing;
+  if (algo != Algo::kRing && algo != Algo::kDirect && algo != Algo::kDeterministic) {
+    usage(std::string("reduce_scatter has no '") + to_string(algo) +
+          "' algorithm; use ring, direct or deterministic");
+  }
+  Exchange ex(*this, sig(OpKind::kReduceScatter, t, op, algo, -1, in_count));
+  if (algo == Algo::kRing) {
+    reduce_scatter_ring(ex, in, in_count, out, red);
+  } else {
+    reduce_scatter_ordered(ex, in, in_count, out, red);
+  }
+  if (op == ReduceOp::kAvg) red.divide(out, out_count, size());
+}
+
+void Communicator::all_gather_raw(const void* in, size_t in_count, void* out, size_t out_count,
+                                  DType t, Algo algo) {
+  const size_t want = split_size(out_count, size(), rank_);
+  if (in_count != want) {
+    usage("all_gather: rank " + std::to_string(rank_) + "'s input has " + std::to_string(in_count) +
+          " elements but chunk " + std::to_string(rank_) + " of an " + "output of " +
+          std::to_string(out_count) + " over " + std::to_string(size()) + " ranks has " +
+          std::to_string(want) + " (tensor_split sizes)");
+  }
+  if (algo == Algo::kAuto) algo = Algo::kRing;
+  if (algo != Algo::kRing && algo != Algo::kDirect) {
+    usage(std::string("all_gather has no '") + to_string(algo) + "' algorithm; use ring or direct");
+  }
+  Exchange ex(*this, sig(OpKind::kAllGather, t, ReduceOp::kSum, algo, -1, out_count));
+  if (algo == Algo::kRing) {
+    all_gather_ring(ex, in, out, out_count);
+  } else {
+    all_gather_direct(ex, in, out, out_count);
+  }
+}
+
+void Communicator::broadcast_raw(void* data, size_t count, DType t, int src, Algo algo) {
+  check_peer(src, "broadcast");
+  if (algo == Algo::kAuto) algo = Algo::kTree;
+  if (algo != Algo::kTree && algo != Algo::kDirect) {
+    usage(std::string("broadcast has no '") + to_string(algo) + "' algorithm; use tree or direct");
+  }
+  Exchange ex(*this, sig(OpKind::kBroadcast, t, ReduceOp::kSum, algo, src, count));
+  if (size() == 1) return;
+  if (algo == Algo::kTree) {
+    broadcast_tree(ex, data, count, src);
+  } else {
+    broadcast_direct(ex, data, count, src);
+  }
+}
+
+void Communicator::reduce_raw(void* data, size_t count, DType t, int dst, ReduceOp op, Algo algo) {
+  check_peer(dst, "reduce");
+  const Reducer red = reducer_for(t, op);
+  if (algo == Algo::kAuto) algo = Algo::kTree;
+  if (algo != Algo::kTree && algo != Algo::kDirect && algo != Algo::kDeterministic) {
+    usage(std::string("reduce has no '") + to_string(algo) +
+          "' algorithm; use tree, direct or deterministic");
+  }
+  Exchange ex(*this, sig(OpKind::kReduce, t, op, algo, dst, count));
+  if (size() > 1) {
+    if (algo == Algo::kTree) {
+      reduce_tree(ex, data, count, dst, red);
+    } else {
+      reduce_ordered(ex, data, count, dst, red);
+    }
+  }
+  if (op == ReduceOp::kAvg && rank_ == dst) red.divide(data, count, size());
+}
+
+void Communicator::all_to_all_raw(const void* in, size_t in_count, void* out, size_t out_count,
+                                  DType t) {
+  const size_t n = static_cast<size_t>(size());
+  const size_t want = n * split_size(in_count, n, rank_);
+  if (out_count != want) {
+    usage("all_to_all: rank " + std::to_string(rank_) + "'s output has " +
+          std::to_string(out_count) + " elements but should have " + std::to_string(want) +
+          " (size() x chunk " + std::to_string(rank_) + " of the " + std::to_string(in_count) +
+          "-element input)");
+  }
+  counts_.resize(2 * n);
+  for (size_t j = 0; j < n; ++j) {
+    counts_[j] = split_size(in_count, n, j);
+    counts_[n + j] = split_size(in_count, n, rank_);
+  }
+  Exchange ex(*this, sig(OpKind::kAllToAll, t, ReduceOp::kSum, Algo::kDirect, -1, in_count));
+  all_to_all_pairwise(ex, in, counts_.data(), out, counts_.data() + n);
+}
+
+void Communicator::all_to_all_single_raw(const void* in, size_t in_count,
+                                         std::span<const size_t> send_counts, void* out,
+                                         size_t out_count, std::span<const size_t> recv_counts,
+                                         DType t) {
+  const size_t n = static_cast<size_t>(size());
+  if (send_counts.size() != n || recv_counts.size() != n) {
+    usage("all_to_all_single: pass one send and one receive count per rank (" + std::to_string(n) +
+          "), got " + std::to_string(send_counts.size()) + " and " +
+          std::to_string(recv_counts.size()));
+  }
+  size_t s = 0, r = 0;
+  for (size_t j = 0; j < n; ++j) {
+    s += send_counts[j];
+    r += recv_counts[j];
+  }
+  if (s != in_count || r != out_count) {
+    usage("all_to_all_single: send counts sum to " + std::to_string(s) + " (input has " +
+          std::to_string(in_count) + ") and receive counts to " + std::to_string(r) +
+          " (output has " + std::to_string(out_count) + "); they must match");
+  }
+  if (send_counts[rank_] != recv_counts[rank_]) {
+    usage("all_to_all_single: rank " + std::to_string(rank_) + " sends " +
+          std::to_string(send_counts[rank_]) + " elements to itself but expects " +
+          std::to_string(recv_counts[rank_]));
+  }
+  Exchange ex(*this, sig(OpKind::kAllToAll, t, ReduceOp::kSum, Algo::kDirect, -1, 0));
+  all_to_all_pairwise(ex, in, send_counts.data(), out, recv_counts.data());
+}
+
+void Communicator::barrier() {
+  Exchange ex(*this, sig(OpKind::kBarrier, DType::kByte, ReduceOp::kSum, Algo::kAuto, -1, 0));
+  barrier_dissemination(ex);
+}
+
+uint64_t& Communicator::p2p_counter(std::vector<std::vector<std::pair<int, uint64_t>>>& table,
+                                    int peer, int tag) {
+  auto& v = table[peer];
+  for (auto& [t, c] : v) {
+    if (t == tag) return c;
+  }
+  v.emplace_back(tag, 0);
+  return v.back().second;
+}
+
+void Communicator::send_raw(const void* data, size_t count, DType t, int dst, int tag) {
+  check_peer(dst, "send");
+  const uint64_t n = p2p_counter(sent_, dst, tag)++;
+  const size_t bytes = count * dtype_size(t);
+  WaitSite site{name_.c_str(), n, sig(OpKind::kSend, t, ReduceOp::kSum, Algo::kAuto, -1, count)};
+  const MessageKey key{id_, (1ull << 63) | (uint64_t(uint32_t(tag)) << 32) | (n & 0xffffffffu),
+                       static_cast<uint32_t>(rank_)};
+  ctx_->transport->send(ranks_[dst], key, site.sig, {static_cast<const std::byte*>(data), bytes},
+                        site);
+  OpCounters& c = ctx_->counters[OpKind::kSend];
+  c.calls += 1;
+  c.steps += 1;
+  c.msgs_sent += 1;
+  c.bytes_sent += bytes;
+}
+
+void Communicator::recv_raw(void* data, size_t count, DType t, int src, int tag) {
+  check_peer(src, "recv");
+  const uint64_t n = p2p_counter(received_, src, tag)++;
+  WaitSite site{name_.c_str(), n, sig(OpKind::kRecv, t, ReduceOp::kSum, Algo::kAuto, -1, count)};
+  const MessageKey key{id_, (1ull << 63) | (uint64_t(uint32_t(tag)) << 32) | (n & 0xffffffffu),
+                       static_cast<uint32_t>(src)};
+  Message m = ctx_->transport->recv(ranks_[src], key, site);
+  const size_t bytes = count * dtype_size(t);
+  if (m.size != bytes) {
+    const size_t got = m.size;
+    ctx_->transport->release(ranks_[src], m);
+    usage("recv: rank " + std::to_string(rank_) + " expected " + std::to_string(bytes) +
+          " bytes from rank " + std::to_string(src) + " (tag " + std::to_string(tag) +
+          ") but the matching send had " + std::to_string(got));
+  }
+  if (bytes) std::memcpy(data, m.data, bytes);
+  ctx_->transport->release(ranks_[src], m);
+  OpCounters& c = ctx_->counters[OpKind::kRecv];
+  c.calls += 1;
+  c.steps += 1;
+  c.msgs_recv += 1;
+  c.bytes_recv += bytes;
+}
+
+std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks) {
+  // Check that every rank passed the same list: all_reduce (h, -h) with MAX.
+  uint64_t h = 1469598103934665603ull;
+  for (int r : ranks) h = mix(h, static_cast<uint64_t>(r));
+  int64_t check[2] = {static_cast<int64_t>(h >> 1), -static_cast<int64_t>(h >> 1)};
+  all_reduce(std::span<int64_t>(check, 2), ReduceOp::kMax);
+  if (check[0] != static_cast<int64_t>(h >> 1) || check[1] != -static_cast<int64_t>(h >> 1)) {
+    usage("new_group: the ranks of " + name_ +
+          " passed different member lists; every rank "
+          "must call new_group with the same ranks");
+  }
+  const uint64_t id = mix(id_, ++groups_made_);
+  std::vector<int> global;
+  for (int r : ranks) {
+    check_peer(r, "new_group");
+    global.push_back(ranks_[r]);
+  }
+  std::vector<int> sorted = global;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    usage("new_group: a rank is listed twice; list each member once");
+  }
+  if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
+  return std::make_unique<Communicator>(ctx_, id, global, group_name(global));
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  const size_t n = static_cast<size_t>(size());
+  std::vector<int64_t> mine = {color, key};
+  std::vector<int64_t> all(2 * n);
+  all_gather(std::span<const int64_t>(mine), std::span<int64_t>(all));
+  const uint64_t id = mix(mix(id_, ++groups_made_), static_cast<uint64_t>(color) + 1);
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int64_t, int>> members;  // (key, local rank)
+  for (size_t i = 0; i < n; ++i) {
+    if (all[2 * i] == color) members.emplace_back(all[2 * i + 1], static_cast<int>(i));
+  }
+  std::sort(members.begin(), members.end());
+  std::vector<int> global;
+  for (auto& m : members) global.push_back(ranks_[m.second]);
+  return std::make_unique<Communicator>(ctx_, id, global, group_name(global));
+}
+
+}  // namespace dtsim

@@ -1,0 +1,91 @@
+#include "runtime/exchange.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace dtsim {
+
+Exchange::Exchange(Communicator& comm, const Signature& sig)
+    : comm_(comm), ctx_(*comm.ctx_), sig_(sig), esize_(dtype_size(sig.dtype)) {
+  site_.comm_name = comm_.name_.c_str();
+  site_.seq = comm_.seq_++;
+  site_.sig = sig;
+  if (ctx_.tracing) start_ = std::chrono::steady_clock::now();
+}
+
+Exchange::~Exchange() {
+  OpCounters& c = ctx_.counters[sig_.op];
+  c.calls += 1;
+  c.steps += static_cast<uint64_t>(done_steps_ + steps_);
+  if (ctx_.tracing) {
+    ctx_.trace.calls.push_back(CallRecord{site_.seq, sig_.op, sig_.count, bytes_sent_, start_,
+                                          std::chrono::steady_clock::now()});
+  }
+}
+
+void Exchange::note_step(int step) { steps_ = std::max(steps_, step + 1); }
+
+void Exchange::send(int peer, int step, const void* data, size_t count, int chunk) {
+  note_step(step);
+  const size_t bytes = count * esize_;
+  const MessageKey key{comm_.id_, site_.seq, static_cast<uint32_t>(base_ + step)};
+  ctx_.transport->send(comm_.ranks_[peer], key, sig_, {static_cast<const std::byte*>(data), bytes},
+                       site_);
+  OpCounters& c = ctx_.counters[sig_.op];
+  c.msgs_sent += 1;
+  c.bytes_sent += bytes;
+  bytes_sent_ += bytes;
+  if (ctx_.tracing) {
+    ctx_.trace.sends.push_back(
+        TraceSend{site_.seq, sig_.op, phase(), step, comm_.rank_, peer, chunk, count});
+  }
+}
+
+Message Exchange::recv(int peer, int step, size_t count) {
+  note_step(step);
+  const MessageKey key{comm_.id_, site_.seq, static_cast<uint32_t>(base_ + step)};
+  Message m = ctx_.transport->recv(comm_.ranks_[peer], key, site_);
+  if (m.size != count * esize_) {
+    const size_t got = m.size;
+    ctx_.transport->release(comm_.ranks_[peer], m);
+    throw MismatchError("collective size mismatch at seq " + std::to_string(site_.seq) +
+                        " on communicator " + comm_.name_ + ": rank " +
+                        std::to_string(comm_.rank_) + " in " + describe(sig_) + " expected " +
+                        std::to_string(count * esize_) + " bytes from rank " +
+                        std::to_string(peer) + " but got " + std::to_string(got) +
+                        "; every rank must pass matching lengths (and split sizes)");
+  }
+  OpCounters& c = ctx_.counters[sig_.op];
+  c.msgs_recv += 1;
+  c.bytes_recv += m.size;
+  return m;
+}
+
+void Exchange::release(int peer, Message& m) { ctx_.transport->release(comm_.ranks_[peer], m); }
+
+void Exchange::recv_copy(int peer, int step, void* dst, size_t count) {
+  Message m = recv(peer, step, count);
+  if (m.size) std::memcpy(dst, m.data, m.size);
+  release(peer, m);
+}
+
+void Exchange::recv_reduce(int peer, int step, void* acc, size_t count, ReduceFn reduce) {
+  Message m = recv(peer, step, count);
+  reduce(acc, m.data, count);
+  release(peer, m);
+}
+
+void Exchange::snapshot(int step, const void* buf, size_t count) {
+  if (!ctx_.tracing) return;
+  const auto* p = static_cast<const std::byte*>(buf);
+  ctx_.trace.snapshots.push_back(TraceSnapshot{site_.seq, sig_.op, phase(), step, sig_.dtype,
+                                               std::vector<std::byte>(p, p + count * esize_)});
+}
+
+std::byte* Exchange::scratch(size_t bytes) {
+  if (comm_.scratch_.size() < bytes) comm_.scratch_.resize(bytes);
+  return comm_.scratch_.data();
+}
+
+}  // namespace dtsim

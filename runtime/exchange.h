@@ -1,0 +1,95 @@
+// One collective call in progress on one rank: what the algorithms use to talk. It maps
+// communicator-local peers to global ranks, tags messages with (communicator, sequence,
+// step), checks sizes, counts traffic, and records the lockstep trace when it is on.
+// Internal to the runtime; an algorithm is a function of an Exchange and buffers.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+#include "runtime/communicator.h"
+#include "runtime/reduce_kernels.h"
+#include "runtime/transport.h"
+
+namespace dtsim {
+
+class Exchange {
+ public:
+  Exchange(Communicator& comm, const Signature& sig);
+  ~Exchange();
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
+  int rank() const { return comm_.rank_; }
+  int size() const { return comm_.size(); }
+  size_t esize() const { return esize_; }
+  // Byte address of element `i` of a buffer of this call's element type.
+  std::byte* at(void* base, size_t i) const { return static_cast<std::byte*>(base) + i * esize_; }
+  const std::byte* at(const void* base, size_t i) const {
+    return static_cast<const std::byte*>(base) + i * esize_;
+  }
+
+  // Sends a snapshot of `count` elements to local rank `peer` as step `step`; `chunk`
+  // only labels the trace.
+  void send(int peer, int step, const void* data, size_t count, int chunk = -1);
+  // Receives step `step` from `peer`, which must hold exactly `count` elements. The caller
+  // may modify the payload in place, then must release() it.
+  Message recv(int peer, int step, size_t count);
+  void release(int peer, Message& m);
+  void recv_copy(int peer, int step, void* dst, size_t count);
+  // acc = acc op received.
+  void recv_reduce(int peer, int step, void* acc, size_t count, ReduceFn reduce);
+
+  // Records `count` elements of `buf` as this rank's buffer after `step` (trace only).
+  void snapshot(int step, const void* buf, size_t count);
+  // Composite algorithms (reduce then broadcast): the next phase's steps get fresh tags.
+  // (Every rank must agree on tags, so a phase's base does not depend on how many steps
+  // this rank happened to take part in.)
+  void begin_phase() {
+    done_steps_ += steps_;
+    steps_ = 0;
+    base_ += kPhaseTagStride;
+  }
+  // A temporary of at least `bytes`, reused across calls on this communicator.
+  std::byte* scratch(size_t bytes);
+
+ private:
+  void note_step(int step);
+  int phase() const { return base_ / kPhaseTagStride; }
+
+  Communicator& comm_;
+  RankContext& ctx_;
+  Signature sig_;
+  WaitSite site_;
+  size_t esize_;
+  static constexpr int kPhaseTagStride = 1 << 16;
+  int base_ = 0;        // tag of step 0 of the current phase
+  int steps_ = 0;       // steps of the current phase this rank took part in
+  int done_steps_ = 0;  // steps of the finished phases
+  uint64_t bytes_sent_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// The algorithms, one file each (all_reduce_ring.cc, broadcast_tree.cc, ...). Counts are
+// elements of ex's type; chunking follows split.h.
+void all_reduce_ring(Exchange& ex, void* data, size_t count, const Reducer& r);
+void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const Reducer& r);
+void all_reduce_tree(Exchange& ex, void* data, size_t count, const Reducer& r);
+void all_reduce_direct(Exchange& ex, void* data, size_t count, const Reducer& r);
+void all_reduce_deterministic(Exchange& ex, void* data, size_t count, const Reducer& r);
+void reduce_scatter_ring(Exchange& ex, const void* in, size_t count, void* out, const Reducer& r);
+// Every rank sends chunk j to rank j, which sums the N contributions in rank order.
+void reduce_scatter_ordered(Exchange& ex, const void* in, size_t count, void* out,
+                            const Reducer& r);
+// `in` is chunk rank() of `out` (total elements); in == at(out, offset) is allowed.
+void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total);
+void all_gather_direct(Exchange& ex, const void* in, void* out, size_t total);
+void broadcast_tree(Exchange& ex, void* data, size_t count, int root);
+void broadcast_direct(Exchange& ex, void* data, size_t count, int root);
+void reduce_tree(Exchange& ex, void* data, size_t count, int root, const Reducer& r);
+void reduce_ordered(Exchange& ex, void* data, size_t count, int root, const Reducer& r);
+void all_to_all_pairwise(Exchange& ex, const void* in, const size_t* send_counts, void* out,
+                         const size_t* recv_counts);
+void barrier_dissemination(Exchange& ex);
+
+}  // namespace dtsim

@@ -1,0 +1,44 @@
+// The in-process transport's storage: one mailbox channel per ordered pair of ranks.
+//
+// Thread safety: a Channel (src -> dst) has exactly one producer of `mail` (src's thread)
+// and one consumer (dst's thread), and the reverse for `free`, through which dst hands
+// payload buffers back to src for reuse. `stash` is touched by dst's thread only.
+// Memory grows with the data in flight: an idle channel owns no payload storage.
+#pragma once
+
+#include <boost/lockfree/spsc_queue.hpp>
+#include <cstddef>
+#include <vector>
+
+#include "runtime/transport.h"
+
+namespace dtsim {
+
+struct PayloadBuffer {
+  std::byte* data = nullptr;
+  size_t capacity = 0;
+};
+
+// A message in a mailbox; the payload lives in a pooled buffer owned by the message.
+struct Envelope {
+  MessageKey key;
+  Signature sig;
+  std::byte* data = nullptr;
+  size_t size = 0;
+  size_t capacity = 0;
+  bool borrowed = false;  // points into the sender's live buffer (unsafe test mode only)
+};
+
+inline constexpr size_t kMailboxDepth = 32;
+
+struct Channel {
+  boost::lockfree::spsc_queue<Envelope, boost::lockfree::capacity<kMailboxDepth>> mail;
+  boost::lockfree::spsc_queue<PayloadBuffer, boost::lockfree::capacity<2 * kMailboxDepth>> free;
+  std::vector<Envelope> stash;  // arrived ahead of the message the receiver waits for
+};
+
+// Allocates a payload buffer of at least `size` bytes (power of two, 64-byte aligned).
+PayloadBuffer allocate_payload(size_t size);
+void free_payload(PayloadBuffer b);
+
+}  // namespace dtsim

@@ -1,0 +1,22 @@
+// Everything one rank owns in the runtime: its transport endpoint, traffic counters and
+// trace. Every communicator of that rank points at it. Used only by the rank's thread
+// while a run is active, then read by the World's owner.
+#pragma once
+
+#include <memory>
+
+#include "runtime/counters.h"
+#include "runtime/trace.h"
+#include "runtime/transport.h"
+
+namespace dtsim {
+
+struct RankContext {
+  int rank = 0;
+  std::unique_ptr<Transport> transport;
+  RankCounters counters;
+  RankTrace trace;
+  bool tracing = false;
+};
+
+}  // namespace dtsim

@@ -1,0 +1,200 @@
+#include "runtime/thread_transport.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace dtsim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool is_collective(const MessageKey& k) { return (k.seq >> 63) == 0; }
+
+std::string seconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", ms.count() / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+ThreadTransport::ThreadTransport(WorldState* state, int rank)
+    : state_(state), rank_(rank), rng_(state->options().jitter_seed * 0x100000001b3ull + rank) {
+  const int opt = state->options().spin;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  spin_ = opt >= 0 ? opt : (state->size() <= cores ? 4000 : 64);
+}
+
+void ThreadTransport::jitter() {
+  const uint32_t us = state_->options().jitter_us;
+  if (us == 0) return;
+  const uint64_t r = splitmix64(rng_);
+  switch (r % 8) {
+    case 0:
+    case 1:
+      sched_yield();
+      break;
+    case 2:
+      std::this_thread::sleep_for(std::chrono::microseconds((r >> 8) % (us + 1)));
+      break;
+    default:
+      break;
+  }
+}
+
+void ThreadTransport::check_abort(const WaitSite& site, int peer) {
+  if (!state_->aborted()) return;
+  throw AbortedError("rank " + std::to_string(rank_) + " aborted in " + describe(site.sig) +
+                     " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
+                     ", peer rank " + std::to_string(peer) + ") because " + state_->abort_reason());
+}
+
+void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
+                           std::span<const std::byte> payload, const WaitSite& site) {
+  jitter();
+  check_abort(site, dst);
+  Channel& ch = state_->channel(rank_, dst);
+  Envelope e;
+  e.key = key;
+  e.sig = sig;
+  e.size = payload.size();
+  if (state_->options().unsafe_live_sends) {
+    e.data = const_cast<std::byte*>(payload.data());
+    e.borrowed = true;
+  } else if (!payload.empty()) {
+    PayloadBuffer b;
+    if (!ch.free.pop(b) || b.capacity < payload.size()) {
+      free_payload(b);
+      b = allocate_payload(payload.size());
+    }
+    std::memcpy(b.data, payload.data(), payload.size());
+    e.data = b.data;
+    e.capacity = b.capacity;
+  }
+  if (!ch.mail.push(e)) wait_for_space(ch, e, dst, site);
+  state_->bell(dst).ring();
+  jitter();
+}
+
+void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
+                                     const WaitSite& site) {
+  // A full mailbox means the receiver is kDepth messages behind: rare, so back off with
+  // short sleeps instead of asking the receiver to signal space on every receive.
+  const auto deadline = Clock::now() + state_->options().timeout;
+  auto nap = std::chrono::microseconds(1);
+  while (!ch.mail.push(e)) {
+    state_->bell(dst).ring();
+    check_abort(site, dst);
+    if (Clock::now() >= deadline) {
+      if (!e.borrowed) free_payload({e.data, e.capacity});
+      throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
+                         seconds(state_->options().timeout) + " in " + describe(site.sig) +
+                         " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
+                         ") sending to rank " + std::to_string(dst) +
+                         ", whose mailbox stayed full: that rank stopped receiving");
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
+bool ThreadTransport::try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
+                               Envelope* out) {
+  Envelope e;
+  while (ch.mail.pop(e)) {
+    if (e.key == key) {
+      *out = e;
+      return true;
+    }
+    if (is_collective(key) && e.key.comm == key.comm && e.key.seq == key.seq &&
+        !(e.sig == site.sig)) {
+      if (!e.borrowed) free_payload({e.data, e.capacity});
+      throw MismatchError("collective mismatch at seq " + std::to_string(key.seq) +
+                          " on communicator " + site.comm_name + ": global rank " +
+                          std::to_string(rank_) + " called " + describe(site.sig) +
+                          ", global rank " + std::to_string(src) + " called " + describe(e.sig) +
+                          "; every rank must call the same collectives in "
+                          "the same order with the same sizes");
+    }
+    ch.stash.push_back(e);
+  }
+  return false;
+}
+
+Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& site) {
+  jitter();
+  Channel& ch = state_->channel(src, rank_);
+  Envelope e;
+  bool found = false;
+  for (size_t i = 0; i < ch.stash.size(); ++i) {
+    if (ch.stash[i].key == key) {
+      e = ch.stash[i];
+      ch.stash.erase(ch.stash.begin() + static_cast<std::ptrdiff_t>(i));
+      found = true;
+      break;
+    }
+  }
+  for (int i = 0; !found && i < spin_; ++i) {
+    if ((found = try_take(ch, src, key, site, &e))) break;
+    cpu_relax();
+  }
+  for (int i = 0; !found && i < 4; ++i) {
+    if ((found = try_take(ch, src, key, site, &e))) break;
+    sched_yield();
+  }
+  if (!found) {
+    const auto timeout = state_->options().timeout;
+    const auto deadline = Clock::now() + timeout;
+    Doorbell& bell = state_->bell(rank_);
+    while (!(found = try_take(ch, src, key, site, &e))) {
+      check_abort(site, src);
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
+                           seconds(timeout) + " in " + describe(site.sig) + " (seq " +
+                           std::to_string(site.seq) + ", communicator " + site.comm_name +
+                           ") waiting for rank " + std::to_string(src) +
+                           ": that rank skipped or reordered a collective, or is stuck; "
+                           "raise the timeout if it is only slow");
+      }
+      bell.sleep_until(
+          [&] { return ch.mail.read_available() > 0 || state_->aborted(); },
+          std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(100)));
+    }
+  }
+  jitter();
+  Message m;
+  m.data = e.data;
+  m.size = e.size;
+  m.sig = e.sig;
+  m.buffer = e.borrowed ? nullptr : e.data;
+  m.capacity = e.capacity;
+  return m;
+}
+
+void ThreadTransport::release(int src, Message& msg) {
+  if (msg.buffer == nullptr) return;
+  PayloadBuffer b{static_cast<std::byte*>(msg.buffer), msg.capacity};
+  if (!state_->channel(src, rank_).free.push(b)) free_payload(b);
+  msg.buffer = nullptr;
+}
+
+}  // namespace dtsim

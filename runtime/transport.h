@@ -1,0 +1,72 @@
+// The transport: how one rank hands bytes to another. The communicator and the collective
+// algorithms talk only to this interface, so a process backend (MPI, sockets) can replace
+// the in-process mailboxes without touching them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "runtime/types.h"
+
+namespace dtsim {
+
+// Identifies one message: the communicator, the collective's sequence number on it, and
+// a tag the algorithm chooses (usually the step). Receivers match on (source, key).
+struct MessageKey {
+  uint64_t comm = 0;
+  uint64_t seq = 0;
+  uint32_t tag = 0;
+  friend bool operator==(const MessageKey&, const MessageKey&) = default;
+};
+
+// What the sending rank was calling when it sent: the collective fingerprint that lets a
+// receiver detect mismatched collectives (op, root, reduce op, element type and count).
+struct Signature {
+  OpKind op = OpKind::kSend;
+  DType dtype = DType::kByte;
+  ReduceOp reduce = ReduceOp::kSum;
+  Algo algo = Algo::kAuto;  // resolved algorithm: ranks must agree on it too
+  int32_t root = -1;
+  uint64_t count = 0;
+  friend bool operator==(const Signature&, const Signature&) = default;
+};
+
+// "all_reduce(numel=1024, op=sum)", "broadcast(numel=8, root=0)": for error messages.
+std::string describe(const Signature& sig);
+
+// Where a blocked rank is, for error messages (timeouts, mismatches, aborts).
+struct WaitSite {
+  const char* comm_name = "";
+  uint64_t seq = 0;
+  Signature sig;
+};
+
+// A received message: the receiver may read and modify `data` until it calls release().
+struct Message {
+  std::byte* data = nullptr;
+  size_t size = 0;
+  Signature sig;
+  void* buffer = nullptr;  // transport-private handle
+  size_t capacity = 0;     // transport-private
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sends a snapshot of `payload` to global rank `dst`: when this returns, the caller may
+  // change its buffer and the receiver still sees the bytes as they were at the call.
+  virtual void send(int dst, const MessageKey& key, const Signature& sig,
+                    std::span<const std::byte> payload, const WaitSite& site) = 0;
+  // Blocks until the message `key` from global rank `src` arrives. Throws TimeoutError
+  // past the deadline, AbortedError when another rank failed, MismatchError when `src`
+  // sent a different collective at the same sequence number.
+  virtual Message recv(int src, const MessageKey& key, const WaitSite& site) = 0;
+  // Returns a received message's storage to the transport for reuse.
+  virtual void release(int src, Message& msg) = 0;
+};
+
+}  // namespace dtsim

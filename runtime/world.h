@@ -1,0 +1,86 @@
+// A World is N rank threads that live as long as it does. run(fn) calls fn(world_comm) on
+// every rank, waits for all of them, and rethrows the first failure with its rank.
+//
+// Thread safety: run() is called from one (non-rank) thread at a time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/counters.h"
+#include "runtime/trace.h"
+#include "runtime/types.h"
+
+namespace dtsim {
+
+class Communicator;
+class WorldState;
+struct RankContext;
+
+struct WorldOptions {
+  // Deadline of every blocking wait in the runtime.
+  std::chrono::milliseconds timeout{60000};
+  // Record the lockstep trace (trace.h): every send and every rank's buffer after each step.
+  bool trace = false;
+  // Stress: seeded random yields and sleeps of up to jitter_us around sends and receives.
+  uint32_t jitter_us = 0;
+  uint64_t jitter_seed = 0;
+  // Breaks the snapshot rule on purpose: a send hands the receiver a pointer to the
+  // sender's live buffer instead of a copy. Only for proving that `dtsim stress` catches it.
+  bool unsafe_live_sends = false;
+  // Busy-poll iterations before a waiting rank yields, then sleeps. -1: pick from the
+  // ratio of ranks to cores (spin only when every rank can have a core).
+  int spin = -1;
+};
+
+// Thrown by World::run: the first rank that failed, and what it threw.
+class RankFailure : public Error {
+ public:
+  RankFailure(int rank, std::exception_ptr cause, const std::string& what);
+  int rank() const { return rank_; }
+  const std::exception_ptr& cause() const { return cause_; }
+
+ private:
+  int rank_;
+  std::exception_ptr cause_;
+};
+
+class World {
+ public:
+  // Starts `size` rank threads (1 <= size <= 4096); throws UsageError otherwise.
+  explicit World(int size, WorldOptions options = {});
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int size() const { return size_; }
+  const WorldOptions& options() const;
+
+  // Runs fn on every rank with that rank's world communicator; throws RankFailure if any
+  // rank threw. Counters and traces describe the last run.
+  void run(const std::function<void(Communicator&)>& fn);
+
+  const RankCounters& counters(int rank) const;
+  const RankTrace& trace(int rank) const;
+
+ private:
+  void rank_main(int rank);
+
+  const int size_;
+  std::unique_ptr<WorldState> state_;
+  std::vector<std::unique_ptr<RankContext>> contexts_;
+  std::vector<std::thread> threads_;
+  const std::function<void(Communicator&)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  bool stopping_ = false;
+};
+
+}  // namespace dtsim
