@@ -1,0 +1,20 @@
+// The dtsim commands. Each takes the words after its name and returns the exit code;
+// a UsageError escaping one is printed by main() as one line, with exit code 2.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dtsim::cli {
+
+using Words = std::vector<std::string>;
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const Words& args);
+};
+
+int walk_main(const Words& args);
+
+}  // namespace dtsim::cli
