@@ -67,15 +67,17 @@ TEST(TrainingTest, MixedPrecisionMlpCutsLossTenfold) {
   EXPECT_GE(first / last, 10.0f);
 }
 
-TEST(TrainingTest, MoeCutsLossTenfold) {
+class MoeTrainingTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(MoeTrainingTest, MoeCutsLossTenfold) {
   MoeModelConfig c;
   c.input_dim = 16;
   c.num_classes = 4;
   c.moe = {.d_model = 32,
            .d_ff = 64,
            .num_experts = 4,
-           .top_k = 2,
-           .capacity_factor = 1.5f,
+           .top_k = GetParam(),
+           .capacity_factor = 1.25f,
            .aux_alpha = 0.01f};
   MoeModel model(c, /*seed=*/3);
   const ClassificationTask task(c.input_dim, c.num_classes, /*seed=*/4);
@@ -90,10 +92,12 @@ TEST(TrainingTest, MoeCutsLossTenfold) {
     adam.step(model.params(), model.grads());
   }
   const float first = losses.front(), last = tail_mean(losses, 20);
-  std::printf("moe: loss %.4f -> %.5f (%.1fx), aux %.4f\n", first, last, first / last,
-              model.last_aux_loss());
+  std::printf("moe top-%d: loss %.4f -> %.5f (%.1fx), aux %.4f\n", GetParam(), first, last,
+              first / last, model.last_aux_loss());
   EXPECT_GE(first / last, 10.0f);
 }
+
+INSTANTIATE_TEST_SUITE_P(TopK, MoeTrainingTest, ::testing::Values(1, 2));
 
 }  // namespace
 }  // namespace dtsim::model
