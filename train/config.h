@@ -1,0 +1,58 @@
+// What to train and how: the one description that the CLI fills from flags, that every
+// strategy reads, and that the single-rank reference runs on the same global batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "model/memory.h"
+#include "model/mlp.h"
+#include "model/moe_model.h"
+#include "runtime/types.h"
+
+namespace dtsim::train {
+
+enum class Strategy {
+  kSingle,  // one rank, the whole global batch per step (the reference)
+  kAccum,   // one rank, gradient accumulation over micro-batches (DDP's bitwise reference)
+  kDdp,
+  kZero1,
+  kZero2,
+  kZero3,
+  kTp,    // Megatron tensor parallel (MLP blocks)
+  kEp,    // expert parallel (MoE)
+  kDpTp,  // 2-D grid: data parallel x tensor parallel
+};
+
+enum class ModelKind { kMlp, kMoe };
+
+// The lesson's first pitfall, selectable so the demo can show what it does.
+enum class Pitfall { kNone, kForgetDivide };
+
+struct TrainConfig {
+  Strategy strategy = Strategy::kSingle;
+  ModelKind model = ModelKind::kMlp;
+  int ranks = 4;
+  int steps = 20;
+  int global_batch = 32;  // samples per optimizer step, over all data-parallel ranks
+  int micro_batches = 1;  // per rank per step (DDP no_sync accumulation; kAccum's M)
+  model::OptimizerKind optimizer = model::OptimizerKind::kSgd;
+  float lr = 0.05f;
+  model::Precision precision = model::Precision::kFp32;
+  model::MlpConfig mlp;
+  model::MoeModelConfig moe;
+  Algo algo = Algo::kAuto;          // all_reduce algorithm (kDeterministic: bitwise runs)
+  size_t bucket_bytes = 64 * 1024;  // DDP gradient bucket size
+  int tp_size = 2;                  // tensor-parallel width (kTp uses all ranks; kDpTp this)
+  Pitfall pitfall = Pitfall::kNone;
+  uint64_t seed = 1;
+  bool trace = false;  // record per-rank phase and collective timings
+};
+
+const char* to_string(Strategy s);
+const char* to_string(ModelKind m);
+// Parses the CLI names: single, accum, ddp, zero1, zero2, zero3, tp, ep, dp-tp.
+bool parse_strategy(const std::string& s, Strategy* out);
+
+}  // namespace dtsim::train
