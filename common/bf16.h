@@ -12,10 +12,10 @@ struct BFloat16 {
   uint16_t bits = 0;
 
   BFloat16() = default;
-  explicit BFloat16(float f) : bits(RoundFromFloat(f)) {}
+  explicit BFloat16(float f) : bits(round_from_float(f)) {}
   explicit operator float() const { return std::bit_cast<float>(uint32_t{bits} << 16); }
 
-  static BFloat16 FromBits(uint16_t b) {
+  static BFloat16 from_bits(uint16_t b) {
     BFloat16 h;
     h.bits = b;
     return h;
@@ -23,7 +23,7 @@ struct BFloat16 {
 
   // Round-to-nearest-even of the low 16 bits; NaN stays a (quiet) NaN, values above the
   // largest finite bf16 round to infinity, subnormals round like any other value.
-  static uint16_t RoundFromFloat(float f) {
+  static uint16_t round_from_float(float f) {
     const uint32_t u = std::bit_cast<uint32_t>(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
     const uint32_t lsb = (u >> 16) & 1u;

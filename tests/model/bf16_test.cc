@@ -55,7 +55,7 @@ TEST(BFloat16Test, SubnormalsRoundLikeOtherValues) {
   EXPECT_EQ(round_bits(0x00008000), 0x0000);  // tie, lsb 0
   EXPECT_EQ(round_bits(0x00018000), 0x0002);  // tie, lsb 1
   EXPECT_EQ(round_bits(0x007fffff), 0x0080);  // largest subnormal rounds up to min normal
-  EXPECT_EQ(static_cast<float>(BFloat16::FromBits(0x0001)), 0x1.0p-133f);
+  EXPECT_EQ(static_cast<float>(BFloat16::from_bits(0x0001)), 0x1.0p-133f);
 }
 
 TEST(BFloat16Test, NanStaysNan) {
