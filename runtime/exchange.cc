@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 
 namespace dtsim {
@@ -12,9 +13,16 @@ Exchange::Exchange(Communicator& comm, const Signature& sig)
   site_.seq = comm_.seq_++;
   site_.sig = sig;
   if (ctx_.tracing) start_ = std::chrono::steady_clock::now();
+  uncaught_ = std::uncaught_exceptions();
+  if (ctx_.recorder) ctx_.recorder->begin(comm_.id_, comm_.name_, site_.seq, sig);
 }
 
 Exchange::~Exchange() {
+  if (ctx_.recorder) {
+    ctx_.recorder->end(
+        std::uncaught_exceptions() > uncaught_ ? CallState::kFailed : CallState::kDone,
+        bytes_sent_);
+  }
   OpCounters& c = ctx_.counters[sig_.op];
   c.calls += 1;
   c.steps += static_cast<uint64_t>(done_steps_ + steps_);

@@ -67,6 +67,7 @@ class Exchange {
   int steps_ = 0;       // steps of the current phase this rank took part in
   int done_steps_ = 0;  // steps of the finished phases
   uint64_t bytes_sent_ = 0;
+  int uncaught_ = 0;  // std::uncaught_exceptions() at entry: did the call fail?
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "runtime/counters.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 
@@ -17,6 +18,7 @@ struct RankContext {
   RankCounters counters;
   RankTrace trace;
   bool tracing = false;
+  FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
 };
 
 }  // namespace dtsim

@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include "runtime/watchdog.h"
+
 namespace dtsim {
 namespace {
 
@@ -127,14 +129,31 @@ bool ThreadTransport::try_take(Channel& ch, int src, const MessageKey& key, cons
     if (is_collective(key) && e.key.comm == key.comm && e.key.seq == key.seq &&
         !(e.sig == site.sig)) {
       if (!e.borrowed) free_payload({e.data, e.capacity});
-      throw MismatchError("collective mismatch at seq " + std::to_string(key.seq) +
-                          " on communicator " + site.comm_name + ": global rank " +
-                          std::to_string(rank_) + " called " + describe(site.sig) +
-                          ", global rank " + std::to_string(src) + " called " + describe(e.sig) +
-                          "; every rank must call the same collectives in "
-                          "the same order with the same sizes");
+      throw MismatchError(mismatch_message(key.seq, site.comm_name, rank_, site.sig, src, e.sig));
     }
     ch.stash.push_back(e);
+  }
+  return false;
+}
+
+bool ThreadTransport::check_peer(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
+                                 Envelope* out) {
+  const FlightRecorder& peer = state_->recorder(src);
+  if (peer.phase() == RankPhase::kFinished) {
+    // Its sends all happened before it returned: one last look, then it is missing.
+    if (try_take(ch, src, key, site, out)) return true;
+    throw MismatchError("rank " + std::to_string(rank_) + " waits in " + describe(site.sig) +
+                        " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
+                        ") for rank " + std::to_string(src) +
+                        ", which already returned from its job: it skipped this call or "
+                        "called fewer collectives; every rank must call the same collectives "
+                        "in the same order");
+  }
+  uint64_t comm = 0, seq = 0;
+  Signature sig;
+  if (is_collective(key) && peer.current_fingerprint(&comm, &seq, &sig) && comm == key.comm &&
+      seq == key.seq && !(sig == site.sig)) {
+    throw MismatchError(mismatch_message(key.seq, site.comm_name, rank_, site.sig, src, sig));
   }
   return false;
 }
@@ -164,8 +183,18 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
     const auto timeout = state_->options().timeout;
     const auto deadline = Clock::now() + timeout;
     Doorbell& bell = state_->bell(rank_);
+    FlightRecorder& me = state_->recorder(rank_);
+    me.set_waiting_on(src);
+    struct Unpublish {
+      FlightRecorder& r;
+      ~Unpublish() { r.set_waiting_on(-1); }
+    } unpublish{me};
     while (!(found = try_take(ch, src, key, site, &e))) {
       check_abort(site, src);
+      if (check_peer(ch, src, key, site, &e)) {
+        found = true;
+        break;
+      }
       const auto now = Clock::now();
       if (now >= deadline) {
         throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
@@ -173,7 +202,8 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
                            std::to_string(site.seq) + ", communicator " + site.comm_name +
                            ") waiting for rank " + std::to_string(src) +
                            ": that rank skipped or reordered a collective, or is stuck; "
-                           "raise the timeout if it is only slow");
+                           "raise the timeout if it is only slow\n" +
+                           desync_report(*state_));
       }
       bell.sleep_until(
           [&] { return ch.mail.read_available() > 0 || state_->aborted(); },

@@ -28,6 +28,9 @@ class ThreadTransport final : public Transport {
   bool try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);
   void wait_for_space(Channel& ch, const Envelope& e, int dst, const WaitSite& site);
   void check_abort(const WaitSite& site, int peer);
+  // While blocked on `src`: true if the message arrived meanwhile; throws MismatchError if
+  // src returned from its job, or is in this collective with a different fingerprint.
+  bool check_peer(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);
   void jitter();
 
   WorldState* state_;

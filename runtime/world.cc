@@ -5,6 +5,7 @@
 #include "runtime/communicator.h"
 #include "runtime/rank_context.h"
 #include "runtime/thread_transport.h"
+#include "runtime/watchdog.h"
 #include "runtime/world_state.h"
 
 namespace dtsim {
@@ -23,8 +24,10 @@ World::World(int size, WorldOptions options) : size_(size) {
     ctx->rank = r;
     ctx->transport = std::make_unique<ThreadTransport>(state_.get(), r);
     ctx->tracing = options.trace;
+    ctx->recorder = &state_->recorder(r);
     contexts_.push_back(std::move(ctx));
   }
+  watchdog_ = std::make_unique<Watchdog>(state_.get());
   threads_.reserve(size);
   for (int r = 0; r < size; ++r) threads_.emplace_back([this, r] { rank_main(r); });
 }
@@ -39,6 +42,10 @@ World::~World() {
 const WorldOptions& World::options() const { return state_->options(); }
 const RankCounters& World::counters(int rank) const { return contexts_.at(rank)->counters; }
 const RankTrace& World::trace(int rank) const { return contexts_.at(rank)->trace; }
+std::vector<FlightEntry> World::flight_record(int rank) const {
+  return state_->recorder(contexts_.at(rank)->rank).entries();
+}
+std::string World::desync_report() const { return dtsim::desync_report(*state_); }
 
 void World::rank_main(int rank) {
   uint64_t seen = 0;
@@ -46,6 +53,7 @@ void World::rank_main(int rank) {
     generation_.wait(seen, std::memory_order_acquire);
     seen = generation_.load(std::memory_order_acquire);
     if (stopping_) return;
+    FlightRecorder& recorder = state_->recorder(rank);
     try {
       Communicator world(
           contexts_[rank].get(), 1,
@@ -55,8 +63,13 @@ void World::rank_main(int rank) {
             return all;
           }(),
           "world");
+      recorder.set_phase(RankPhase::kRunning);
       (*job_)(world);
+      // Ranks blocked on this one re-check: a rank that returned will send nothing more.
+      recorder.set_phase(RankPhase::kFinished);
+      for (int r = 0; r < size_; ++r) state_->bell(r).ring();
     } catch (...) {
+      recorder.set_phase(RankPhase::kFailed);
       state_->fail(rank, std::current_exception());
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
@@ -67,7 +80,9 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   for (auto& ctx : contexts_) {
     ctx->counters = RankCounters{};
     ctx->trace.clear();
+    state_->recorder(ctx->rank).reset();
   }
+  watchdog_->set_active(true);
   job_ = &fn;
   pending_.store(size_, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_release);
@@ -75,6 +90,7 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   for (int left = pending_.load(); left != 0; left = pending_.load(std::memory_order_acquire)) {
     pending_.wait(left, std::memory_order_acquire);
   }
+  watchdog_->set_active(false);
   const int failed = state_->failed_rank();
   std::exception_ptr cause = state_->failure();
   std::string what;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/counters.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/trace.h"
 #include "runtime/types.h"
 
@@ -22,6 +23,7 @@ namespace dtsim {
 
 class Communicator;
 class WorldState;
+class Watchdog;
 struct RankContext;
 
 struct WorldOptions {
@@ -69,6 +71,10 @@ class World {
 
   const RankCounters& counters(int rank) const;
   const RankTrace& trace(int rank) const;
+  // Rank's last FlightRecorder::kDepth collectives (oldest first) in the last run.
+  std::vector<FlightEntry> flight_record(int rank) const;
+  // Per rank: last completed collective and where it is now (watchdog.h), for reports.
+  std::string desync_report() const;
 
  private:
   void rank_main(int rank);
@@ -76,6 +82,7 @@ class World {
   const int size_;
   std::unique_ptr<WorldState> state_;
   std::vector<std::unique_ptr<RankContext>> contexts_;
+  std::unique_ptr<Watchdog> watchdog_;  // service thread; reads state_'s recorders
   std::vector<std::thread> threads_;
   const std::function<void(Communicator&)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};

@@ -17,7 +17,8 @@ WorldState::WorldState(int size, const WorldOptions& options)
     : size_(size),
       options_(options),
       channels_(new Channel[static_cast<size_t>(size) * size]),
-      bells_(new Doorbell[size]) {}
+      bells_(new Doorbell[size]),
+      recorders_(new FlightRecorder[size]) {}
 
 WorldState::~WorldState() {
   reset();

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "runtime/doorbell.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/mailbox.h"
 #include "runtime/world.h"
 
@@ -28,6 +29,9 @@ class WorldState {
   const WorldOptions& options() const { return options_; }
   Channel& channel(int src, int dst) { return channels_[static_cast<size_t>(src) * size_ + dst]; }
   Doorbell& bell(int rank) { return bells_[rank]; }
+  // The rank's flight recorder and progress (flight_recorder.h), written by that rank.
+  FlightRecorder& recorder(int rank) { return recorders_[rank]; }
+  const FlightRecorder& recorder(int rank) const { return recorders_[rank]; }
 
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   // Records `error` as rank's failure if it is the first, then wakes every rank.
@@ -45,6 +49,7 @@ class WorldState {
   const WorldOptions options_;
   std::unique_ptr<Channel[]> channels_;
   std::unique_ptr<Doorbell[]> bells_;
+  std::unique_ptr<FlightRecorder[]> recorders_;
   std::atomic<bool> aborted_{false};
   std::mutex fail_mu_;
   int failed_rank_ = -1;

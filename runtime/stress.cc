@@ -1,0 +1,215 @@
+#include "runtime/stress.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+
+#include "runtime/communicator.h"
+#include "runtime/stress_plan.h"
+#include "runtime/world.h"
+
+namespace dtsim {
+namespace {
+
+using stress::Plan;
+using stress::Step;
+using stress::StepKind;
+
+constexpr size_t kMaxMessages = 8;
+constexpr std::byte kPoison{0xA5};
+
+// One rank's buffers: sized by the main thread before the run and never reallocated
+// during it (under unsafe_live_sends another rank may still read them).
+struct RankSlot {
+  std::vector<std::byte> in, out, first;
+  std::vector<std::string> failures;  // the first kMaxMessages
+  uint64_t checked = 0, failed = 0;
+};
+
+// Runs step `i` on rank `me` of communicator `comm`, checks the result, then poisons the
+// buffers so that a receiver still reading them through a live pointer sees garbage.
+void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, const Step& s,
+              const std::vector<std::byte>& want, RankSlot& slot) {
+  const int g = comm.size();
+  const int r = comm.rank();
+  const size_t es = dtype_size(s.dtype);
+  const size_t in_n = stress::input_count(s, g, r);
+  const size_t out_n = stress::output_count(s, g, r);
+  for (int rep = 0; rep < s.repeats; ++rep) {
+    std::fill(slot.out.begin(), slot.out.end(), kPoison);
+    stress::fill_input(o.seed, iteration, i, s, g, r, slot.in.data());
+    void* in = slot.in.data();
+    void* out = slot.out.data();
+    const std::byte* result = slot.out.data();
+    switch (s.op) {
+      case OpKind::kAllReduce:
+        comm.all_reduce_raw(in, s.numel, s.dtype, s.reduce, s.algo);
+        result = slot.in.data();
+        break;
+      case OpKind::kReduce:
+        comm.reduce_raw(in, s.numel, s.dtype, s.root, s.reduce, s.algo);
+        result = slot.in.data();
+        break;
+      case OpKind::kBroadcast:
+        comm.broadcast_raw(in, s.numel, s.dtype, s.root, s.algo);
+        result = slot.in.data();
+        break;
+      case OpKind::kReduceScatter:
+        comm.reduce_scatter_raw(in, s.numel, out, out_n, s.dtype, s.reduce, s.algo);
+        break;
+      case OpKind::kAllGather:
+        comm.all_gather_raw(in, in_n, out, out_n, s.dtype, s.algo);
+        break;
+      case OpKind::kAllToAll:
+        if (s.single) {
+          std::vector<size_t> send(g), recv(g);
+          for (int j = 0; j < g; ++j) {
+            send[j] = s.counts[r * g + j];
+            recv[j] = s.counts[j * g + r];
+          }
+          comm.all_to_all_single_raw(in, in_n, send, out, out_n, recv, s.dtype);
+        } else {
+          comm.all_to_all_raw(in, in_n, out, out_n, s.dtype);
+        }
+        break;
+      default:
+        comm.barrier();
+        break;
+    }
+    ++slot.checked;
+    const size_t bytes = want.size();
+    std::string diff;
+    if (bytes != (s.op == OpKind::kBarrier ? 0 : out_n * es)) {
+      diff = "output has the wrong size";
+    } else if (bytes && std::memcmp(result, want.data(), bytes) != 0) {
+      diff = stress::first_difference(s.dtype, result, want.data(), bytes / es);
+    } else if (rep > 0 && bytes && std::memcmp(result, slot.first.data(), bytes) != 0) {
+      diff = "repeated run differs bitwise from the first";
+    }
+    if (rep == 0 && s.repeats > 1 && bytes) std::memcpy(slot.first.data(), result, bytes);
+    slot.failed += !diff.empty();
+    if (!diff.empty() && slot.failures.size() < kMaxMessages) {
+      slot.failures.push_back(
+          "iteration " + std::to_string(iteration) + " step " + std::to_string(i) + ": " +
+          stress::describe(s) + " on " + comm.name() + (rep ? " (repeat)" : "") + ": rank " +
+          std::to_string(r) + " (global " + std::to_string(comm.global_rank()) + ") " + diff);
+    }
+    // A late reader of a live pointer must not find the right bytes by luck.
+    std::fill(slot.in.begin(), slot.in.end(), ~kPoison);
+    std::fill(slot.out.begin(), slot.out.end(), ~kPoison);
+  }
+}
+
+void run_rank(Communicator& world, const StressOptions& o, int iteration,
+              const std::vector<std::vector<std::vector<std::byte>>>& want, RankSlot& slot) {
+  // Derived here, independently of every other rank: same seed, same plan.
+  const Plan plan =
+      stress::make_plan(o.seed, iteration, o.ranks, o.calls_per_iteration, o.max_numel);
+  std::vector<std::unique_ptr<Communicator>> comms(plan.groups.size());
+  Communicator* self = &world;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const Step& s = plan.steps[i];
+    if (s.kind == StepKind::kNewGroup) {
+      comms[s.group] = world.new_group(s.members);
+      continue;
+    }
+    const int me = world.rank();
+    if (s.kind == StepKind::kSplit) {
+      auto c = world.split(s.colors[me], s.keys[me]);
+      if (s.colors[me] >= 0) comms[s.group + s.colors[me]] = std::move(c);
+      continue;
+    }
+    Communicator* comm = s.group == 0 ? self : comms[s.group].get();
+    if (comm == nullptr) continue;
+    run_call(*comm, o, iteration, static_cast<int>(i), s, want[i][comm->rank()], slot);
+  }
+}
+
+std::string flight_report(const World& world) {
+  std::string out;
+  for (int r = 0; r < world.size(); ++r) {
+    const auto entries = world.flight_record(r);
+    out += "rank " + std::to_string(r) + " (last " + std::to_string(entries.size()) +
+           " collectives):\n";
+    for (const auto& e : entries) out += "  " + describe(e) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+int stress_scale() {
+  if (const char* env = std::getenv("DTSIM_STRESS_SCALE")) return std::max(1, std::atoi(env));
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  return 4;
+#else
+  return 1;
+#endif
+}
+
+StressResult run_stress(const StressOptions& o,
+                        const std::function<void(int, const StressResult&)>& on_iteration) {
+  StressResult res;
+  std::vector<RankSlot> slots(o.ranks);
+  for (int it = o.first_iteration; it < o.first_iteration + o.iterations; ++it) {
+    const Plan plan = stress::make_plan(o.seed, it, o.ranks, o.calls_per_iteration, o.max_numel);
+    // The single-threaded reference, and buffer sizes, from the same plan.
+    std::vector<std::vector<std::vector<std::byte>>> want(plan.steps.size());
+    std::vector<size_t> need(o.ranks, 1);
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      const Step& s = plan.steps[i];
+      if (s.kind != StepKind::kCall) continue;
+      const auto& members = plan.groups[s.group];
+      const int g = static_cast<int>(members.size());
+      want[i] = stress::reference(o.seed, it, static_cast<int>(i), s, g);
+      for (int r = 0; r < g; ++r) {
+        const size_t n = std::max(stress::input_count(s, g, r), stress::output_count(s, g, r));
+        need[members[r]] = std::max(need[members[r]], n * dtype_size(s.dtype));
+      }
+      ++res.collectives;
+    }
+    for (int r = 0; r < o.ranks; ++r) {
+      RankSlot& slot = slots[r];
+      for (auto* v : {&slot.in, &slot.out, &slot.first}) v->assign(need[r], std::byte{0});
+      slot.failures.clear();
+    }
+    WorldOptions wo;
+    wo.timeout = o.timeout;
+    wo.jitter_us = o.jitter_us;
+    wo.jitter_seed = o.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(it);
+    wo.unsafe_live_sends = o.unsafe_live_sends;
+    World world(o.ranks, wo);
+    bool failed = false;
+    try {
+      world.run([&](Communicator& c) { run_rank(c, o, it, want, slots[c.rank()]); });
+    } catch (const std::exception& e) {
+      failed = true;
+      ++res.failures;
+      if (res.messages.size() < kMaxMessages) {
+        res.messages.push_back("iteration " + std::to_string(it) + ": " + e.what());
+      }
+    }
+    for (RankSlot& slot : slots) {
+      res.results_checked += slot.checked;
+      slot.checked = 0;
+      res.failures += slot.failed;
+      failed |= slot.failed != 0;
+      slot.failed = 0;
+      for (auto& m : slot.failures) {
+        if (res.messages.size() < kMaxMessages) res.messages.push_back(std::move(m));
+      }
+    }
+    ++res.iterations;
+    if (failed && res.first_failed_iteration < 0) {
+      res.first_failed_iteration = it;
+      res.flight_report = flight_report(world);
+    }
+    if (on_iteration) on_iteration(it, res);
+    if (failed && !o.keep_going) break;
+  }
+  return res;
+}
+
+}  // namespace dtsim

@@ -1,0 +1,58 @@
+// Stress testing for the collectives: random sequences of collective calls (ops, lengths
+// including 0 and uneven ones, algorithms, roots, reduce ops, element types, subgroups from
+// new_group and split), run on rank threads with seeded jitter in the transport, every
+// result checked against a single-threaded reference. Calls of the deterministic
+// algorithms (kDeterministic, kDirect) run twice and must be bitwise equal to each other
+// and to a sequential sum in rank order.
+//
+// Every rank derives the same plan from (seed, iteration) on its own, with no
+// communication; the reference is computed once from the same plan. Between calls each
+// rank overwrites its buffers, so a transport that handed out live pointers instead of
+// snapshots (WorldOptions::unsafe_live_sends) shows up as wrong results.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dtsim {
+
+struct StressOptions {
+  int ranks = 8;
+  int iterations = 10;
+  int first_iteration = 0;  // iteration i's plan depends only on (seed, i)
+  uint64_t seed = 1;
+  uint32_t jitter_us = 0;
+  bool unsafe_live_sends = false;
+  std::chrono::milliseconds timeout{10000};
+  int calls_per_iteration = 16;  // collective calls (group creations come on top)
+  size_t max_numel = 2048;       // typical length; one call in ten is up to 8x longer
+  bool keep_going = false;       // run every iteration even after a failure
+};
+
+struct StressResult {
+  int iterations = 0;            // iterations run
+  uint64_t collectives = 0;      // collective calls run (per communicator, not per rank)
+  uint64_t results_checked = 0;  // per-rank results compared with the reference
+  uint64_t failures = 0;         // wrong results, plus iterations that threw
+  int first_failed_iteration = -1;
+  std::vector<std::string> messages;  // the first few failures, one line each (errors may
+                                      // carry a multi-line desync report)
+  std::string flight_report;          // flight recorders of the first failed iteration
+  bool ok() const { return failures == 0; }
+};
+
+// Runs iterations first_iteration .. first_iteration + iterations - 1, each in a fresh
+// World of `ranks` threads (jitter seeded from (seed, iteration)). Stops after the first
+// failing iteration unless keep_going. `on_iteration` (optional) runs after each one.
+StressResult run_stress(
+    const StressOptions& options,
+    const std::function<void(int iteration, const StressResult&)>& on_iteration = {});
+
+// Sizes scale for slow builds: DTSIM_STRESS_SCALE (env, a divisor >= 1; defaults to 4
+// under sanitizers, else 1). Tests divide iterations and lengths by it.
+int stress_scale();
+
+}  // namespace dtsim

@@ -1,0 +1,299 @@
+#include "runtime/stress_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "runtime/reduce_kernels.h"
+#include "runtime/split.h"
+
+namespace dtsim::stress {
+namespace {
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() { return s = mix(s, 1); }
+  size_t below(size_t n) { return n ? next() % n : 0; }
+  template <class T, size_t N>
+  T pick(const T (&xs)[N]) {
+    return xs[below(N)];
+  }
+};
+
+bool reduces(OpKind op) {
+  return op == OpKind::kAllReduce || op == OpKind::kReduceScatter || op == OpKind::kReduce;
+}
+
+size_t pick_numel(Rng& rng, int g, size_t max_numel) {
+  switch (rng.below(10)) {
+    case 0:
+      return 0;
+    case 1:
+      return 1 + rng.below(7);
+    case 2:
+      return static_cast<size_t>(g) + rng.below(3) - 1;  // g - 1 .. g + 1: uneven chunks
+    case 3:
+      return 1 + rng.below(8 * max_numel);  // long: past the small-message threshold
+    default:
+      return 1 + rng.below(max_numel);
+  }
+}
+
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat64:
+      return f(double{});
+    case DType::kInt32:
+      return f(int32_t{});
+    default:
+      return f(int64_t{});
+  }
+}
+
+template <class T>
+T value(uint64_t seed, int iteration, int step, int rank, size_t i, bool fractional) {
+  const uint64_t h =
+      mix(mix(mix(seed, static_cast<uint64_t>(iteration)), step * 4099ull + rank), i);
+  if (fractional) return static_cast<T>(static_cast<double>(h >> 11) * 0x1p-52 - 1.0);
+  return static_cast<T>(static_cast<int64_t>(h % 17) - 8);
+}
+
+template <class T>
+T combine(ReduceOp op, T a, T b) {
+  if (op == ReduceOp::kMax) return std::max(a, b);
+  if (op == ReduceOp::kMin) return std::min(a, b);
+  return static_cast<T>(a + b);
+}
+
+}  // namespace
+
+Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel) {
+  Rng rng{mix(seed, 0x5eed0000ull + static_cast<uint64_t>(iteration))};
+  Plan plan;
+  plan.groups.push_back(std::vector<int>(n));
+  std::iota(plan.groups[0].begin(), plan.groups[0].end(), 0);
+  for (int c = 0; c < calls;) {
+    Step s;
+    if (n > 1 && plan.groups.size() < 8 && rng.below(8) == 0) {
+      s.group = static_cast<int>(plan.groups.size());
+      if (rng.below(2) == 0) {
+        s.kind = StepKind::kNewGroup;
+        std::vector<int> all = plan.groups[0];
+        for (int i = n - 1; i > 0; --i) std::swap(all[i], all[rng.below(i + 1)]);
+        all.resize(1 + rng.below(n));
+        s.members = all;
+        plan.groups.push_back(all);
+      } else {
+        s.kind = StepKind::kSplit;
+        std::vector<std::vector<std::pair<int, int>>> by_color(3);
+        for (int r = 0; r < n; ++r) {
+          s.colors.push_back(static_cast<int>(rng.below(4)) - 1);
+          s.keys.push_back(static_cast<int>(rng.below(5)));
+          if (s.colors[r] >= 0) by_color[s.colors[r]].emplace_back(s.keys[r], r);
+        }
+        for (auto& members : by_color) {
+          std::sort(members.begin(), members.end());
+          plan.groups.emplace_back();
+          for (auto& m : members) plan.groups.back().push_back(m.second);
+        }
+      }
+      plan.steps.push_back(std::move(s));
+      continue;
+    }
+    ++c;
+    do {
+      s.group = rng.below(3) == 0 ? 0 : static_cast<int>(rng.below(plan.groups.size()));
+    } while (plan.groups[s.group].empty());
+    const int g = static_cast<int>(plan.groups[s.group].size());
+    const OpKind ops[] = {OpKind::kAllReduce,     OpKind::kAllReduce, OpKind::kAllReduce,
+                          OpKind::kReduceScatter, OpKind::kAllGather, OpKind::kBroadcast,
+                          OpKind::kReduce,        OpKind::kAllToAll,  OpKind::kAllToAll,
+                          OpKind::kBarrier};
+    s.op = rng.pick(ops);
+    s.dtype = rng.pick({DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+    s.reduce =
+        rng.pick({ReduceOp::kSum, ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin});
+    s.root = static_cast<int>(rng.below(g));
+    s.numel = pick_numel(rng, g, max_numel);
+    switch (s.op) {
+      case OpKind::kAllReduce:
+        s.algo = rng.pick({Algo::kAuto, Algo::kRing, Algo::kRecursiveDoubling, Algo::kTree,
+                           Algo::kDirect, Algo::kDeterministic});
+        break;
+      case OpKind::kReduceScatter:
+      case OpKind::kReduce:
+        s.algo = rng.pick({Algo::kAuto, Algo::kDirect, Algo::kDeterministic});
+        if (s.algo == Algo::kAuto && rng.below(2))
+          s.algo = s.op == OpKind::kReduce ? Algo::kTree : Algo::kRing;
+        break;
+      case OpKind::kAllGather:
+        s.algo = rng.pick({Algo::kAuto, Algo::kRing, Algo::kDirect});
+        break;
+      case OpKind::kBroadcast:
+        s.algo = rng.pick({Algo::kAuto, Algo::kTree, Algo::kDirect});
+        break;
+      case OpKind::kAllToAll:
+        s.single = rng.below(2) == 0;
+        if (s.single) {
+          for (int k = 0; k < g * g; ++k) {
+            s.counts.push_back(rng.below(3) == 0 ? 0 : rng.below(max_numel / g + 3));
+          }
+        }
+        break;
+      default:
+        s.numel = 0;
+        break;
+    }
+    const bool ordered = s.algo == Algo::kDirect || s.algo == Algo::kDeterministic;
+    s.fractional =
+        (s.dtype == DType::kFloat32 || s.dtype == DType::kFloat64) && (!reduces(s.op) || ordered);
+    s.repeats = reduces(s.op) && ordered ? 2 : 1;
+    plan.steps.push_back(std::move(s));
+  }
+  return plan;
+}
+
+size_t input_count(const Step& s, int g, int r) {
+  switch (s.op) {
+    case OpKind::kAllGather:
+      return split_size(s.numel, g, r);
+    case OpKind::kAllToAll:
+      if (s.single) {
+        return std::accumulate(s.counts.begin() + r * g, s.counts.begin() + (r + 1) * g, size_t{0});
+      }
+      return s.numel;
+    default:
+      return s.numel;
+  }
+}
+
+size_t output_count(const Step& s, int g, int r) {
+  switch (s.op) {
+    case OpKind::kReduceScatter:
+      return split_size(s.numel, g, r);
+    case OpKind::kAllToAll:
+      if (s.single) {
+        size_t c = 0;
+        for (int i = 0; i < g; ++i) c += s.counts[i * g + r];
+        return c;
+      }
+      return g * split_size(s.numel, g, r);
+    default:
+      return s.numel;
+  }
+}
+
+void fill_input(uint64_t seed, int iteration, int step, const Step& s, int g, int r, void* out) {
+  const size_t base = s.op == OpKind::kAllGather ? split_offset(s.numel, g, r) : 0;
+  with_type(s.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* p = static_cast<T*>(out);
+    const size_t n = input_count(s, g, r);
+    for (size_t i = 0; i < n; ++i)
+      p[i] = value<T>(seed, iteration, step, r, base + i, s.fractional);
+  });
+}
+
+std::vector<std::vector<std::byte>> reference(uint64_t seed, int iteration, int step, const Step& s,
+                                              int g) {
+  std::vector<std::vector<std::byte>> out(g);
+  with_type(s.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<std::vector<T>> in(g);
+    for (int r = 0; r < g; ++r) {
+      in[r].resize(input_count(s, g, r));
+      fill_input(seed, iteration, step, s, g, r, in[r].data());
+    }
+    std::vector<T> red;  // reduction in rank order 0..g-1, then AVG's division
+    if (reduces(s.op)) {
+      red = in[0];
+      for (int r = 1; r < g; ++r) {
+        for (size_t i = 0; i < red.size(); ++i) red[i] = combine(s.reduce, red[i], in[r][i]);
+      }
+      if (s.reduce == ReduceOp::kAvg)
+        reducer_for(s.dtype, s.reduce).divide(red.data(), red.size(), g);
+    }
+    for (int r = 0; r < g; ++r) {
+      std::vector<T> o;
+      switch (s.op) {
+        case OpKind::kAllReduce:
+          o = red;
+          break;
+        case OpKind::kReduce:
+          o = r == s.root ? red : in[r];
+          break;
+        case OpKind::kReduceScatter: {
+          const size_t off = split_offset(s.numel, g, r);
+          o.assign(red.begin() + off, red.begin() + off + split_size(s.numel, g, r));
+          break;
+        }
+        case OpKind::kAllGather:
+          for (int i = 0; i < g; ++i) o.insert(o.end(), in[i].begin(), in[i].end());
+          break;
+        case OpKind::kBroadcast:
+          o = in[s.root];
+          break;
+        case OpKind::kAllToAll:
+          for (int i = 0; i < g; ++i) {
+            size_t off = 0, len = 0;
+            if (s.single) {
+              for (int j = 0; j < r; ++j) off += s.counts[i * g + j];
+              len = s.counts[i * g + r];
+            } else {
+              off = split_offset(s.numel, g, r);
+              len = split_size(s.numel, g, r);
+            }
+            o.insert(o.end(), in[i].begin() + off, in[i].begin() + off + len);
+          }
+          break;
+        default:
+          break;
+      }
+      out[r].resize(o.size() * sizeof(T));
+      if (!o.empty()) std::memcpy(out[r].data(), o.data(), out[r].size());
+    }
+  });
+  return out;
+}
+
+std::string first_difference(DType t, const std::byte* got, const std::byte* want, size_t n) {
+  std::string msg;
+  with_type(t, [&](auto zero) {
+    using T = decltype(zero);
+    for (size_t i = 0; i < n; ++i) {
+      T a, b;
+      std::memcpy(&a, got + i * sizeof(T), sizeof(T));
+      std::memcpy(&b, want + i * sizeof(T), sizeof(T));
+      if (std::memcmp(&a, &b, sizeof(T)) != 0) {
+        msg = "element " + std::to_string(i) + " is " + std::to_string(a) +
+              " but the reference is " + std::to_string(b);
+        return;
+      }
+    }
+  });
+  return msg;
+}
+
+std::string describe(const Step& s) {
+  std::string d = to_string(s.op);
+  if (s.single) d += "_single";
+  d += "(numel=" + std::to_string(s.numel) + ", dtype=" + to_string(s.dtype);
+  if (reduces(s.op)) d += std::string(", op=") + to_string(s.reduce);
+  if (s.op != OpKind::kAllToAll && s.op != OpKind::kBarrier)
+    d += std::string(", algo=") + to_string(s.algo);
+  if (s.op == OpKind::kBroadcast || s.op == OpKind::kReduce)
+    d += ", root=" + std::to_string(s.root);
+  return d + ")";
+}
+
+}  // namespace dtsim::stress

@@ -1,0 +1,61 @@
+// The stress plan (internal to stress.cc): the random sequence of steps of one iteration,
+// the inputs each rank fills in, and the single-threaded reference results.
+//
+// make_plan is a pure function of (seed, iteration, ranks, ...): every rank calls it on
+// its own and gets the same plan, so ranks agree on the sequence without communicating.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/types.h"
+
+namespace dtsim::stress {
+
+enum class StepKind : uint8_t {
+  kNewGroup,  // world.new_group(members): creates groups[group]
+  kSplit,     // world.split(color, key): creates groups[group + color] for each color
+  kCall,      // a collective on groups[group]
+};
+
+struct Step {
+  StepKind kind = StepKind::kCall;
+  int group = 0;  // kCall: the group it runs on; kNewGroup/kSplit: the first group made
+  // kNewGroup: the members (world ranks, in communicator order). kSplit: per world rank
+  // its color (-1: none) and key.
+  std::vector<int> members, colors, keys;
+  OpKind op = OpKind::kAllReduce;
+  bool single = false;  // all_to_all with explicit split sizes (all_to_all_single)
+  DType dtype = DType::kFloat32;
+  ReduceOp reduce = ReduceOp::kSum;
+  Algo algo = Algo::kAuto;
+  int root = 0;
+  size_t numel = 0;
+  std::vector<size_t> counts;  // all_to_all_single: counts[i * g + j], i sends to j
+  bool fractional = false;     // random fractions (order-sensitive sums) instead of integers
+  int repeats = 1;             // 2 for the deterministic algorithms: bitwise equal runs
+};
+
+struct Plan {
+  std::vector<Step> steps;
+  std::vector<std::vector<int>> groups;  // world ranks of each group, in communicator order
+};
+
+Plan make_plan(uint64_t seed, int iteration, int ranks, int calls, size_t max_numel);
+
+// Element counts of local rank r's input and output buffers for a kCall step.
+size_t input_count(const Step& s, int g, int r);
+size_t output_count(const Step& s, int g, int r);
+// Fills local rank r's input (input_count elements of s.dtype).
+void fill_input(uint64_t seed, int iteration, int step, const Step& s, int g, int r, void* out);
+// The reference: per local rank, its output bytes (for reduce, every rank's buffer).
+std::vector<std::vector<std::byte>> reference(uint64_t seed, int iteration, int step, const Step& s,
+                                              int g);
+// "element 7 is 12 but the reference is 4" for the first difference, "" when equal.
+std::string first_difference(DType t, const std::byte* got, const std::byte* want, size_t n);
+// "all_reduce(numel=100, dtype=int32, op=sum, algo=ring, root=...)"
+std::string describe(const Step& s);
+
+}  // namespace dtsim::stress

@@ -1,0 +1,173 @@
+#include "runtime/watchdog.h"
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "runtime/world_state.h"
+
+namespace dtsim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string secs(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+std::string call_name(const FlightEntry& e) {
+  return e.comm_name + "#" + std::to_string(e.seq) + " " + describe(e.sig);
+}
+
+}  // namespace
+
+std::string mismatch_message(uint64_t seq, const std::string& comm_name, int rank_a,
+                             const Signature& a, int rank_b, const Signature& b) {
+  if (rank_b < rank_a) return mismatch_message(seq, comm_name, rank_b, b, rank_a, a);
+  return "collective mismatch at seq " + std::to_string(seq) + ": rank " + std::to_string(rank_a) +
+         " called " + describe(a) + ", rank " + std::to_string(rank_b) + " called " + describe(b) +
+         " (communicator " + comm_name +
+         ", global ranks); every rank must call the same collectives in the same order with "
+         "the same sizes";
+}
+
+std::string desync_report(const WorldState& state) {
+  const int n = state.size();
+  const auto now = Clock::now();
+  std::string out = "desync report (per rank: last completed collective; where it is now):\n";
+  std::vector<FlightEntry> cur(n);
+  std::vector<bool> in_call(n);
+  for (int r = 0; r < n; ++r) {
+    const FlightRecorder& fr = state.recorder(r);
+    FlightEntry last;
+    out += "  rank " + std::to_string(r) + ": last completed ";
+    out += fr.last_done(&last) ? call_name(last) : std::string("none");
+    in_call[r] = fr.current(&cur[r]);
+    const int peer = fr.waiting_on();
+    if (in_call[r]) {
+      out += "; blocked " + secs(now - cur[r].start) + " in " + call_name(cur[r]);
+      if (peer >= 0) out += ", waiting for rank " + std::to_string(peer);
+    } else {
+      out += std::string("; not in a collective (") + to_string(fr.phase()) + ")";
+    }
+    out += "\n";
+  }
+  // Lagging or missing: ranks that a blocked rank waits for but that are not in its call.
+  std::set<int> lagging;
+  for (int r = 0; r < n; ++r) {
+    const int peer = state.recorder(r).waiting_on();
+    if (!in_call[r] || peer < 0 || peer >= n) continue;
+    if (!in_call[peer] || cur[peer].comm != cur[r].comm || cur[peer].seq != cur[r].seq) {
+      lagging.insert(peer);
+    }
+  }
+  out += "lagging or missing rank(s):";
+  if (lagging.empty()) out += " none identified (every waited-for rank is in the same call)";
+  for (int r : lagging) {
+    out += " " + std::to_string(r);
+    out += in_call[r] ? " (in " + call_name(cur[r]) + ")"
+                      : std::string(" (") + to_string(state.recorder(r).phase()) + ")";
+  }
+  return out;
+}
+
+struct Watchdog::Impl {
+  explicit Impl(WorldState* s) : state(s), timer(io) {
+    const auto t = state->options().timeout / 8;
+    tick_every = std::clamp<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(t), std::chrono::milliseconds(2),
+        std::chrono::milliseconds(100));
+  }
+
+  void arm() {
+    timer.expires_after(tick_every);
+    timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      tick();
+      arm();
+    });
+  }
+
+  void tick() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!active || state->aborted()) return;
+    const int n = state->size();
+    cur.resize(n);
+    order.clear();
+    for (int r = 0; r < n; ++r) {
+      if (state->recorder(r).current(&cur[r])) order.push_back(r);
+    }
+    // Same (communicator, sequence number), different fingerprint: always a user bug.
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return std::tie(cur[a].comm, cur[a].seq, a) < std::tie(cur[b].comm, cur[b].seq, b);
+    });
+    for (size_t i = 1; i < order.size(); ++i) {
+      const FlightEntry& a = cur[order[i - 1]];
+      const FlightEntry& b = cur[order[i]];
+      if (a.comm == b.comm && a.seq == b.seq && !(a.sig == b.sig)) {
+        fire(order[i - 1], std::make_exception_ptr(MismatchError(mismatch_message(
+                               a.seq, a.comm_name, order[i - 1], a.sig, order[i], b.sig))));
+        return;
+      }
+    }
+    // The oldest call past the deadline.
+    const auto now = Clock::now();
+    int oldest = -1;
+    for (int r : order) {
+      if (oldest < 0 || cur[r].start < cur[oldest].start) oldest = r;
+    }
+    if (oldest < 0 || now - cur[oldest].start < state->options().timeout) return;
+    const FlightEntry& e = cur[oldest];
+    const int peer = state->recorder(oldest).waiting_on();
+    std::string what = "rank " + std::to_string(oldest) + " timed out after " +
+                       secs(now - e.start) + " in " + describe(e.sig) + " (seq " +
+                       std::to_string(e.seq) + ", communicator " + e.comm_name + ")";
+    what += peer >= 0 ? " waiting for rank " + std::to_string(peer) : std::string(" (running)");
+    what += ": the watchdog found this collective blocked past its " +
+            secs(state->options().timeout) +
+            " deadline; a rank skipped or reordered a collective, or is stuck (raise the "
+            "timeout if it is only slow)\n" +
+            desync_report(*state);
+    fire(oldest, std::make_exception_ptr(TimeoutError(what)));
+  }
+
+  void fire(int rank, std::exception_ptr error) {
+    active = false;
+    state->fail(rank, std::move(error));
+  }
+
+  WorldState* state;
+  boost::asio::io_context io;
+  boost::asio::steady_timer timer;
+  std::chrono::milliseconds tick_every{100};
+  std::thread thread;
+  std::mutex mu;
+  bool active = false;
+  std::vector<FlightEntry> cur;  // reused across ticks
+  std::vector<int> order;
+};
+
+Watchdog::Watchdog(WorldState* state) : impl_(std::make_unique<Impl>(state)) {
+  impl_->arm();
+  impl_->thread = std::thread([this] { impl_->io.run(); });
+}
+
+Watchdog::~Watchdog() {
+  impl_->io.stop();
+  impl_->thread.join();
+}
+
+void Watchdog::set_active(bool active) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->active = active;
+}
+
+}  // namespace dtsim
