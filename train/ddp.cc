@@ -1,0 +1,154 @@
+// Distributed data parallel (Li et al., "PyTorch Distributed", VLDB 2020).
+//
+// Every rank holds a full replica of the parameters, gradients and optimizer state. Each
+// step, rank r takes its B/N samples of the global batch (M micro-batches of B/(N*M), which
+// it accumulates locally with no communication: no_sync), runs forward with no collective,
+// and in backward all-reduces the gradients, then divides them by N, so that every replica
+// holds the mean gradient and takes the identical optimizer step. The all-reduce is cut into
+// buckets of whole layers (TrainConfig::bucket_bytes) filled in backward order; a bucket's
+// all-reduce launches from LayerHooks::after_backward as soon as the last layer that fills
+// it has its final gradient (on the last micro-batch only), which is where real DDP overlaps
+// communication with the rest of backward. bucket_bytes == 0 runs the plain version beside
+// it: one all-reduce of every gradient after backward. Pitfall::kForgetDivide skips the
+// division, so the step is N times too large (the lesson's first pitfall).
+//
+// Under Algo::kDeterministic the sum runs in rank order, so this is bitwise equal to
+// run_accum with the same ranks and micro-batches (reference.cc). For MoE, that
+// accumulation is also the only exact reference: routing, capacity and the aux loss depend
+// on which tokens are batched together.
+#include "train/ddp.h"
+
+#include <chrono>
+#include <vector>
+
+#include "runtime/world.h"
+#include "train/accounting.h"
+#include "train/grad_ops.h"
+#include "train/slice_optimizer.h"
+#include "train/strategies.h"
+#include "train/trainee.h"
+
+namespace dtsim::train {
+
+std::vector<GradBucket> ddp_buckets(const model::ParamLayout& layout, size_t elem_bytes,
+                                    size_t bucket_bytes) {
+  std::vector<GradBucket> buckets;
+  if (bucket_bytes == 0) return buckets;
+  GradBucket open{-1, -1, {}};
+  for (int l = layout.num_layers() - 1; l >= 0; --l) {
+    const model::ParamRange r = layout.layer_range(l);
+    if (open.last_layer < 0) open = {l, l, r};
+    open.first_layer = l;
+    open.range.begin = r.begin;
+    if (open.range.size() * elem_bytes >= bucket_bytes || l == 0) {
+      buckets.push_back(open);
+      open = {-1, -1, {}};
+    }
+  }
+  return buckets;
+}
+
+namespace {
+
+// Launches each bucket's all-reduce (then the division by N) from after_backward of the
+// bucket's first layer, the last of its layers that backward finishes.
+template <class T>
+class DdpHooks : public PhaseHooks {
+ public:
+  DdpHooks(RankTimeline* timeline, Communicator& comm, const TrainConfig& config,
+           std::vector<GradBucket> buckets, std::span<T> grads)
+      : PhaseHooks(timeline),
+        comm_(comm),
+        config_(config),
+        buckets_(std::move(buckets)),
+        grads_(grads) {}
+
+  // Only the last micro-batch of a step synchronises (no_sync before it).
+  void set_sync(bool sync) { sync_ = sync; }
+
+  void after_backward(int layer) override {
+    if (!sync_) return;
+    for (const GradBucket& b : buckets_) {
+      if (b.first_layer == layer) reduce(grads_.subspan(b.range.begin, b.range.size()));
+    }
+  }
+
+  // All-reduces `g` over the ranks and divides by N (unless the pitfall is selected).
+  void reduce(std::span<T> g) {
+    timeline_->collective("all_reduce", comm_,
+                          [&] { comm_.all_reduce(g, ReduceOp::kSum, config_.algo); });
+    if (config_.pitfall != Pitfall::kForgetDivide) divide(g, comm_.size());
+  }
+
+  bool bucketed() const { return !buckets_.empty(); }
+
+ private:
+  Communicator& comm_;
+  const TrainConfig& config_;
+  std::vector<GradBucket> buckets_;
+  std::span<T> grads_;
+  bool sync_ = true;
+};
+
+// Everything a rank thread fills in, indexed by rank; read after World::run returns.
+struct DdpShared {
+  DdpShared(const TrainConfig& c) : board(c.steps, c.ranks), reports(c.ranks) {}
+  LossBoard board;
+  std::vector<RankReport> reports;
+  std::vector<float> params;         // rank 0's final parameters
+  std::vector<double> step_seconds;  // rank 0's
+};
+
+void ddp_rank(const TrainConfig& config, Communicator& comm, DdpShared& shared) {
+  const int rank = comm.rank(), micro = config.micro_batches;
+  const int micro_size = config.global_batch / (comm.size() * micro);
+  const float scale = 1.0f / static_cast<float>(micro * micro_size);
+  Trainee trainee(config);
+  RankReport& report = shared.reports[rank];
+  RankTimeline timeline(config.trace ? &report.timeline : nullptr);
+  PeakMemory peak;
+  model::ParamStore& store = trainee.store();
+  with_buffers(store, [&](auto params, auto grads) {
+    using T = typename decltype(grads)::value_type;
+    auto opt = make_slice_optimizer(config, params, &trainee.memory());
+    DdpHooks<T> hooks(&timeline, comm, config,
+                      ddp_buckets(store.layout(), sizeof(T), config.bucket_bytes), grads);
+    for (int step = 0; step < config.steps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      store.zero_grad();
+      for (int m = 0; m < micro; ++m) {
+        hooks.set_sync(m == micro - 1);
+        const int first = (rank * micro + m) * micro_size;
+        shared.board.add(step, rank,
+                         trainee.forward_backward(step, first, micro_size, scale, &hooks),
+                         micro_size);
+        hooks.finish();
+      }
+      if (!hooks.bucketed()) hooks.reduce(grads);
+      timeline.phase("optimizer", [&] { opt->step(params, grads); });
+      peak.observe(trainee.memory());
+      if (rank == 0) shared.step_seconds.push_back(seconds_since(start));
+    }
+  });
+  report.rank = rank;
+  report.memory = peak.bytes();
+  if (rank == 0) shared.params = store.params_as_float();
+}
+
+}  // namespace
+
+RunResult run_ddp(const TrainConfig& config) {
+  DdpShared shared(config);
+  World world(config.ranks);
+  world.run([&](Communicator& comm) { ddp_rank(config, comm, shared); });
+  RunResult result;
+  result.losses = shared.board.losses(config.global_batch);
+  result.params = std::move(shared.params);
+  result.steps = config.steps;
+  result.seconds_per_step = median_seconds(shared.step_seconds);
+  for (int r = 0; r < config.ranks; ++r) shared.reports[r].counters = world.counters(r);
+  result.ranks = std::move(shared.reports);
+  return result;
+}
+
+}  // namespace dtsim::train

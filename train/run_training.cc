@@ -1,0 +1,86 @@
+// validate() turns every configuration a strategy cannot run into one line naming the CLI
+// flag and the constraint; run_training() validates, then dispatches on the strategy.
+#include <string>
+
+#include "runtime/types.h"
+#include "train/strategies.h"
+
+namespace dtsim::train {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
+
+void require(bool ok, const std::string& message) {
+  if (!ok) fail(message);
+}
+
+bool data_parallel(Strategy s) {
+  return s == Strategy::kAccum || s == Strategy::kDdp || s == Strategy::kZero1 ||
+         s == Strategy::kZero2 || s == Strategy::kZero3;
+}
+
+void validate_counts(const TrainConfig& c) {
+  require(c.ranks >= 1 && c.ranks <= 4096,
+          "--ranks " + std::to_string(c.ranks) + " must be between 1 and 4096");
+  require(c.steps >= 1, "--steps " + std::to_string(c.steps) + " must be at least 1");
+  require(c.global_batch >= 1, "--batch " + std::to_string(c.global_batch) + " must be at least 1");
+  require(c.micro_batches >= 1,
+          "--micro-batches " + std::to_string(c.micro_batches) + " must be at least 1");
+  require(c.lr > 0, "--lr " + std::to_string(c.lr) + " must be positive");
+}
+
+void validate_model(const TrainConfig& c) {
+  if (c.model == ModelKind::kMlp) {
+    require(c.mlp.hidden_dim >= 1,
+            "--hidden " + std::to_string(c.mlp.hidden_dim) + " must be at least 1");
+    require(c.mlp.num_blocks >= 1,
+            "--layers " + std::to_string(c.mlp.num_blocks) + " must be at least 1");
+    return;
+  }
+  const model::MoeConfig& m = c.moe.moe;
+  require(m.num_experts >= 1, "--experts " + std::to_string(m.num_experts) + " must be at least 1");
+  require(m.top_k >= 1 && m.top_k <= 2 && m.top_k <= m.num_experts,
+          "--top-k " + std::to_string(m.top_k) + " must be 1 or 2 and at most --experts " +
+              std::to_string(m.num_experts));
+  require(m.d_ff >= 1, "--hidden " + std::to_string(m.d_ff) + " must be at least 1");
+}
+
+void validate_data_parallel(const TrainConfig& c) {
+  if (!data_parallel(c.strategy)) return;
+  require(c.global_batch % (c.ranks * c.micro_batches) == 0,
+          "--batch " + std::to_string(c.global_batch) + " is not divisible by --ranks " +
+              std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches));
+}
+
+}  // namespace
+
+void validate(const TrainConfig& config) {
+  validate_counts(config);
+  validate_model(config);
+  validate_data_parallel(config);
+}
+
+RunResult run_training(const TrainConfig& config) {
+  validate(config);
+  switch (config.strategy) {
+    case Strategy::kSingle:
+      return run_single(config);
+    case Strategy::kAccum:
+      return run_accum(config);
+    case Strategy::kDdp:
+      return run_ddp(config);
+    case Strategy::kZero1:
+    case Strategy::kZero2:
+    case Strategy::kZero3:
+      return run_zero(config);
+    case Strategy::kTp:
+      return run_tp(config);
+    case Strategy::kEp:
+      return run_ep(config);
+    case Strategy::kDpTp:
+      return run_dp_tp(config);
+  }
+  fail("--strategy has an unknown value");
+}
+
+}  // namespace dtsim::train

@@ -1,0 +1,54 @@
+#include "train/slice_optimizer.h"
+
+namespace dtsim::train {
+namespace {
+
+model::SgdConfig sgd_config(const TrainConfig& c) {
+  model::SgdConfig s;
+  s.lr = c.lr;
+  s.momentum = c.optimizer == model::OptimizerKind::kSgdMomentum ? 0.9f : 0.0f;
+  return s;
+}
+
+model::AdamConfig adam_config(const TrainConfig& c) {
+  model::AdamConfig a;
+  a.lr = c.lr;
+  return a;
+}
+
+}  // namespace
+
+SliceOptimizer::SliceOptimizer(const TrainConfig& config, size_t n, model::MemoryLedger* ledger) {
+  if (config.optimizer == model::OptimizerKind::kAdam) {
+    adam_ = std::make_unique<model::Adam>(adam_config(config), n, ledger);
+  } else {
+    sgd_ = std::make_unique<model::Sgd>(sgd_config(config), n, ledger);
+  }
+}
+
+SliceOptimizer::SliceOptimizer(const TrainConfig& config, std::span<const BFloat16> params,
+                               model::MemoryLedger* ledger) {
+  if (config.optimizer == model::OptimizerKind::kAdam) {
+    adam_ = std::make_unique<model::Adam>(adam_config(config), params, ledger);
+  } else {
+    sgd_ = std::make_unique<model::Sgd>(sgd_config(config), params, ledger);
+  }
+}
+
+void SliceOptimizer::step(std::span<float> params, std::span<const float> grads) {
+  if (adam_) {
+    adam_->step(params, grads);
+  } else {
+    sgd_->step(params, grads);
+  }
+}
+
+void SliceOptimizer::step(std::span<BFloat16> params, std::span<const BFloat16> grads) {
+  if (adam_) {
+    adam_->step(params, grads);
+  } else {
+    sgd_->step(params, grads);
+  }
+}
+
+}  // namespace dtsim::train

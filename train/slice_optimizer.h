@@ -1,0 +1,51 @@
+// SliceOptimizer: the optimizer a config names (SGD, SGD with momentum, Adam), built over one
+// contiguous slice in fp32 or in mixed precision (then it keeps the slice's fp32 master
+// weights). DDP builds one over all parameters, ZeRO rank r over its shard only.
+//
+// Thread safety: none; one optimizer per slice per rank thread.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "common/bf16.h"
+#include "model/memory.h"
+#include "model/optimizer.h"
+#include "train/config.h"
+
+namespace dtsim::train {
+
+class SliceOptimizer {
+ public:
+  // fp32: state for n elements, recorded in `ledger` (may be null).
+  SliceOptimizer(const TrainConfig& config, size_t n, model::MemoryLedger* ledger);
+  // Mixed precision: also fp32 master weights initialised from the bf16 slice.
+  SliceOptimizer(const TrainConfig& config, std::span<const BFloat16> params,
+                 model::MemoryLedger* ledger);
+
+  void step(std::span<float> params, std::span<const float> grads);
+  void step(std::span<BFloat16> params, std::span<const BFloat16> grads);
+
+ private:
+  std::unique_ptr<model::Sgd> sgd_;
+  std::unique_ptr<model::Adam> adam_;
+};
+
+}  // namespace dtsim::train
+
+namespace dtsim::train {
+
+// The optimizer for a slice in its storage type: fp32 state for float slices, fp32 master
+// plus state for bf16 slices.
+inline std::unique_ptr<SliceOptimizer> make_slice_optimizer(const TrainConfig& config,
+                                                            std::span<float> params,
+                                                            model::MemoryLedger* ledger) {
+  return std::make_unique<SliceOptimizer>(config, params.size(), ledger);
+}
+inline std::unique_ptr<SliceOptimizer> make_slice_optimizer(const TrainConfig& config,
+                                                            std::span<BFloat16> params,
+                                                            model::MemoryLedger* ledger) {
+  return std::make_unique<SliceOptimizer>(config, std::span<const BFloat16>(params), ledger);
+}
+
+}  // namespace dtsim::train
