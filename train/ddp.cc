@@ -23,6 +23,7 @@
 
 #include "runtime/world.h"
 #include "train/accounting.h"
+#include "train/data_parallel.h"
 #include "train/grad_ops.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
@@ -90,19 +91,9 @@ class DdpHooks : public PhaseHooks {
   bool sync_ = true;
 };
 
-// Everything a rank thread fills in, indexed by rank; read after World::run returns.
-struct DdpShared {
-  DdpShared(const TrainConfig& c) : board(c.steps, c.ranks), reports(c.ranks) {}
-  LossBoard board;
-  std::vector<RankReport> reports;
-  std::vector<float> params;         // rank 0's final parameters
-  std::vector<double> step_seconds;  // rank 0's
-};
-
-void ddp_rank(const TrainConfig& config, Communicator& comm, DdpShared& shared) {
-  const int rank = comm.rank(), micro = config.micro_batches;
-  const int micro_size = config.global_batch / (comm.size() * micro);
-  const float scale = 1.0f / static_cast<float>(micro * micro_size);
+void ddp_rank(const TrainConfig& config, Communicator& comm, DataParallelShared& shared) {
+  const int rank = comm.rank();
+  const MicroBatches micro(config, comm.size());
   Trainee trainee(config);
   RankReport& report = shared.reports[rank];
   RankTimeline timeline(config.trace ? &report.timeline : nullptr);
@@ -116,12 +107,11 @@ void ddp_rank(const TrainConfig& config, Communicator& comm, DdpShared& shared) 
     for (int step = 0; step < config.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
       store.zero_grad();
-      for (int m = 0; m < micro; ++m) {
-        hooks.set_sync(m == micro - 1);
-        const int first = (rank * micro + m) * micro_size;
-        shared.board.add(step, rank,
-                         trainee.forward_backward(step, first, micro_size, scale, &hooks),
-                         micro_size);
+      for (int m = 0; m < micro.count; ++m) {
+        hooks.set_sync(m == micro.count - 1);
+        const float loss = trainee.forward_backward(step, micro.first(rank, m), micro.size,
+                                                    micro.grad_scale(), &hooks);
+        shared.board.add(step, rank, loss, micro.size);
         hooks.finish();
       }
       if (!hooks.bucketed()) hooks.reduce(grads);
@@ -130,7 +120,6 @@ void ddp_rank(const TrainConfig& config, Communicator& comm, DdpShared& shared) 
       if (rank == 0) shared.step_seconds.push_back(seconds_since(start));
     }
   });
-  report.rank = rank;
   report.memory = peak.bytes();
   if (rank == 0) shared.params = store.params_as_float();
 }
@@ -138,17 +127,10 @@ void ddp_rank(const TrainConfig& config, Communicator& comm, DdpShared& shared) 
 }  // namespace
 
 RunResult run_ddp(const TrainConfig& config) {
-  DdpShared shared(config);
+  DataParallelShared shared(config);
   World world(config.ranks);
   world.run([&](Communicator& comm) { ddp_rank(config, comm, shared); });
-  RunResult result;
-  result.losses = shared.board.losses(config.global_batch);
-  result.params = std::move(shared.params);
-  result.steps = config.steps;
-  result.seconds_per_step = median_seconds(shared.step_seconds);
-  for (int r = 0; r < config.ranks; ++r) shared.reports[r].counters = world.counters(r);
-  result.ranks = std::move(shared.reports);
-  return result;
+  return collect(shared, world, config);
 }
 
 }  // namespace dtsim::train
