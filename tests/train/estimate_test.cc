@@ -1,0 +1,59 @@
+// The estimator reproduces the lesson's figures by computation.
+#include <gtest/gtest.h>
+
+#include "train/estimate.h"
+
+namespace dtsim::train {
+namespace {
+
+using model::MemoryCategory;
+
+double cat(const Estimate& e, MemoryCategory c) { return e.bytes[static_cast<int>(c)]; }
+
+TEST(Estimate, LessonFiguresFor7BOn8Gpus) {
+  const Estimate e = estimate({.params = 7e9, .ranks = 8, .zero_stage = 0});
+  EXPECT_DOUBLE_EQ(e.static_bytes / 7e9, 16.0) << "2 + 2 + 4 + 4 + 4 bytes per parameter";
+  EXPECT_DOUBLE_EQ(cat(e, MemoryCategory::kWeights), 2 * 7e9);
+  EXPECT_DOUBLE_EQ(cat(e, MemoryCategory::kMasterWeights), 4 * 7e9);
+  EXPECT_DOUBLE_EQ(e.static_bytes / 1e9, 112.0);
+  EXPECT_DOUBLE_EQ(e.gradient_bytes / 1e9, 14.0);
+  EXPECT_DOUBLE_EQ(e.bytes_sent_per_step / 1e9, 24.5);
+}
+
+TEST(Estimate, ZeroStagesShardWhatThePaperSays) {
+  const double psi = 7.5e9, n = 64;  // the ZeRO paper's Figure 1
+  const auto at = [&](int stage) {
+    return estimate({.params = psi, .ranks = 64, .zero_stage = stage}).static_bytes;
+  };
+  EXPECT_DOUBLE_EQ(at(0), 16 * psi);
+  EXPECT_DOUBLE_EQ(at(1), 4 * psi + 12 * psi / n);
+  EXPECT_DOUBLE_EQ(at(2), 2 * psi + 14 * psi / n);
+  EXPECT_DOUBLE_EQ(at(3), 16 * psi / n);
+  EXPECT_NEAR(at(0) / 1e9, 120, 1e-9);
+  EXPECT_NEAR(at(3) / 1e9, 1.875, 1e-9);
+}
+
+TEST(Estimate, TrafficPerStage) {
+  const double psi = 1e6;
+  const auto sent = [&](int stage) {
+    return estimate({.params = psi, .ranks = 4, .zero_stage = stage}).bytes_sent_per_step;
+  };
+  const double ddp = 2.0 * 3 / 4 * 2 * psi;
+  EXPECT_DOUBLE_EQ(sent(0), ddp);
+  EXPECT_DOUBLE_EQ(sent(2), ddp) << "reduce-scatter + all-gather is an all-reduce";
+  EXPECT_DOUBLE_EQ(sent(3), 1.5 * ddp);
+  EXPECT_DOUBLE_EQ(sent(1), 1.5 * ddp) << "dtsim's stage 1 all-reduces, then all-gathers";
+}
+
+TEST(Estimate, Fp32AndOneRank) {
+  const Estimate e = estimate({.params = 100,
+                               .ranks = 1,
+                               .zero_stage = 3,
+                               .precision = model::Precision::kFp32,
+                               .optimizer = model::OptimizerKind::kSgd});
+  EXPECT_DOUBLE_EQ(e.static_bytes, 800);  // 4 + 4, no master, no state
+  EXPECT_DOUBLE_EQ(e.bytes_sent_per_step, 0);
+}
+
+}  // namespace
+}  // namespace dtsim::train

@@ -1,0 +1,52 @@
+#include "train/estimate.h"
+
+namespace dtsim::train {
+namespace {
+
+using model::MemoryCategory;
+
+void set(Estimate& e, MemoryCategory c, double bytes) { e.bytes[static_cast<int>(c)] = bytes; }
+
+}  // namespace
+
+Estimate estimate(const EstimateInput& in) {
+  const double psi = in.params, n = in.ranks;
+  const bool mixed = in.precision == model::Precision::kMixedBf16;
+  const double width = mixed ? 2 : 4;  // bytes of a weight and of a gradient
+  const bool adam = in.optimizer == model::OptimizerKind::kAdam;
+  const bool momentum = adam || in.optimizer == model::OptimizerKind::kSgdMomentum;
+  // The divisor of each category: which objects the stage shards over the N ranks.
+  const double state_div = in.zero_stage >= 1 ? n : 1;
+  const double grad_div = in.zero_stage >= 2 ? n : 1;
+  const double weight_div = in.zero_stage >= 3 ? n : 1;
+
+  Estimate e;
+  e.parameter_bytes = width * psi;
+  e.gradient_bytes = width * psi;
+  set(e, MemoryCategory::kWeights, e.parameter_bytes / weight_div);
+  set(e, MemoryCategory::kGradients, e.gradient_bytes / grad_div);
+  set(e, MemoryCategory::kMasterWeights, mixed ? 4 * psi / state_div : 0);
+  set(e, MemoryCategory::kAdamM, momentum ? 4 * psi / state_div : 0);
+  set(e, MemoryCategory::kAdamV, adam ? 4 * psi / state_div : 0);
+  for (double b : e.bytes) e.static_bytes += b;
+
+  const double share = (n - 1) / n;  // of a buffer, per device, per ring pass
+  const double g = e.gradient_bytes, w = e.parameter_bytes;
+  switch (in.zero_stage) {
+    case 0:
+      e.bytes_sent_per_step = 2 * share * g;
+      break;
+    case 1:
+      e.bytes_sent_per_step = 2 * share * g + share * w;
+      break;
+    case 2:
+      e.bytes_sent_per_step = share * (g + w);
+      break;
+    default:
+      e.bytes_sent_per_step = share * (2 * w + g);
+      break;
+  }
+  return e;
+}
+
+}  // namespace dtsim::train

@@ -1,0 +1,38 @@
+// The analytical estimator: static model-state bytes per device by category and bytes sent
+// per step per device, for any parameter count, rank count, ZeRO stage and precision. The
+// formulas are the lesson's (16 bytes per parameter for mixed-precision Adam, ring traffic
+// 2(N - 1)/N of the data) and are tested against dtsim's measured accounting.
+#pragma once
+
+#include <array>
+
+#include "model/memory.h"
+
+namespace dtsim::train {
+
+struct EstimateInput {
+  double params = 0;   // Psi
+  int ranks = 1;       // N data-parallel ranks
+  int zero_stage = 0;  // 0: DDP, 1: optimizer state, 2: + gradients, 3: + parameters
+  model::Precision precision = model::Precision::kMixedBf16;
+  model::OptimizerKind optimizer = model::OptimizerKind::kAdam;
+};
+
+struct Estimate {
+  // Static bytes per device by model::MemoryCategory (activations are not estimated: 0).
+  std::array<double, model::kNumMemoryCategories> bytes{};
+  double static_bytes = 0;     // sum over the categories
+  double gradient_bytes = 0;   // one full gradient in its precision (what DDP all-reduces)
+  double parameter_bytes = 0;  // one full set of weights in their precision
+  // Bytes one device sends per step with ring collectives: stage 0 all-reduces the
+  // gradients, 2(N-1)/N G; stage 1 (as dtsim runs it) all-reduces them and all-gathers the
+  // weights, 2(N-1)/N G + (N-1)/N W; stage 2 reduce-scatters and all-gathers,
+  // (N-1)/N (G + W); stage 3 all-gathers the weights twice and reduce-scatters,
+  // (N-1)/N (2 W + G).
+  double bytes_sent_per_step = 0;
+};
+
+// The estimate for `in` (ranks >= 1, stage 0..3).
+Estimate estimate(const EstimateInput& in);
+
+}  // namespace dtsim::train
