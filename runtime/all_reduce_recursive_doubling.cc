@@ -17,6 +17,9 @@ void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const
     ++levels;
   }
   const int rem = n - p;
+  // Step 0 is the pairing step, which only exists when N is not a power of two; without
+  // it the exchanges start at step 0, so the step counter reports log2 N, not log2 N + 1.
+  const int first = rem > 0 ? 1 : 0;
   int vr;  // rank among the p that take part in the exchanges, -1 if sitting out
   if (r < 2 * rem) {
     if (r % 2 == 0) {
@@ -30,7 +33,7 @@ void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const
     vr = r - rem;
   }
   if (vr >= 0) {
-    for (int mask = 1, step = 1; mask < p; mask <<= 1, ++step) {
+    for (int mask = 1, step = first; mask < p; mask <<= 1, ++step) {
       const int pv = vr ^ mask;
       const int peer = pv < rem ? pv * 2 + 1 : pv + rem;
       ex.send(peer, step, data, count);
