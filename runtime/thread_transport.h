@@ -28,9 +28,15 @@ class ThreadTransport final : public Transport {
   bool try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);
   void wait_for_space(Channel& ch, const Envelope& e, int dst, const WaitSite& site);
   void check_abort(const WaitSite& site, int peer);
-  // While blocked on `src`: true if the message arrived meanwhile; throws MismatchError if
-  // src returned from its job, or is in this collective with a different fingerprint.
-  bool check_peer(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);
+  // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
+  // (and frees its payload).
+  void check_fingerprint(const Envelope& e, int src, const MessageKey& key, const WaitSite& site);
+  enum class PeerCheck { kWaiting, kArrived, kReturned };
+  // While blocked on `src`: kArrived if the message came meanwhile, kReturned if src
+  // returned from its job without sending it; throws MismatchError if src is in this
+  // collective (same communicator and sequence number) with a different fingerprint.
+  PeerCheck check_peer(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
+                       Envelope* out);
   void jitter();
 
   WorldState* state_;

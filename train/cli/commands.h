@@ -16,5 +16,6 @@ struct Command {
 };
 
 int walk_main(const Words& args);
+int stress_main(const Words& args);
 
 }  // namespace dtsim::cli

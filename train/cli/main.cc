@@ -14,6 +14,8 @@ using dtsim::cli::Command;
 const Command kCommands[] = {
     {"walk", "print a collective step by step: who sends which chunk to whom",
      dtsim::cli::walk_main},
+    {"stress", "random collectives under jitter, checked against a reference",
+     dtsim::cli::stress_main},
 };
 
 int usage(FILE* out) {

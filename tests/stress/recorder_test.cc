@@ -1,0 +1,93 @@
+// The flight recorder: every collective of the last run, per rank, with its sequence
+// number, fingerprint, state and timings; a fixed-size ring that keeps the newest calls.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "runtime/flight_recorder.h"
+#include "runtime/world.h"
+
+namespace dtsim {
+namespace {
+
+TEST(FlightRecorder, RecordsEveryCollectiveWithItsFingerprint) {
+  World world(4);
+  world.run([](Communicator& c) {
+    std::vector<float> x(100, 1.0f);
+    c.all_reduce(std::span<float>(x), ReduceOp::kMax, Algo::kRing);
+    c.broadcast(std::span<float>(x), 2);
+    std::vector<float> out(25);
+    c.reduce_scatter(std::span<const float>(x), std::span<float>(out));
+    c.barrier();
+    auto g = c.new_group({0, 1});  // an all_reduce on the world, then the group's own calls
+    if (g) g->all_reduce(std::span<float>(x));
+  });
+  for (int r = 0; r < 4; ++r) {
+    const auto e = world.flight_record(r);
+    ASSERT_EQ(e.size(), r < 2 ? 6u : 5u) << "rank " << r;
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_EQ(e[i].seq, i);
+      EXPECT_EQ(e[i].comm_name, "world");
+      EXPECT_EQ(e[i].state, CallState::kDone);
+      EXPECT_LE(e[i].start, e[i].end);
+    }
+    EXPECT_EQ(e[0].sig.op, OpKind::kAllReduce);
+    EXPECT_EQ(e[0].sig.count, 100u);
+    EXPECT_EQ(e[0].sig.reduce, ReduceOp::kMax);
+    EXPECT_EQ(e[0].sig.algo, Algo::kRing);
+    EXPECT_EQ(e[0].bytes_sent, 2u * 3u * 25u * sizeof(float));  // ring: 2(N-1) chunks
+    EXPECT_EQ(e[1].sig.op, OpKind::kBroadcast);
+    EXPECT_EQ(e[1].sig.root, 2);
+    EXPECT_EQ(e[2].sig.op, OpKind::kReduceScatter);
+    EXPECT_EQ(e[3].sig.op, OpKind::kBarrier);
+    if (r < 2) {
+      EXPECT_EQ(e[5].comm_name, "group[0,1]");
+      EXPECT_EQ(e[5].seq, 0u);
+    }
+    EXPECT_NE(describe(e[0]).find("world#0 all_reduce(numel=100"), std::string::npos)
+        << describe(e[0]);
+  }
+}
+
+TEST(FlightRecorder, RingKeepsTheNewestCallsAndResetsPerRun) {
+  World world(2);
+  const int calls = static_cast<int>(FlightRecorder::kDepth) + 36;
+  world.run([&](Communicator& c) {
+    for (int i = 0; i < calls; ++i) c.barrier();
+  });
+  auto e = world.flight_record(1);
+  ASSERT_EQ(e.size(), FlightRecorder::kDepth);
+  EXPECT_EQ(e.front().seq, 36u);
+  EXPECT_EQ(e.back().seq, static_cast<uint64_t>(calls - 1));
+  world.run([](Communicator& c) { c.barrier(); });
+  e = world.flight_record(0);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].seq, 0u);
+}
+
+TEST(FlightRecorder, FailedCallIsMarkedAndInTheReport) {
+  WorldOptions o;
+  o.timeout = std::chrono::milliseconds(2000);
+  World world(3, o);
+  EXPECT_THROW(world.run([](Communicator& c) {
+    std::vector<int32_t> x(7, 1);
+    c.all_reduce(std::span<int32_t>(x));
+    if (c.rank() == 0) throw std::runtime_error("rank 0 gives up");
+    c.all_reduce(std::span<int32_t>(x));
+  }),
+               RankFailure);
+  for (int r = 1; r < 3; ++r) {
+    const auto e = world.flight_record(r);
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e[0].state, CallState::kDone);
+    EXPECT_EQ(e[1].state, CallState::kFailed);
+  }
+  const std::string report = world.desync_report();
+  EXPECT_NE(report.find("rank 0: last completed world#0 all_reduce(numel=7"), std::string::npos)
+      << report;
+}
+
+}  // namespace
+}  // namespace dtsim
