@@ -1,0 +1,149 @@
+// Point to point: send/recv match in order per (peer, tag), tags may be received out of
+// order, a send is a snapshot of the buffer at the call, and more messages than a
+// mailbox holds still get through when the receiver asks for them in another order.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "runtime_test_util.h"
+
+namespace dtsim::testing {
+namespace {
+
+TEST(P2pTest, TagsReceivedOutOfOrderMatchByTagThenInOrder) {
+  World w(2);
+  w.run([](Communicator& c) {
+    if (c.rank() == 0) {
+      for (int32_t x : {10, 11}) c.send(std::span<const int32_t>(&x, 1), 1, 1);
+      for (int32_t x : {20, 21}) c.send(std::span<const int32_t>(&x, 1), 1, 2);
+      int32_t x = 30;
+      c.send(std::span<const int32_t>(&x, 1), 1, 3);
+    } else {
+      int32_t x = 0;
+      c.recv(std::span<int32_t>(&x, 1), 0, 3);
+      EXPECT_EQ(x, 30);
+      c.recv(std::span<int32_t>(&x, 1), 0, 2);
+      EXPECT_EQ(x, 20);
+      c.recv(std::span<int32_t>(&x, 1), 0, 1);
+      EXPECT_EQ(x, 10);
+      c.recv(std::span<int32_t>(&x, 1), 0, 2);
+      EXPECT_EQ(x, 21);
+      c.recv(std::span<int32_t>(&x, 1), 0, 1);
+      EXPECT_EQ(x, 11);
+    }
+  });
+}
+
+TEST(P2pTest, MoreMessagesThanAMailboxHoldsReceivedInReverseTagOrder) {
+  constexpr int kMsgs = 200;
+  World w(2);
+  w.run([](Communicator& c) {
+    if (c.rank() == 0) {
+      for (int tag = 0; tag < 4; ++tag) {
+        for (int i = 0; i < kMsgs; ++i) {
+          const std::vector<int64_t> v(1 + i % 5, tag * 1000 + i);
+          c.send(std::span<const int64_t>(v), 1, tag);
+        }
+      }
+    } else {
+      for (int tag = 3; tag >= 0; --tag) {
+        for (int i = 0; i < kMsgs; ++i) {
+          std::vector<int64_t> v(1 + i % 5, -1);
+          c.recv(std::span<int64_t>(v), 0, tag);
+          for (int64_t x : v) ASSERT_EQ(x, tag * 1000 + i) << "tag " << tag << " msg " << i;
+        }
+      }
+    }
+  });
+}
+
+TEST(P2pTest, ASendIsASnapshotOfTheBufferAtTheCall) {
+  World w(2);
+  w.run([](Communicator& c) {
+    std::vector<float> v(64);
+    if (c.rank() == 0) {
+      for (int i = 0; i < 10; ++i) {
+        std::fill(v.begin(), v.end(), static_cast<float>(i));
+        c.send(std::span<const float>(v), 1);
+      }
+      std::fill(v.begin(), v.end(), -1.0f);  // after the sends: must not be seen
+      c.barrier();
+    } else {
+      c.barrier();  // every send happened (and the sender overwrote its buffer) before
+      for (int i = 0; i < 10; ++i) {
+        c.recv(std::span<float>(v), 0);
+        for (float x : v) ASSERT_EQ(x, static_cast<float>(i));
+      }
+    }
+  });
+}
+
+TEST(P2pTest, RingPassAroundSixteenRanks) {
+  constexpr int n = 16;
+  World w(n);
+  w.run([](Communicator& c) {
+    const int right = (c.rank() + 1) % n, left = (c.rank() + n - 1) % n;
+    std::vector<int32_t> token(33, c.rank());
+    for (int hop = 0; hop < n; ++hop) {
+      c.send(std::span<const int32_t>(token), right, hop);
+      c.recv(std::span<int32_t>(token), left, hop);
+    }
+    for (int32_t x : token) EXPECT_EQ(x, c.rank());  // n hops bring every token home
+  });
+}
+
+TEST(P2pTest, ZeroLengthMessagesAndSelfPeersAreHandled) {
+  World w(3);
+  w.run([](Communicator& c) {
+    std::vector<float> empty;
+    const int right = (c.rank() + 1) % 3, left = (c.rank() + 2) % 3;
+    c.send(std::span<const float>(empty), right, 9);
+    c.recv(std::span<float>(empty), left, 9);
+  });
+}
+
+TEST(P2pTest, SizeMismatchAndBadPeerAreUsageErrors) {
+  World w(2);
+  try {
+    w.run([](Communicator& c) {
+      std::vector<float> v(c.rank() == 0 ? 4 : 5);
+      if (c.rank() == 0) {
+        c.send(std::span<const float>(v), 1);
+      } else {
+        c.recv(std::span<float>(v), 0);
+      }
+    });
+    ADD_FAILURE() << "a 4-element send matched a 5-element recv";
+  } catch (const RankFailure& f) {
+    EXPECT_EQ(f.rank(), 1);
+    EXPECT_THROW(std::rethrow_exception(f.cause()), UsageError) << f.what();
+  }
+  try {
+    w.run([](Communicator& c) {
+      std::vector<float> v(4);
+      if (c.rank() == 0) c.send(std::span<const float>(v), 2);
+    });
+    ADD_FAILURE() << "send to rank 2 of 2 was accepted";
+  } catch (const RankFailure& f) {
+    EXPECT_THROW(std::rethrow_exception(f.cause()), UsageError) << f.what();
+  }
+}
+
+TEST(P2pTest, PointToPointAndCollectivesInterleave) {
+  World w(4);
+  w.run([](Communicator& c) {
+    const int peer = c.rank() ^ 1;
+    for (int i = 0; i < 50; ++i) {
+      std::vector<int64_t> mine(3, c.rank() * 100 + i), theirs(3);
+      c.send(std::span<const int64_t>(mine), peer, i % 3);
+      std::vector<int64_t> v(i + 1, c.rank());
+      c.all_reduce(std::span<int64_t>(v));
+      c.recv(std::span<int64_t>(theirs), peer, i % 3);
+      ASSERT_EQ(theirs[0], peer * 100 + i);
+      ASSERT_EQ(v[i], 6);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace dtsim::testing

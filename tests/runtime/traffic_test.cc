@@ -1,0 +1,169 @@
+// Traffic accounting: the per-rank counters of every collective against the volume its
+// algorithm must move. Everything is read from World::counters after the run.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+#include "runtime_test_util.h"
+
+namespace dtsim::testing {
+namespace {
+
+constexpr size_t kF = sizeof(float);
+
+// Runs fn on every rank of a fresh World(n) and returns each rank's counters for `op`.
+std::vector<OpCounters> measure(int n, OpKind op, const std::function<void(Communicator&)>& fn) {
+  World w(n);
+  w.run(fn);
+  std::vector<OpCounters> out;
+  for (int r = 0; r < n; ++r) out.push_back(w.counters(r)[op]);
+  return out;
+}
+
+uint64_t total_sent(const std::vector<OpCounters>& c) {
+  uint64_t s = 0;
+  for (const auto& x : c) s += x.bytes_sent;
+  return s;
+}
+
+uint64_t total_recv(const std::vector<OpCounters>& c) {
+  uint64_t s = 0;
+  for (const auto& x : c) s += x.bytes_recv;
+  return s;
+}
+
+TEST(TrafficTest, RingReduceScatterAndAllGatherMoveNMinusOneOverNPerRank) {
+  for (int n : {2, 3, 4, 8}) {
+    const size_t numel = 24 * static_cast<size_t>(n);
+    const auto rs = measure(n, OpKind::kReduceScatter, [&](Communicator& c) {
+      std::vector<float> in(numel, 1.0f), out(numel / n);
+      c.reduce_scatter(std::span<const float>(in), std::span<float>(out), ReduceOp::kSum,
+                       Algo::kRing);
+    });
+    const auto ag = measure(n, OpKind::kAllGather, [&](Communicator& c) {
+      std::vector<float> in(numel / n, 1.0f), out(numel);
+      c.all_gather(std::span<const float>(in), std::span<float>(out), Algo::kRing);
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(rs[r].bytes_sent, (n - 1) * numel / n * kF) << "N=" << n;
+      EXPECT_EQ(ag[r].bytes_sent, (n - 1) * numel / n * kF) << "N=" << n;
+      EXPECT_EQ(rs[r].msgs_sent, static_cast<uint64_t>(n - 1));
+      EXPECT_EQ(rs[r].steps, static_cast<uint64_t>(n - 1));
+      EXPECT_EQ(ag[r].steps, static_cast<uint64_t>(n - 1));
+      EXPECT_EQ(rs[r].calls, 1u);
+    }
+    EXPECT_EQ(total_recv(rs), total_sent(rs));
+    EXPECT_EQ(total_recv(ag), total_sent(ag));
+  }
+}
+
+TEST(TrafficTest, AllReduceVolumePerAlgorithm) {
+  for (int n : {2, 4, 5, 8}) {
+    const size_t numel = 40 * static_cast<size_t>(n);
+    const auto run = [&](Algo a) {
+      return measure(n, OpKind::kAllReduce, [&](Communicator& c) {
+        std::vector<float> v(numel, 1.0f);
+        c.all_reduce(std::span<float>(v), ReduceOp::kSum, a);
+      });
+    };
+    const auto ring = run(Algo::kRing);
+    const auto det = run(Algo::kDeterministic);
+    const auto direct = run(Algo::kDirect);
+    const auto tree = run(Algo::kTree);
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE(describe_case(n, numel, "rank traffic"));
+      EXPECT_EQ(ring[r].bytes_sent, 2 * (n - 1) * numel / n * kF);
+      EXPECT_EQ(det[r].bytes_sent, 2 * (n - 1) * numel / n * kF);  // same as the ring
+      EXPECT_EQ(direct[r].bytes_sent, (n - 1) * numel * kF);
+      EXPECT_EQ(direct[r].msgs_sent, static_cast<uint64_t>(n - 1));
+      EXPECT_EQ(direct[r].steps, 1u);
+    }
+    // A tree reduce then broadcast moves every buffer but the root's twice.
+    EXPECT_EQ(total_sent(tree), 2 * (n - 1) * numel * kF);
+    for (const auto* c : {&ring, &det, &direct, &tree}) {
+      EXPECT_EQ(total_recv(*c), total_sent(*c));
+    }
+    if ((n & (n - 1)) == 0) {
+      const auto rd = run(Algo::kRecursiveDoubling);
+      int log2n = 0;
+      while ((1 << log2n) < n) ++log2n;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(rd[r].bytes_sent, log2n * numel * kF);
+        EXPECT_EQ(rd[r].steps, static_cast<uint64_t>(log2n));
+      }
+    }
+  }
+}
+
+TEST(TrafficTest, RootedCollectivesMoveNMinusOneBuffers) {
+  for (int n : {2, 3, 7, 8}) {
+    const size_t numel = 100;
+    for (Algo a : {Algo::kTree, Algo::kDirect}) {
+      const auto b = measure(n, OpKind::kBroadcast, [&](Communicator& c) {
+        std::vector<float> v(numel);
+        c.broadcast(std::span<float>(v), n - 1, a);
+      });
+      const auto rd = measure(n, OpKind::kReduce, [&](Communicator& c) {
+        std::vector<float> v(numel);
+        c.reduce(std::span<float>(v), 1 % n, ReduceOp::kSum, a);
+      });
+      EXPECT_EQ(total_sent(b), (n - 1) * numel * kF) << to_string(a) << " N=" << n;
+      EXPECT_EQ(total_sent(rd), (n - 1) * numel * kF) << to_string(a) << " N=" << n;
+      EXPECT_EQ(b[n - 1].bytes_recv, 0u);   // the root receives nothing
+      EXPECT_EQ(rd[1 % n].bytes_sent, 0u);  // the destination sends nothing
+    }
+  }
+}
+
+TEST(TrafficTest, AllToAllSendsEverythingButTheOwnChunk) {
+  for (int n : {2, 4, 8}) {
+    const size_t numel = 16 * static_cast<size_t>(n);
+    const auto a2a = measure(n, OpKind::kAllToAll, [&](Communicator& c) {
+      std::vector<int32_t> in(numel), out(numel);
+      c.all_to_all(std::span<const int32_t>(in), std::span<int32_t>(out));
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(a2a[r].bytes_sent, (n - 1) * numel / n * sizeof(int32_t));
+      EXPECT_EQ(a2a[r].msgs_sent, static_cast<uint64_t>(n - 1));
+    }
+  }
+}
+
+TEST(TrafficTest, CountersAddUpOverCallsAndCommunicators) {
+  World w(4);
+  w.run([](Communicator& c) {
+    std::vector<float> v(8, 1.0f);
+    for (int i = 0; i < 5; ++i) c.all_reduce(std::span<float>(v), ReduceOp::kSum, Algo::kRing);
+    auto g = c.split(c.rank() % 2, c.rank());
+    g->all_reduce(std::span<float>(v), ReduceOp::kSum, Algo::kRing);
+  });
+  for (int r = 0; r < 4; ++r) {
+    const OpCounters& c = w.counters(r)[OpKind::kAllReduce];
+    EXPECT_EQ(c.calls, 6u);
+    // 5 world rings of 8 floats (6 chunks of 2 each) + one 2-rank ring (2 chunks of 4).
+    EXPECT_EQ(c.bytes_sent, (5 * 6 * 2 + 2 * 4) * kF);
+  }
+}
+
+TEST(TrafficTest, PointToPointCounters) {
+  World w(2);
+  w.run([](Communicator& c) {
+    std::vector<double> v(10);
+    if (c.rank() == 0) {
+      c.send(std::span<const double>(v), 1);
+      c.send(std::span<const double>(v.data(), 3), 1, 5);
+    } else {
+      c.recv(std::span<double>(v.data(), 3), 0, 5);
+      c.recv(std::span<double>(v), 0);
+    }
+  });
+  EXPECT_EQ(w.counters(0)[OpKind::kSend].bytes_sent, 13 * sizeof(double));
+  EXPECT_EQ(w.counters(0)[OpKind::kSend].msgs_sent, 2u);
+  EXPECT_EQ(w.counters(1)[OpKind::kRecv].bytes_recv, 13 * sizeof(double));
+  EXPECT_EQ(w.counters(1)[OpKind::kRecv].msgs_recv, 2u);
+  EXPECT_EQ(w.counters(1)[OpKind::kSend].bytes_sent, 0u);
+}
+
+}  // namespace
+}  // namespace dtsim::testing
