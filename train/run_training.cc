@@ -52,12 +52,49 @@ void validate_data_parallel(const TrainConfig& c) {
               std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches));
 }
 
+// Tensor parallel (tp, dp-tp) splits the MLP's hidden width; expert parallel (ep) shards
+// the MoE's experts, the same number on every rank, and splits the batch over the ranks.
+void validate_model_parallel(const TrainConfig& c) {
+  const std::string name = to_string(c.strategy);
+  if (c.strategy == Strategy::kTp || c.strategy == Strategy::kDpTp) {
+    require(c.model == ModelKind::kMlp, "--strategy " + name +
+                                            " needs --model mlp (tensor parallelism splits "
+                                            "the MLP blocks)");
+    const int tp = c.strategy == Strategy::kTp ? c.ranks : c.tp_size;
+    require(tp >= 1 && c.ranks % tp == 0, "--ranks " + std::to_string(c.ranks) +
+                                              " is not divisible by --tp " + std::to_string(tp));
+    require(c.mlp.hidden_dim % tp == 0, "--hidden " + std::to_string(c.mlp.hidden_dim) +
+                                            " is not divisible by the tensor-parallel width " +
+                                            std::to_string(tp));
+    const int dp = c.ranks / tp;
+    require(c.global_batch % (dp * c.micro_batches) == 0,
+            "--batch " + std::to_string(c.global_batch) + " is not divisible by the " +
+                std::to_string(dp) + " data-parallel replicas x --micro-batches " +
+                std::to_string(c.micro_batches));
+  }
+  if (c.strategy == Strategy::kEp) {
+    const int e = c.moe.moe.num_experts;
+    require(c.model == ModelKind::kMoe,
+            "--strategy ep needs --model moe (expert parallelism shards the experts)");
+    require(c.ranks <= e, "--ranks " + std::to_string(c.ranks) + " exceeds --experts " +
+                              std::to_string(e) +
+                              ": expert parallelism needs at least one expert per rank");
+    require(e % c.ranks == 0, "--experts " + std::to_string(e) + " is not divisible by --ranks " +
+                                  std::to_string(c.ranks) +
+                                  ": every rank holds the same number of experts");
+    require(c.global_batch % (c.ranks * c.micro_batches) == 0,
+            "--batch " + std::to_string(c.global_batch) + " is not divisible by --ranks " +
+                std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches));
+  }
+}
+
 }  // namespace
 
 void validate(const TrainConfig& config) {
   validate_counts(config);
   validate_model(config);
   validate_data_parallel(config);
+  validate_model_parallel(config);
 }
 
 RunResult run_training(const TrainConfig& config) {

@@ -1,0 +1,156 @@
+#include "train/ep_moe.h"
+
+#include <algorithm>
+
+#include "model/check.h"
+
+namespace dtsim::train {
+
+EpMoeLayer::EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size)
+    : config_(config),
+      ep_rank_(ep_rank),
+      ep_size_(ep_size),
+      local_experts_(config.num_experts / ep_size) {
+  DTSIM_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size);
+  DTSIM_CHECK(config.num_experts % ep_size == 0);
+}
+
+size_t EpMoeLayer::local_expert_params() const {
+  return size_t(local_experts_) * model::moe_expert_size(config_);
+}
+
+void EpMoeLayer::to_expert_major(std::span<const float> received, std::span<float> grouped) const {
+  const size_t D = config_.d_model;
+  const int n = ep_size_, m = local_experts_;
+  size_t src = 0;  // row in the received (source-major) layout
+  std::vector<int> next(expert_offsets_.begin(), expert_offsets_.end() - 1);
+  for (int i = 0; i < n; ++i) {
+    for (int e = 0; e < m; ++e) {
+      const size_t rows = recv_rows_[size_t(i) * m + e];
+      std::copy_n(received.begin() + src * D, rows * D, grouped.begin() + size_t(next[e]) * D);
+      next[e] += static_cast<int>(rows);
+      src += rows;
+    }
+  }
+}
+
+void EpMoeLayer::from_expert_major(std::span<const float> grouped,
+                                   std::span<float> received) const {
+  const size_t D = config_.d_model;
+  const int n = ep_size_, m = local_experts_;
+  size_t dst = 0;
+  std::vector<int> next(expert_offsets_.begin(), expert_offsets_.end() - 1);
+  for (int i = 0; i < n; ++i) {
+    for (int e = 0; e < m; ++e) {
+      const size_t rows = recv_rows_[size_t(i) * m + e];
+      std::copy_n(grouped.begin() + size_t(next[e]) * D, rows * D, received.begin() + dst * D);
+      next[e] += static_cast<int>(rows);
+      dst += rows;
+    }
+  }
+}
+
+float EpMoeLayer::forward(std::span<const float> router, std::span<const float> experts,
+                          std::span<const float> h, int tokens, std::span<float> y,
+                          TracedComm& comm) {
+  const model::MoeConfig& c = config_;
+  const int D = c.d_model, n = ep_size_, m = local_experts_;
+  DTSIM_CHECK(comm.size() == n && comm.rank() == ep_rank_);
+  DTSIM_CHECK(experts.size() == local_expert_params());
+  h_ = h.first(size_t(tokens) * D);
+  routing_ = model::router_forward(h_, router, tokens, c);
+  grouped_in_.resize(size_t(routing_.rows()) * D);
+  grouped_out_.resize(size_t(routing_.rows()) * D);
+  model::dispatch_forward(h_, routing_, D, grouped_in_);
+
+  // Exchange the per-expert row counts: rank j learns how many rows each source sends to
+  // each of its experts (the split sizes of the token all_to_all).
+  std::vector<int32_t> counts(routing_.counts.begin(), routing_.counts.end());  // (E)
+  recv_rows_.assign(size_t(n) * m, 0);
+  comm.all_to_all(std::span<const int32_t>(counts), std::span<int32_t>(recv_rows_));
+  send_counts_.assign(n, 0);
+  recv_counts_.assign(n, 0);
+  expert_offsets_.assign(m + 1, 0);
+  for (int j = 0; j < n; ++j) {
+    send_counts_[j] = size_t(routing_.offsets[(j + 1) * m] - routing_.offsets[j * m]) * D;
+    for (int e = 0; e < m; ++e) {
+      recv_counts_[j] += size_t(recv_rows_[size_t(j) * m + e]) * D;
+      expert_offsets_[e + 1] += recv_rows_[size_t(j) * m + e];
+    }
+  }
+  for (int e = 0; e < m; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
+  const size_t received = size_t(expert_offsets_[m]) * D;
+  recv_buf_.resize(received);
+  expert_in_.resize(received);
+  expert_out_.resize(received);
+
+  // Tokens to the experts' ranks; run each local expert once on all of its rows.
+  comm.all_to_all_single(std::span<const float>(grouped_in_), std::span<const size_t>(send_counts_),
+                         std::span<float>(recv_buf_), std::span<const size_t>(recv_counts_));
+  to_expert_major(recv_buf_, expert_in_);
+  acts_.resize(m);
+  const size_t es = model::moe_expert_size(c);
+  for (int e = 0; e < m; ++e) {
+    const size_t begin = size_t(expert_offsets_[e]) * D;
+    const int rows = expert_offsets_[e + 1] - expert_offsets_[e];
+    model::expert_forward(model::expert_weights(experts.subspan(e * es, es), c),
+                          std::span(expert_in_).subspan(begin, size_t(rows) * D), rows, c, acts_[e],
+                          std::span(expert_out_).subspan(begin, size_t(rows) * D));
+  }
+  // Outputs back to the tokens' ranks (the reverse split), then the gate-weighted sum.
+  from_expert_major(expert_out_, recv_buf_);
+  comm.all_to_all_single(std::span<const float>(recv_buf_), std::span<const size_t>(recv_counts_),
+                         std::span<float>(grouped_out_), std::span<const size_t>(send_counts_));
+  model::combine_forward(h_, grouped_out_, routing_, D, y);
+  return model::aux_loss_forward(routing_, c.aux_alpha);
+}
+
+void EpMoeLayer::backward(std::span<const float> router, std::span<const float> experts,
+                          std::span<const float> dy, float aux_scale, std::span<float> d_router,
+                          std::span<float> d_experts, std::span<float> dh, TracedComm& comm) {
+  const model::MoeConfig& c = config_;
+  const int D = c.d_model, m = local_experts_;
+  const model::Routing& r = routing_;
+  DTSIM_CHECK(d_experts.size() == local_expert_params());
+  std::vector<float> d_grouped(size_t(r.rows()) * D, 0.0f);     // (rows, D)
+  std::vector<float> d_gate(size_t(r.tokens) * r.top_k, 0.0f);  // (T, k)
+  model::combine_backward(dy, grouped_out_, r, D, dh, d_grouped, d_gate);
+
+  // Output gradients to the experts' ranks, expert backward, input gradients back.
+  comm.all_to_all_single(std::span<const float>(d_grouped), std::span<const size_t>(send_counts_),
+                         std::span<float>(recv_buf_), std::span<const size_t>(recv_counts_));
+  std::vector<float> d_out(expert_out_.size());      // (R, D) expert-major
+  std::vector<float> d_in(expert_in_.size(), 0.0f);  // (R, D) expert-major
+  to_expert_major(recv_buf_, d_out);
+  const size_t es = model::moe_expert_size(c);
+  for (int e = 0; e < m; ++e) {
+    const size_t begin = size_t(expert_offsets_[e]) * D;
+    const int rows = expert_offsets_[e + 1] - expert_offsets_[e];
+    const size_t len = size_t(rows) * D;
+    model::expert_backward(model::expert_weights(experts.subspan(e * es, es), c),
+                           std::span(expert_in_).subspan(begin, len), acts_[e],
+                           std::span(d_out).subspan(begin, len), rows, c,
+                           model::expert_grads(d_experts.subspan(e * es, es), c),
+                           std::span(d_in).subspan(begin, len));
+  }
+  from_expert_major(d_in, recv_buf_);
+  std::fill(d_grouped.begin(), d_grouped.end(), 0.0f);
+  comm.all_to_all_single(std::span<const float>(recv_buf_), std::span<const size_t>(recv_counts_),
+                         std::span<float>(d_grouped), std::span<const size_t>(send_counts_));
+  model::dispatch_backward(d_grouped, r, D, dh);
+
+  // The router's backward is local: gates, aux loss, softmax, router weights.
+  std::vector<float> d_probs(size_t(r.tokens) * r.num_experts, 0.0f);  // (T, E)
+  model::gate_backward(r, d_gate, d_probs);
+  model::aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs);
+  model::router_backward(h_, router, r, d_probs, d_router, dh, D);
+}
+
+size_t EpMoeLayer::activation_bytes() const {
+  size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size() + recv_buf_.size() +
+             expert_in_.size() + expert_out_.size();
+  for (const model::ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
+  return n * sizeof(float);
+}
+
+}  // namespace dtsim::train

@@ -1,0 +1,249 @@
+// Expert parallelism for the MoE classifier (GShard, Lepikhin et al. 2020; Switch
+// Transformer, Fedus et al. 2021).
+//
+// The E experts are sharded over the N ranks (rank r owns experts [r E/N, (r+1) E/N)); the
+// embedding, the router and the head are replicated. Each rank takes its own B/N samples
+// (data parallel over the token batch), embeds them and routes its own tokens with its copy of
+// the router (top-k, then capacity ceil(factor * T_local * k / E) over the tokens routed
+// together on that rank). Forward: an all_to_all of the per-expert row counts gives every rank
+// the split sizes, one all_to_all_single sends each token to the rank of its expert, the
+// experts run where they live, a second all_to_all_single brings the outputs back, the token
+// order is restored and the gate-weighted sum (plus the residual) is taken. Backward mirrors
+// it with two all_to_all_singles (output gradients out, input gradients back); the router,
+// gate and aux-loss backward stay local. Each expert's gradient is complete on its owner (it
+// saw every rank's tokens); the replicated embed, head and router gradients differ per rank
+// and are summed by one all_reduce over the contiguous replicated prefix of the local flat
+// buffer. Every gradient carries 1/B, so the sums are the global mean and nothing is divided.
+// A step costs 5 all_to_alls (counts, 2 forward, 2 backward) per micro-batch and 1 all_reduce.
+//
+// Routing (which tokens share a capacity budget and an aux loss) depends on the batch a rank
+// routes, so the single-rank reference is run_accum with the same ranks and micro-batches:
+// it routes exactly the same per-rank micro-batches, one at a time.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "model/check.h"
+#include "model/data.h"
+#include "model/kernels.h"
+#include "runtime/world.h"
+#include "train/ep_moe.h"
+#include "train/grad_ops.h"
+#include "train/slice_optimizer.h"
+#include "train/strategies.h"
+#include "train/trainee.h"
+
+namespace dtsim::train {
+namespace {
+
+using model::MemoryCategory;
+using model::TrackedBuffer;
+
+// Local layout: layer 0 embed, layer 1 head, layer 2 router then this rank's experts, so the
+// replicated tensors (embed, head, router) form one prefix [0, replicated_size()).
+model::ParamLayout ep_layout(const model::MoeModelConfig& c, int first, int count) {
+  const model::MoeConfig& m = c.moe;
+  model::ParamLayout layout;
+  layout.begin_layer("embed");
+  layout.add("embed.w", m.d_model, c.input_dim);
+  layout.add("embed.b", m.d_model, 1);
+  layout.begin_layer("head");
+  layout.add("head.w", c.num_classes, m.d_model);
+  layout.add("head.b", c.num_classes, 1);
+  layout.begin_layer("moe");
+  layout.add("moe.router", m.num_experts, m.d_model);
+  for (int e = first; e < first + count; ++e) {
+    const std::string p = "moe.expert" + std::to_string(e);
+    layout.add(p + ".w1", m.d_ff, m.d_model);
+    layout.add(p + ".b1", m.d_ff, 1);
+    layout.add(p + ".w2", m.d_model, m.d_ff);
+    layout.add(p + ".b2", m.d_model, 1);
+  }
+  return layout;
+}
+
+// One rank's MoE classifier: replicated embed/router/head around an EpMoeLayer.
+class EpMoeModel {
+ public:
+  static constexpr int kEmbed = 0, kHead = 1, kMoe = 2;
+
+  EpMoeModel(const model::MoeModelConfig& c, int rank, int ranks, model::Precision precision)
+      : config_(c),
+        layer_(c.moe, rank, ranks),
+        store_(ep_layout(c, layer_.first_expert(), layer_.local_experts()), precision, &ledger_) {}
+
+  model::ParamStore& store() { return store_; }
+  model::MemoryLedger& memory() { return ledger_; }
+  size_t replicated_size() const {
+    return store_.layout().layer_range(kMoe).begin + model::moe_router_size(config_.moe);
+  }
+
+  // Gradients accumulate grad_scale * d(sum CE + B * aux), as MoeModel's.
+  float forward_backward(std::span<const float> x, std::span<const int32_t> labels, int batch,
+                         float grad_scale, TracedComm& ep) {
+    const int Din = config_.input_dim, D = config_.moe.d_model, C = config_.num_classes;
+    const size_t rs = model::moe_router_size(config_.moe);
+    ensure_batch(batch);
+    ep.timeline().open("forward");
+    std::span<const float> pe = store_.layer_params(kEmbed);
+    model::linear_forward(x, pe.first(size_t(D) * Din), pe.subspan(size_t(D) * Din, D), z_.span(),
+                          batch, Din, D);
+    std::span<const float> pm = store_.layer_params(kMoe);
+    layer_.forward(pm.first(rs), pm.subspan(rs), z_.span(), batch, h_.span(), ep);
+    ledger_.add(MemoryCategory::kActivations, int64_t(layer_.activation_bytes()) - layer_bytes_);
+    layer_bytes_ = int64_t(layer_.activation_bytes());
+    std::span<const float> ph = store_.layer_params(kHead);
+    model::linear_forward(h_.span(), ph.first(size_t(C) * D), ph.subspan(size_t(C) * D, C),
+                          logits_.span(), batch, D, C);
+    const float loss =
+        model::softmax_cross_entropy_forward(logits_.span(), labels, probs_.span(), batch, C);
+    ep.timeline().close();
+
+    ep.timeline().open("backward");
+    std::fill(dlogits_.data(), dlogits_.data() + dlogits_.size(), 0.0f);
+    model::softmax_cross_entropy_backward(probs_.span(), labels, batch, C, grad_scale,
+                                          dlogits_.span());
+    {
+      std::span<const float> p = store_.layer_params(kHead);
+      std::span<float> g = store_.begin_layer_grads(kHead);
+      std::fill(dh_.data(), dh_.data() + dh_.size(), 0.0f);
+      model::linear_backward(dlogits_.span(), h_.span(), p.first(size_t(C) * D), dh_.span(),
+                             g.first(size_t(C) * D), g.subspan(size_t(C) * D, C), batch, D, C);
+      store_.end_layer_grads(kHead);
+    }
+    {
+      std::span<const float> p = store_.layer_params(kMoe);
+      std::span<float> g = store_.begin_layer_grads(kMoe);
+      std::fill(dz_.data(), dz_.data() + dz_.size(), 0.0f);
+      layer_.backward(p.first(rs), p.subspan(rs), dh_.span(), grad_scale * float(batch),
+                      g.first(rs), g.subspan(rs), dz_.span(), ep);
+      store_.end_layer_grads(kMoe);
+    }
+    {
+      std::span<const float> p = store_.layer_params(kEmbed);
+      std::span<float> g = store_.begin_layer_grads(kEmbed);
+      model::linear_backward(dz_.span(), x, p.first(size_t(D) * Din), {}, g.first(size_t(D) * Din),
+                             g.subspan(size_t(D) * Din, D), batch, Din, D);
+      store_.end_layer_grads(kEmbed);
+    }
+    ep.timeline().close();
+    return loss;
+  }
+
+ private:
+  void ensure_batch(int batch) {
+    if (batch == batch_) return;
+    batch_ = batch;
+    const size_t b = batch, D = config_.moe.d_model, C = config_.num_classes;
+    auto make = [&](size_t n) {
+      return TrackedBuffer<float>(&ledger_, MemoryCategory::kActivations, n);
+    };
+    z_ = make(b * D);
+    h_ = make(b * D);
+    logits_ = make(b * C);
+    probs_ = make(b * C);
+    dlogits_ = make(b * C);
+    dh_ = make(b * D);
+    dz_ = make(b * D);
+  }
+
+  model::MoeModelConfig config_;
+  EpMoeLayer layer_;
+  model::MemoryLedger ledger_;
+  model::ParamStore store_;
+  int batch_ = 0;
+  int64_t layer_bytes_ = 0;
+  TrackedBuffer<float> z_, h_;           // (B, D) embedding, MoE output
+  TrackedBuffer<float> logits_, probs_;  // (B, C)
+  TrackedBuffer<float> dlogits_;         // (B, C)
+  TrackedBuffer<float> dh_, dz_;         // (B, D)
+};
+
+// Full moe_model_layout() params from every rank's local vector; replicated tensors must be
+// bitwise identical on every rank.
+std::vector<float> gather_params(const TrainConfig& config,
+                                 const std::vector<std::vector<float>>& local) {
+  const model::ParamLayout full = model::moe_model_layout(config.moe);
+  const int n = static_cast<int>(local.size());
+  const int per_rank = config.moe.moe.num_experts / n;
+  std::vector<float> out(full.size());
+  std::vector<bool> written(full.size(), false);
+  for (int r = 0; r < n; ++r) {
+    const model::ParamLayout mine = ep_layout(config.moe, r * per_rank, per_rank);
+    for (const model::ParamView& v : mine.views()) {
+      const model::ParamView& f = full.view(v.name);
+      auto src = local[r].begin() + v.offset;
+      if (written[f.offset] && !std::equal(src, src + v.size(), out.begin() + f.offset)) {
+        throw Error("expert parallel: rank " + std::to_string(r) + "'s copy of " + v.name +
+                    " diverged from rank 0's; replicated gradients must be all-reduced");
+      }
+      std::copy_n(src, v.size(), out.begin() + f.offset);
+      written[f.offset] = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+RunResult run_ep(const TrainConfig& config) {
+  const int n = config.ranks, micro = config.micro_batches;
+  const int micro_size = config.global_batch / (n * micro);
+  const float scale = 1.0f / static_cast<float>(config.global_batch);
+  const int Din = config.moe.input_dim;
+  const std::vector<float> init =
+      model::init_params(model::moe_model_layout(config.moe), config.seed);  // MoeModel's bits
+
+  RunResult result;
+  result.ranks.resize(n);
+  std::vector<std::vector<float>> local(n);
+  std::vector<double> step_seconds;  // rank 0's
+  LossBoard board(config.steps, n);
+  World world(n);
+  world.run([&](Communicator& comm) {
+    const int rank = comm.rank();
+    RankReport& report = result.ranks[rank];
+    RankTimeline timeline(config.trace ? &report.timeline : nullptr);
+    TracedComm ep(comm, timeline, config.algo);
+    EpMoeModel model(config.moe, rank, n, config.precision);
+    {  // This rank's tensors of the full initial vector, by name.
+      const model::ParamLayout full = model::moe_model_layout(config.moe);
+      std::vector<float> mine(model.store().size());
+      for (const model::ParamView& v : model.store().layout().views()) {
+        std::copy_n(init.begin() + full.view(v.name).offset, v.size(), mine.begin() + v.offset);
+      }
+      model.store().set_params(mine);
+    }
+    const model::ClassificationTask task(Din, config.moe.num_classes, task_seed(config));
+    std::vector<float> x(size_t(micro_size) * Din);
+    std::vector<int32_t> labels(micro_size);
+    PeakMemory peak;
+    with_buffers(model.store(), [&](auto params, auto grads) {
+      auto opt = make_slice_optimizer(config, params, &model.memory());
+      for (int step = 0; step < config.steps; ++step) {
+        const auto start = std::chrono::steady_clock::now();
+        model.store().zero_grad();
+        for (int m = 0; m < micro; ++m) {
+          task.batch(step, (rank * micro + m) * micro_size, micro_size, x, labels);
+          board.add(step, rank, model.forward_backward(x, labels, micro_size, scale, ep),
+                    micro_size);
+        }
+        ep.all_reduce(grads.first(model.replicated_size()));  // data parallel over tokens
+        timeline.phase("optimizer", [&] { opt->step(params, grads); });
+        peak.observe(model.memory());
+        if (rank == 0) step_seconds.push_back(seconds_since(start));
+      }
+    });
+    local[rank] = model.store().params_as_float();
+    report.rank = rank;
+    report.memory = peak.bytes();
+  });
+  for (int r = 0; r < n; ++r) result.ranks[r].counters = world.counters(r);
+  result.params = gather_params(config, local);
+  result.losses = board.losses(config.global_batch);
+  result.steps = config.steps;
+  result.seconds_per_step = median_seconds(step_seconds);
+  return result;
+}
+
+}  // namespace dtsim::train
