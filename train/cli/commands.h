@@ -15,7 +15,10 @@ struct Command {
   int (*run)(const Words& args);
 };
 
+int demo_main(const Words& args);   // demo.cc
+int train_main(const Words& args);  // train.cc
 int walk_main(const Words& args);
+int estimate_main(const Words& args);  // estimate.cc
 int stress_main(const Words& args);
 
 }  // namespace dtsim::cli

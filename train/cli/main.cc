@@ -12,8 +12,14 @@ using dtsim::cli::Command;
 
 // One row per command; keep in the order a new user would try them.
 const Command kCommands[] = {
+    {"demo", "every strategy on 4 ranks, checked against single-rank training, in one table",
+     dtsim::cli::demo_main},
+    {"train", "train one strategy on N rank threads; --check against single-rank training",
+     dtsim::cli::train_main},
     {"walk", "print a collective step by step: who sends which chunk to whom",
      dtsim::cli::walk_main},
+    {"estimate", "memory per device and bytes per step for ZeRO stages 0-3 (analytical)",
+     dtsim::cli::estimate_main},
     {"stress", "random collectives under jitter, checked against a reference",
      dtsim::cli::stress_main},
 };

@@ -1,0 +1,218 @@
+// dtsim demo: the showcase. Trains the MLP and the MoE under every strategy that fits each
+// model on 4 rank threads, checks each run against the single-rank reference that
+// tests/train use for it (check.h), and prints one table: final loss, largest parameter
+// difference, verdict, memory per rank by category, bytes sent per rank per step, step
+// time. A DDP run with the division by N forgotten must fail its check (the lesson's first
+// pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code 0 when
+// every real check passes and the pitfall fails as expected, 1 otherwise.
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/moe_model.h"
+#include "model/param_layout.h"
+#include "train/cli/args.h"
+#include "train/cli/check.h"
+#include "train/cli/commands.h"
+#include "train/cli/progress.h"
+#include "train/cli/report_json.h"
+#include "train/cli/table.h"
+#include "train/estimate.h"
+#include "train/strategies.h"
+
+namespace dtsim::cli {
+namespace {
+
+using train::ModelKind;
+using train::Strategy;
+
+const char* kHelp =
+    "usage: dtsim demo [--steps S] [--quiet]\n"
+    "\n"
+    "Trains a small MLP and a small MoE under every strategy that fits each on 4 rank\n"
+    "threads (mixed-precision bf16 Adam) and checks each against single-rank training with\n"
+    "the reference and tolerance the tests use: ddp under the deterministic all-reduce\n"
+    "bitwise against accumulation over the same micro-batches, the others within tolerance.\n"
+    "A ddp run that forgets to divide the summed gradients by N must FAIL its check.\n"
+    "Prints one table, then the lesson's numbers from the analytical estimator.\n"
+    "Exit code 0 when every check passes and the pitfall fails as expected.\n"
+    "\n"
+    "  --steps  optimizer steps per run (default 20)\n"
+    "  --quiet  no progress bar\n"
+    "\n"
+    "example: dtsim demo\n";
+
+constexpr int kRanks = 4;
+
+struct Row {
+  Strategy strategy;
+  ModelKind model;
+  Algo algo;
+  bool pitfall = false;
+};
+
+train::TrainConfig base_config(ModelKind model, int steps) {
+  train::TrainConfig c;
+  c.model = model;
+  c.ranks = kRanks;
+  c.steps = steps;
+  c.global_batch = 32;
+  c.optimizer = model::OptimizerKind::kAdam;
+  c.lr = 0.01f;
+  c.precision = model::Precision::kMixedBf16;
+  c.mlp = {.input_dim = 16, .hidden_dim = 64, .num_blocks = 2, .output_dim = 4};
+  c.moe.input_dim = 16;
+  c.moe.num_classes = 4;
+  c.moe.moe = {.d_model = 16,
+               .d_ff = 32,
+               .num_experts = 4,
+               .top_k = 2,
+               .capacity_factor = 1.25f,
+               .aux_alpha = 0.01f};
+  return c;
+}
+
+// DDP uses the deterministic all-reduce (bitwise check); the rest the bandwidth-optimal
+// ring, so that their traffic is the lesson's 2(N - 1)/N.
+std::vector<Row> rows() {
+  const Algo det = Algo::kDeterministic, ring = Algo::kRing;
+  std::vector<Row> r;
+  for (ModelKind m : {ModelKind::kMlp, ModelKind::kMoe}) {
+    r.push_back({Strategy::kSingle, m, ring});
+    r.push_back({Strategy::kAccum, m, ring});
+    r.push_back({Strategy::kDdp, m, det});
+    for (Strategy z : {Strategy::kZero1, Strategy::kZero2, Strategy::kZero3})
+      r.push_back({z, m, ring});
+    if (m == ModelKind::kMlp) {
+      r.push_back({Strategy::kTp, m, ring});
+      r.push_back({Strategy::kDpTp, m, ring});
+      r.push_back({Strategy::kDdp, m, det, true});
+    } else {
+      r.push_back({Strategy::kEp, m, ring});
+    }
+  }
+  return r;
+}
+
+std::string reference_key(const train::TrainConfig& c) {
+  return format("%s/%s/%d/%d", train::to_string(c.strategy), train::to_string(c.model), c.ranks,
+                c.micro_batches);
+}
+
+size_t num_params(const train::TrainConfig& c) {
+  return c.model == ModelKind::kMlp ? model::mlp_layout(c.mlp).size()
+                                    : model::moe_model_layout(c.moe).size();
+}
+
+// "8.5/8.5/17/17/17": weights/grads/master/adam_m/adam_v in KiB, the largest on any rank.
+std::string memory_text(const train::RunResult& run) {
+  const auto m = max_memory(run);
+  std::string s;
+  for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+    if (c == static_cast<int>(model::MemoryCategory::kActivations)) continue;
+    s += (s.empty() ? "" : "/") + format("%.3g", m[c] / 1024.0);
+  }
+  return s;
+}
+
+void print_lesson() {
+  train::EstimateInput in;
+  in.params = 7e9;
+  in.ranks = 8;
+  const train::Estimate e = train::estimate(in);
+  std::printf(
+      "\nthe lesson at scale (dtsim estimate --params 7e9 --ranks 8): mixed-precision Adam "
+      "holds %.3g B/param,\n%s per GPU for 7B parameters under DDP; its ring all-reduce of %s "
+      "of bf16 gradients sends %s per GPU per step.\n",
+      e.static_bytes / in.params, gb_text(e.static_bytes).c_str(),
+      gb_text(e.gradient_bytes).c_str(), gb_text(e.bytes_sent_per_step).c_str());
+}
+
+}  // namespace
+
+int demo_main(const Words& words) {
+  Args a("demo", words, {"steps"}, {"help", "quiet"});
+  if (a.on("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  const int steps = static_cast<int>(a.integer("steps", 20, 1, 10000));
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Row> plan = rows();
+  const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
+  const train::TrainConfig moe = base_config(ModelKind::kMoe, steps);
+  std::printf(
+      "dtsim demo: %d rank threads, %d steps, global batch %d, bf16 mixed-precision Adam lr "
+      "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
+      kRanks, steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
+      mlp.mlp.num_blocks, num_params(mlp), moe.moe.moe.d_model, moe.moe.moe.d_ff,
+      moe.moe.moe.num_experts, moe.moe.moe.top_k, num_params(moe));
+  std::fflush(stdout);
+
+  Table t({"strategy", "model", "final loss", "max |dparam|", "check", "verdict",
+           "KiB w/g/master/m/v", "sent/step", "step"},
+          {false, false, true, true, false, false, true, true, true});
+  std::map<std::string, train::RunResult> references;
+  bool ok = true;
+  double ddp_bytes_per_param = 0;
+  {
+    Progress progress(static_cast<int>(plan.size()), !a.on("quiet"));
+    for (const Row& row : plan) {
+      train::TrainConfig c = row.model == ModelKind::kMlp ? mlp : moe;
+      c.strategy = row.strategy;
+      c.algo = row.algo;
+      if (row.pitfall) c.pitfall = train::Pitfall::kForgetDivide;
+      const std::string name =
+          std::string(train::to_string(c.strategy)) + (row.pitfall ? " forget-divide" : "");
+      progress.advance(name + " " + train::to_string(c.model));
+      const train::RunResult run = train::run_training(c);
+      const CheckPlan check = plan_check(c);
+      std::vector<std::string> cells{name, train::to_string(c.model),
+                                     format("%.5f", run.losses.back())};
+      if (check.reference.strategy == c.strategy) {  // a reference itself
+        references[reference_key(c)] = run;
+        cells.insert(cells.end(), {"-", "reference", ""});
+      } else {
+        const std::string key = reference_key(check.reference);
+        if (!references.count(key)) references[key] = train::run_training(check.reference);
+        const CheckResult r = judge(check, run, references[key]);
+        const bool good = row.pitfall ? !r.passed : r.passed;
+        ok = ok && good;
+        std::string verdict = r.passed ? "PASS" : "FAIL";
+        if (row.pitfall) verdict += good ? " (expected FAIL)" : " (UNEXPECTED)";
+        cells.insert(cells.end(), {format("%.3g", r.comparison.max_abs_diff),
+                                   r.criterion + " vs " + r.reference_name, verdict});
+        if (c.strategy == Strategy::kAccum) references[reference_key(c)] = run;
+      }
+      cells.insert(cells.end(), {memory_text(run), bytes_text(run.bytes_sent_per_step()),
+                                 seconds_text(run.seconds_per_step)});
+      t.add(cells);
+      if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
+        int64_t state = 0;
+        for (int k = 0; k < model::kNumMemoryCategories; ++k) {
+          if (k != static_cast<int>(model::MemoryCategory::kActivations)) {
+            state += run.ranks[0].memory[k];
+          }
+        }
+        ddp_bytes_per_param = double(state) / num_params(c);
+      }
+    }
+  }
+  t.print(stdout);
+  std::printf(
+      "\nmemory: peak KiB per rank (largest over the ranks) of weights/gradients/fp32 master/"
+      "Adam m/Adam v;\nsent/step: bytes one rank sends per step (largest over the ranks); "
+      "step: median wall time.\nddp mlp measured: %.3g bytes of model state per parameter on "
+      "each rank.\n",
+      ddp_bytes_per_param);
+  print_lesson();
+  std::printf("\n%s (%.1f s)\n",
+              ok ? "every check passed; the forgotten division failed as expected"
+                 : "SOME CHECKS DID NOT GO AS EXPECTED",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return ok ? 0 : 1;
+}
+
+}  // namespace dtsim::cli

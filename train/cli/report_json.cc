@@ -1,0 +1,151 @@
+#include "train/cli/report_json.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+namespace dtsim::cli {
+namespace {
+
+using nlohmann::json;
+
+json config_json(const train::TrainConfig& c) {
+  json j = {
+      {"strategy", train::to_string(c.strategy)},
+      {"model", train::to_string(c.model)},
+      {"ranks", c.ranks},
+      {"steps", c.steps},
+      {"batch", c.global_batch},
+      {"micro_batches", c.micro_batches},
+      {"optimizer", optimizer_name(c.optimizer)},
+      {"lr", c.lr},
+      {"precision", precision_name(c.precision)},
+      {"algo", to_string(c.algo)},
+      {"seed", c.seed},
+      {"pitfall", c.pitfall == train::Pitfall::kForgetDivide ? "forget-divide" : "none"},
+  };
+  if (c.strategy == train::Strategy::kDpTp) j["tp_size"] = c.tp_size;
+  if (c.model == train::ModelKind::kMlp) {
+    j["shape"] = {{"dim", c.mlp.input_dim},
+                  {"hidden", c.mlp.hidden_dim},
+                  {"layers", c.mlp.num_blocks},
+                  {"outputs", c.mlp.output_dim}};
+  } else {
+    j["shape"] = {{"dim", c.moe.moe.d_model},
+                  {"input_dim", c.moe.input_dim},
+                  {"hidden", c.moe.moe.d_ff},
+                  {"experts", c.moe.moe.num_experts},
+                  {"top_k", c.moe.moe.top_k},
+                  {"classes", c.moe.num_classes},
+                  {"capacity_factor", c.moe.moe.capacity_factor}};
+  }
+  return j;
+}
+
+json rank_json(const train::RankReport& r, int steps) {
+  json memory = json::object();
+  for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+    memory[std::string(model::memory_category_name(static_cast<model::MemoryCategory>(c)))] =
+        r.memory[c];
+  }
+  json collectives = json::object();
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const OpCounters& o = r.counters.by_op[k];
+    if (o.calls == 0 && o.msgs_sent == 0 && o.msgs_recv == 0) continue;
+    collectives[to_string(static_cast<OpKind>(k))] = {{"calls", o.calls},
+                                                      {"steps", o.steps},
+                                                      {"messages_sent", o.msgs_sent},
+                                                      {"bytes_sent", o.bytes_sent},
+                                                      {"messages_received", o.msgs_recv},
+                                                      {"bytes_received", o.bytes_recv}};
+  }
+  const OpCounters t = r.counters.total();
+  return {{"rank", r.rank},
+          {"memory_bytes", memory},
+          {"bytes_sent", t.bytes_sent},
+          {"messages_sent", t.msgs_sent},
+          {"bytes_sent_per_step", steps > 0 ? double(t.bytes_sent) / steps : 0.0},
+          {"collectives", collectives}};
+}
+
+}  // namespace
+
+const char* optimizer_name(model::OptimizerKind k) {
+  switch (k) {
+    case model::OptimizerKind::kSgd:
+      return "sgd";
+    case model::OptimizerKind::kSgdMomentum:
+      return "sgd-momentum";
+    case model::OptimizerKind::kAdam:
+      return "adam";
+  }
+  return "unknown";
+}
+
+const char* precision_name(model::Precision p) {
+  return p == model::Precision::kFp32 ? "fp32" : "bf16";
+}
+
+std::string report_json(const train::TrainConfig& config, size_t num_params,
+                        const train::RunResult& run, const CheckResult* check) {
+  json ranks = json::array();
+  for (const train::RankReport& r : run.ranks) ranks.push_back(rank_json(r, run.steps));
+  json j = {{"dtsim_report_version", kReportVersion},
+            {"config", config_json(config)},
+            {"num_params", num_params},
+            {"steps", run.steps},
+            {"losses", run.losses},
+            {"final_loss", run.losses.empty() ? 0.0 : run.losses.back()},
+            {"seconds_per_step", run.seconds_per_step},
+            {"bytes_sent_per_step", run.bytes_sent_per_step()},
+            {"ranks", ranks},
+            {"check", nullptr}};
+  if (check != nullptr) {
+    const train::Comparison& c = check->comparison;
+    j["check"] = {{"reference", check->reference_name},
+                  {"criterion", check->criterion},
+                  {"passed", check->passed},
+                  {"bitwise_equal", c.bitwise_equal},
+                  {"max_abs_diff", c.max_abs_diff},
+                  {"max_rel_diff", c.max_rel_diff},
+                  {"max_loss_diff", c.max_loss_diff}};
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string trace_json(const train::TrainConfig& config, const train::RunResult& run) {
+  auto origin = std::chrono::steady_clock::time_point::max();
+  for (const train::RankReport& r : run.ranks) {
+    for (const train::PhaseEvent& e : r.timeline) origin = std::min(origin, e.start);
+  }
+  const auto micros = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  json events = json::array();
+  events.push_back({{"ph", "M"},
+                    {"name", "process_name"},
+                    {"pid", 0},
+                    {"args",
+                     {{"name", std::string("dtsim ") + train::to_string(config.strategy) + " " +
+                                   train::to_string(config.model)}}}});
+  for (const train::RankReport& r : run.ranks) {
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", 0},
+                      {"tid", r.rank},
+                      {"args", {{"name", "rank " + std::to_string(r.rank)}}}});
+    for (const train::PhaseEvent& e : r.timeline) {
+      const bool phase = e.name == "forward" || e.name == "backward" || e.name == "optimizer";
+      json ev = {{"ph", "X"},
+                 {"name", e.name},
+                 {"cat", phase ? "phase" : "collective"},
+                 {"pid", 0},
+                 {"tid", r.rank},
+                 {"ts", micros(e.start - origin)},
+                 {"dur", micros(e.end - e.start)}};
+      if (!phase) ev["args"] = {{"bytes", e.bytes}};
+      events.push_back(std::move(ev));
+    }
+  }
+  return json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+}
+
+}  // namespace dtsim::cli

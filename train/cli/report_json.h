@@ -1,0 +1,28 @@
+// The JSON documents dtsim writes: the --report of a training run (configuration, loss per
+// step, per-rank memory by category and traffic by collective, the check) and the --trace
+// in Chrome's trace-event format (one track per rank, phases and collectives as complete
+// events), which ui.perfetto.dev and chrome://tracing open. README.md documents each field.
+#pragma once
+
+#include <string>
+
+#include "train/cli/check.h"
+#include "train/config.h"
+#include "train/result.h"
+
+namespace dtsim::cli {
+
+inline constexpr int kReportVersion = 1;
+
+// The --report document for `run` of `config`; `check` is null when --check was not given.
+std::string report_json(const train::TrainConfig& config, size_t num_params,
+                        const train::RunResult& run, const CheckResult* check);
+
+// The --trace document: RankReport::timeline of every rank (config.trace must have been on).
+std::string trace_json(const train::TrainConfig& config, const train::RunResult& run);
+
+// Short names used in tables, reports and help: "sgd", "adam", "fp32", "bf16".
+const char* optimizer_name(model::OptimizerKind k);
+const char* precision_name(model::Precision p);
+
+}  // namespace dtsim::cli
