@@ -1,7 +1,9 @@
 #include "runtime/reduce_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/bf16.h"
 
@@ -28,16 +30,29 @@ struct Sum {
     return a + b;
   }
 };
+// Max and Min follow torch.maximum / torch.minimum: a NaN anywhere gives NaN, and
+// max(-0, +0) is +0 (min: -0), in either order. std::max(a, b) is not commutative on those
+// values, and recursive doubling computes a op b on one partner and b op a on the other,
+// so ranks would end with different bits.
+template <class W>
+bool pick_second(W a, W b, bool is_max) {
+  if constexpr (std::is_floating_point_v<W>) {
+    if (a != a) return false;
+    if (b != b) return true;
+    if (a == b) return std::signbit(a) == is_max;
+  }
+  return is_max ? a < b : b < a;
+}
 struct Max {
   template <class W>
   static W apply(W a, W b) {
-    return std::max(a, b);
+    return pick_second(a, b, true) ? b : a;
   }
 };
 struct Min {
   template <class W>
   static W apply(W a, W b) {
-    return std::min(a, b);
+    return pick_second(a, b, false) ? b : a;
   }
 };
 

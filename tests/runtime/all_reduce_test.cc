@@ -5,6 +5,7 @@
 // must leave identical bits on every rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,47 @@ TEST(AllReduceTest, SumOfRanksIsNTimesNMinusOneOverTwo) {
         c.all_reduce(std::span<int32_t>(v), ReduceOp::kSum, a);
         for (int32_t x : v) EXPECT_EQ(x, n * (n - 1) / 2) << to_string(a) << " N=" << n;
       });
+    }
+  }
+}
+
+// torch.maximum / torch.minimum semantics on the values where a naive std::max is not
+// commutative: NaN propagates whatever its position, and max(-0, +0) is +0 (min: -0).
+// Every algorithm must give every rank the same bits (recursive doubling computes a op b
+// on one partner and b op a on the other).
+TEST(AllReduceTest, MaxAndMinPropagateNanAndOrderSignedZerosOnEveryRank) {
+  for (int n : {2, 3, 4, 8}) {
+    World w(n);
+    // Element k: rank r holds a NaN, +0, -0 or a small value, by a pattern that puts the
+    // special value on different ranks for different k.
+    Ranks<double> xs(n, std::vector<double>(64));
+    for (int r = 0; r < n; ++r) {
+      for (int k = 0; k < 64; ++k) {
+        const int which = (k + r * (k / 8 + 1)) % 5;
+        xs[r][k] = which == 0   ? (k % 3 == 0 ? std::nan("") : 0.0)
+                   : which == 1 ? -0.0
+                   : which == 2 ? 0.0
+                                : -1.0 * ((k % 4) == 0);
+      }
+    }
+    for (bool is_max : {true, false}) {
+      std::vector<double> want = xs[0];
+      for (int r = 1; r < n; ++r) {
+        for (int k = 0; k < 64; ++k) want[k] = extreme(want[k], xs[r][k], is_max);
+      }
+      for (Algo a : kAlgos) {
+        const Ranks<double> got =
+            threaded_all_reduce(w, xs, is_max ? ReduceOp::kMax : ReduceOp::kMin, a);
+        EXPECT_TRUE(ranks_agree(got)) << to_string(a) << (is_max ? " max" : " min") << " N=" << n;
+        for (int k = 0; k < 64; ++k) {
+          EXPECT_EQ(std::isnan(got[0][k]), std::isnan(want[k]))
+              << to_string(a) << " element " << k << " N=" << n;
+          if (!std::isnan(want[k])) {
+            EXPECT_EQ(std::signbit(got[0][k]), std::signbit(want[k]))
+                << to_string(a) << (is_max ? " max" : " min") << " element " << k << " N=" << n;
+          }
+        }
+      }
     }
   }
 }

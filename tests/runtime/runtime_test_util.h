@@ -59,6 +59,17 @@ double to_double(T x) {
   }
 }
 
+// torch.maximum / torch.minimum: NaN propagates, max(-0, +0) = +0 and min(-0, +0) = -0.
+template <class W>
+W extreme(W a, W b, bool is_max) {
+  if constexpr (std::is_floating_point_v<W>) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+    if (a == b) return std::signbit(a) == is_max ? b : a;
+  }
+  return is_max ? std::max(a, b) : std::min(a, b);
+}
+
 // a op b as the runtime defines it: in T, except bf16, which is computed in float and
 // rounded back.
 template <class T>
@@ -67,18 +78,18 @@ T combine(T a, T b, ReduceOp op) {
     const float x = static_cast<float>(a), y = static_cast<float>(b);
     switch (op) {
       case ReduceOp::kMax:
-        return BFloat16(std::max(x, y));
+        return BFloat16(extreme(x, y, true));
       case ReduceOp::kMin:
-        return BFloat16(std::min(x, y));
+        return BFloat16(extreme(x, y, false));
       default:
         return BFloat16(x + y);
     }
   } else {
     switch (op) {
       case ReduceOp::kMax:
-        return std::max(a, b);
+        return extreme(a, b, true);
       case ReduceOp::kMin:
-        return std::min(a, b);
+        return extreme(a, b, false);
       default:
         return static_cast<T>(a + b);
     }
