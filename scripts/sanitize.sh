@@ -20,8 +20,15 @@ esac
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+flags=""
+# GCC 12 warns (-Wtsan) that TSan does not model atomic_thread_fence. The doorbell's
+# seq_cst fences guard no plain data (the mailboxes publish with acquire/release, which
+# TSan does model), so the warning is noise there; the flight recorder uses no fences.
+if [[ $kind == thread ]] && echo | c++ -Wno-tsan -x c++ -fsyntax-only - 2>/dev/null; then
+  flags="-Wno-tsan"
+fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTSIM_SANITIZE="$kind" \
-  -DDTSIM_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+  -DCMAKE_CXX_FLAGS="$flags" -DDTSIM_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
 cmake --build "$dir" -j "$(nproc)" --target runtime_test stress_test
 
 # halt_on_error: the first report fails the test; second_deadlock_stack helps read lock
