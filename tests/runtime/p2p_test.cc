@@ -3,6 +3,9 @@
 // mailbox holds still get through when the receiver asks for them in another order.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime_test_util.h"
@@ -126,6 +129,44 @@ TEST(P2pTest, SizeMismatchAndBadPeerAreUsageErrors) {
     ADD_FAILURE() << "send to rank 2 of 2 was accepted";
   } catch (const RankFailure& f) {
     EXPECT_THROW(std::rethrow_exception(f.cause()), UsageError) << f.what();
+  }
+}
+
+TEST(P2pTest, AnUnmatchedSendDoesNotLeakIntoTheNextRun) {
+  World w(2);
+  w.run([](Communicator& c) {
+    const int32_t stale = 111;
+    if (c.rank() == 0) c.send(std::span<const int32_t>(&stale, 1), 1, 4);  // never received
+  });
+  w.run([](Communicator& c) {
+    int32_t x = 222;
+    if (c.rank() == 0) {
+      c.send(std::span<const int32_t>(&x, 1), 1, 4);
+    } else {
+      c.recv(std::span<int32_t>(&x, 1), 0, 4);
+      EXPECT_EQ(x, 222);
+    }
+  });
+}
+
+TEST(P2pTest, ASendIntoAFullMailboxTimesOutNamingTheReceiver) {
+  WorldOptions o;
+  o.timeout = std::chrono::milliseconds(150);
+  World w(2, o);
+  try {
+    w.run([](Communicator& c) {
+      if (c.rank() == 1) {  // stuck: never receives
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        return;
+      }
+      const int32_t x = 1;
+      for (int i = 0; i < 1000; ++i) c.send(std::span<const int32_t>(&x, 1), 1);
+    });
+    ADD_FAILURE() << "1000 sends to a rank that never receives all succeeded";
+  } catch (const RankFailure& f) {
+    EXPECT_EQ(f.rank(), 0);
+    EXPECT_THROW(std::rethrow_exception(f.cause()), TimeoutError) << f.what();
+    EXPECT_NE(std::string(f.what()).find("sending to rank 1"), std::string::npos) << f.what();
   }
 }
 

@@ -262,6 +262,19 @@ TEST(WorldTest, MismatchedCollectivesRaiseInsteadOfHanging) {
         c.broadcast(std::span<float>(v), c.rank() == 3 ? 1 : 0);
       },
       "broadcast roots 0 vs 1", false);
+  expect_mismatch(
+      3,
+      [](Communicator& c) {
+        // Rank 0 sends 2 elements to rank 1, which expects 3.
+        const std::vector<size_t> send =
+            c.rank() == 0 ? std::vector<size_t>{1, 2, 1} : std::vector<size_t>{1, 1, 1};
+        std::vector<size_t> recv = {1, 1, 1};
+        if (c.rank() == 1) recv[0] = 3;
+        std::vector<float> in(send[0] + send[1] + send[2]), out(recv[0] + recv[1] + recv[2]);
+        c.all_to_all_single(std::span<const float>(in), std::span<const size_t>(send),
+                            std::span<float>(out), std::span<const size_t>(recv));
+      },
+      "all_to_all_single split sizes disagree", true);
 }
 
 TEST(WorldTest, WrongBufferSizesAreUsageErrors) {
