@@ -5,6 +5,7 @@
 // time. A DDP run with the division by N forgotten must fail its check (the lesson's first
 // pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code 0 when
 // every real check passes and the pitfall fails as expected, 1 otherwise.
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -32,25 +33,27 @@ const char* kHelp =
     "usage: dtsim demo [--steps S] [--quiet]\n"
     "\n"
     "Trains a small MLP and a small MoE under every strategy that fits each on 4 rank\n"
-    "threads (mixed-precision bf16 Adam) and checks each against single-rank training with\n"
+    "threads (fp32 Adam) and checks each against single-rank training with\n"
     "the reference and tolerance the tests use: ddp under the deterministic all-reduce\n"
     "bitwise against accumulation over the same micro-batches, the others within tolerance.\n"
     "A ddp run that forgets to divide the summed gradients by N must FAIL its check.\n"
     "Prints one table, then the lesson's numbers from the analytical estimator.\n"
     "Exit code 0 when every check passes and the pitfall fails as expected.\n"
     "\n"
-    "  --steps  optimizer steps per run (default 20)\n"
+    "  --steps  optimizer steps per run (default 200)\n"
     "  --quiet  no progress bar\n"
     "\n"
     "example: dtsim demo\n";
 
 constexpr int kRanks = 4;
+constexpr int kSteps = 200;
 
 struct Row {
   Strategy strategy;
   ModelKind model;
   Algo algo;
-  bool pitfall = false;
+  bool pitfall = false;  // forget-divide, run with SGD as the tests do: Adam divides by the
+                         // gradient's scale, so it would hide most of an N-times-too-large step
 };
 
 train::TrainConfig base_config(ModelKind model, int steps) {
@@ -58,10 +61,10 @@ train::TrainConfig base_config(ModelKind model, int steps) {
   c.model = model;
   c.ranks = kRanks;
   c.steps = steps;
-  c.global_batch = 32;
+  c.global_batch = 256;
   c.optimizer = model::OptimizerKind::kAdam;
   c.lr = 0.01f;
-  c.precision = model::Precision::kMixedBf16;
+  c.precision = model::Precision::kFp32;
   c.mlp = {.input_dim = 16, .hidden_dim = 64, .num_blocks = 2, .output_dim = 4};
   c.moe.input_dim = 16;
   c.moe.num_classes = 4;
@@ -97,8 +100,8 @@ std::vector<Row> rows() {
 }
 
 std::string reference_key(const train::TrainConfig& c) {
-  return format("%s/%s/%d/%d", train::to_string(c.strategy), train::to_string(c.model), c.ranks,
-                c.micro_batches);
+  return format("%s/%s/%s/%d/%d", train::to_string(c.strategy), train::to_string(c.model),
+                optimizer_name(c.optimizer), c.ranks, c.micro_batches);
 }
 
 size_t num_params(const train::TrainConfig& c) {
@@ -115,6 +118,21 @@ std::string memory_text(const train::RunResult& run) {
     s += (s.empty() ? "" : "/") + format("%.3g", m[c] / 1024.0);
   }
   return s;
+}
+
+// "ddp mlp, rank 0: 4 + 4 + 0 + 4 + 4 = 16 bytes of model state per parameter".
+void print_bytes_per_param(const std::array<int64_t, model::kNumMemoryCategories>& memory,
+                           size_t params) {
+  std::string terms;
+  double total = 0;
+  for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+    if (c == static_cast<int>(model::MemoryCategory::kActivations)) continue;
+    const double per_param = double(memory[c]) / params;
+    terms += (terms.empty() ? "" : " + ") + format("%.3g", per_param);
+    total += per_param;
+  }
+  std::printf("ddp mlp, rank 0, measured: %s = %.3g bytes of model state per parameter\n",
+              terms.c_str(), total);
 }
 
 void print_lesson() {
@@ -138,13 +156,13 @@ int demo_main(const Words& words) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const int steps = static_cast<int>(a.integer("steps", 20, 1, 10000));
+  const int steps = static_cast<int>(a.integer("steps", kSteps, 1, 10000));
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
   const train::TrainConfig moe = base_config(ModelKind::kMoe, steps);
   std::printf(
-      "dtsim demo: %d rank threads, %d steps, global batch %d, bf16 mixed-precision Adam lr "
+      "dtsim demo: %d rank threads, %d steps, global batch %d, fp32 Adam lr "
       "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
       kRanks, steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
       mlp.mlp.num_blocks, num_params(mlp), moe.moe.moe.d_model, moe.moe.moe.d_ff,
@@ -156,21 +174,26 @@ int demo_main(const Words& words) {
           {false, false, true, true, false, false, true, true, true});
   std::map<std::string, train::RunResult> references;
   bool ok = true;
-  double ddp_bytes_per_param = 0;
+  std::array<int64_t, model::kNumMemoryCategories> ddp_memory{};
+  size_t ddp_params = 1;
   {
     Progress progress(static_cast<int>(plan.size()), !a.on("quiet"));
     for (const Row& row : plan) {
       train::TrainConfig c = row.model == ModelKind::kMlp ? mlp : moe;
       c.strategy = row.strategy;
       c.algo = row.algo;
-      if (row.pitfall) c.pitfall = train::Pitfall::kForgetDivide;
+      if (row.pitfall) {
+        c.pitfall = train::Pitfall::kForgetDivide;
+        c.optimizer = model::OptimizerKind::kSgd;
+        c.lr = 0.05f;
+      }
       const std::string name =
-          std::string(train::to_string(c.strategy)) + (row.pitfall ? " forget-divide" : "");
+          std::string(train::to_string(c.strategy)) + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
       const train::RunResult run = train::run_training(c);
       const CheckPlan check = plan_check(c);
       std::vector<std::string> cells{name, train::to_string(c.model),
-                                     format("%.5f", run.losses.back())};
+                                     format("%.4g", run.losses.back())};
       if (check.reference.strategy == c.strategy) {  // a reference itself
         references[reference_key(c)] = run;
         cells.insert(cells.end(), {"-", "reference", ""});
@@ -190,13 +213,8 @@ int demo_main(const Words& words) {
                                  seconds_text(run.seconds_per_step)});
       t.add(cells);
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
-        int64_t state = 0;
-        for (int k = 0; k < model::kNumMemoryCategories; ++k) {
-          if (k != static_cast<int>(model::MemoryCategory::kActivations)) {
-            state += run.ranks[0].memory[k];
-          }
-        }
-        ddp_bytes_per_param = double(state) / num_params(c);
+        ddp_memory = run.ranks[0].memory;
+        ddp_params = num_params(c);
       }
     }
   }
@@ -204,9 +222,8 @@ int demo_main(const Words& words) {
   std::printf(
       "\nmemory: peak KiB per rank (largest over the ranks) of weights/gradients/fp32 master/"
       "Adam m/Adam v;\nsent/step: bytes one rank sends per step (largest over the ranks); "
-      "step: median wall time.\nddp mlp measured: %.3g bytes of model state per parameter on "
-      "each rank.\n",
-      ddp_bytes_per_param);
+      "step: median wall time.\n");
+  print_bytes_per_param(ddp_memory, ddp_params);
   print_lesson();
   std::printf("\n%s (%.1f s)\n",
               ok ? "every check passed; the forgotten division failed as expected"
