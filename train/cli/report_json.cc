@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <string>
+
+#include "train/cli/table.h"
 
 namespace dtsim::cli {
 namespace {
@@ -18,7 +21,7 @@ json config_json(const train::TrainConfig& c) {
       {"batch", c.global_batch},
       {"micro_batches", c.micro_batches},
       {"optimizer", optimizer_name(c.optimizer)},
-      {"lr", c.lr},
+      {"lr", std::stod(format("%.7g", c.lr))},  // as typed, not the float's binary tail
       {"precision", precision_name(c.precision)},
       {"algo", to_string(c.algo)},
       {"seed", c.seed},
