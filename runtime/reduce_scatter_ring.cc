@@ -16,7 +16,7 @@ void reduce_scatter_ring(Exchange& ex, const void* in, size_t count, void* out,
   const int r = ex.rank();
   const Chunks ch{count, static_cast<size_t>(n)};
   if (n == 1) {
-    std::memcpy(out, in, count * ex.esize());
+    if (count) std::memcpy(out, in, count * ex.esize());  // empty buffers may be null (UB)
     return;
   }
   const int right = mod(r + 1, n);

@@ -40,8 +40,9 @@ void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, 
   for (int rep = 0; rep < s.repeats; ++rep) {
     std::fill(slot.out.begin(), slot.out.end(), kPoison);
     stress::fill_input(o.seed, iteration, i, s, g, r, slot.in.data());
-    void* in = slot.in.data();
-    void* out = slot.out.data();
+    // Empty buffers are null, as an empty std::vector's data() may be.
+    void* in = in_n ? slot.in.data() : nullptr;
+    void* out = out_n ? slot.out.data() : nullptr;
     const std::byte* result = slot.out.data();
     switch (s.op) {
       case OpKind::kAllReduce:
