@@ -30,7 +30,7 @@ bool under_sanitizer() {
 TEST(Stress, EightRanksClean) {
   StressOptions o;
   o.ranks = 8;
-  o.iterations = std::max(2, 60 / stress_scale());
+  o.iterations = std::max(2, 150 / stress_scale());
   o.seed = 11;
   o.jitter_us = 20;
   o.max_numel = 2048 / stress_scale();
@@ -44,7 +44,7 @@ TEST(Stress, EightRanksClean) {
 TEST(Stress, ThirtyTwoRanksClean) {
   StressOptions o;
   o.ranks = 32;
-  o.iterations = std::max(1, 8 / stress_scale());
+  o.iterations = std::max(1, 16 / stress_scale());
   o.seed = 32;
   o.jitter_us = 10;
   o.calls_per_iteration = 12;
