@@ -48,6 +48,10 @@ struct TrainConfig {
   Pitfall pitfall = Pitfall::kNone;
   uint64_t seed = 1;
   bool trace = false;  // record per-rank phase and collective timings
+  // kAccum only: sum the groups' gradients (and accumulate each group's micro-batches) in
+  // reverse order. The same training in a different summation order: train/check.h measures
+  // the reassociation floor of MoE and accumulation references with it.
+  bool reverse_accumulation = false;
 };
 
 const char* to_string(Strategy s);

@@ -13,7 +13,9 @@
 // DDP under Algo::kDeterministic does the same float operations in the same order, so the
 // two are bitwise equal. For MoE this is also the exact reference for every data-parallel
 // run: the aux loss and expert capacity depend on which tokens are batched together, so only
-// a reference with the same per-rank micro-batches sees the same routing.
+// a reference with the same per-rank micro-batches sees the same routing. With
+// config.reverse_accumulation the groups (and each group's micro-batches) are visited last
+// to first: the same micro-batches and routing, only the order of the sums differs.
 #include <chrono>
 #include <vector>
 
@@ -85,16 +87,18 @@ RunResult run_accum(const TrainConfig& config) {
     std::vector<T> sum(grads.size());
     for (int step = 0; step < config.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
-      for (int g = 0; g < groups; ++g) {
+      for (int i = 0; i < groups; ++i) {
+        const int g = config.reverse_accumulation ? groups - 1 - i : i;
         store.zero_grad();
-        for (int m = 0; m < micro; ++m) {
+        for (int j = 0; j < micro; ++j) {
+          const int m = config.reverse_accumulation ? micro - 1 - j : j;
           const int first = (g * micro + m) * micro_size;
           board.add(step, g,
                     run.trainee.forward_backward(step, first, micro_size, scale, &run.hooks),
                     micro_size);
           run.hooks.finish();
         }
-        if (g == 0) {
+        if (i == 0) {
           std::copy(grads.begin(), grads.end(), sum.begin());
         } else {
           add_into(std::span<T>(sum), std::span<const T>(grads));

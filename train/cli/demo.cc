@@ -1,6 +1,6 @@
 // dtsim demo: the showcase. Trains the MLP and the MoE under every strategy that fits each
 // model on 4 rank threads, checks each run against the single-rank reference that
-// tests/train use for it (check.h), and prints one table: final loss, largest parameter
+// tests/train use for it (train/check.h), and prints one table: final loss, largest parameter
 // difference, verdict, memory per rank by category, bytes sent per rank per step, step
 // time. A DDP run with the division by N forgotten must fail its check (the lesson's first
 // pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code 0 when
@@ -14,8 +14,8 @@
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "train/check.h"
 #include "train/cli/args.h"
-#include "train/cli/check.h"
 #include "train/cli/commands.h"
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
@@ -100,8 +100,8 @@ std::vector<Row> rows() {
 }
 
 std::string reference_key(const train::TrainConfig& c) {
-  return format("%s/%s/%s/%d/%d", train::to_string(c.strategy), train::to_string(c.model),
-                optimizer_name(c.optimizer), c.ranks, c.micro_batches);
+  return format("%s/%s/%s/%d/%d/%d", train::to_string(c.strategy), train::to_string(c.model),
+                optimizer_name(c.optimizer), c.ranks, c.micro_batches, int(c.reverse_accumulation));
 }
 
 size_t num_params(const train::TrainConfig& c) {
@@ -191,19 +191,22 @@ int demo_main(const Words& words) {
           std::string(train::to_string(c.strategy)) + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
       const train::RunResult run = train::run_training(c);
-      const CheckPlan check = plan_check(c);
+      const train::CheckPlan check = train::plan_check(c);
       std::vector<std::string> cells{name, train::to_string(c.model),
                                      format("%.4g", run.losses.back())};
       if (check.reference.strategy == c.strategy) {  // a reference itself
         references[reference_key(c)] = run;
         cells.insert(cells.end(), {"-", "reference", ""});
       } else {
-        const std::string key = reference_key(check.reference);
-        if (!references.count(key)) references[key] = train::run_training(check.reference);
-        const CheckResult r = judge(check, run, references[key]);
+        const auto cached = [&](const train::TrainConfig& ref) -> const train::RunResult& {
+          const std::string key = reference_key(ref);
+          if (!references.count(key)) references[key] = train::run_training(ref);
+          return references[key];
+        };
+        const train::CheckResult r = train::judge(check, run, cached(check.reference), cached);
         const bool good = row.pitfall ? !r.passed : r.passed;
         ok = ok && good;
-        std::string verdict = r.passed ? "PASS" : "FAIL";
+        std::string verdict = r.verdict_text;
         if (row.pitfall) verdict += good ? " (expected FAIL)" : " (UNEXPECTED)";
         cells.insert(cells.end(), {format("%.3g", r.comparison.max_abs_diff),
                                    r.criterion + " vs " + r.reference_name, verdict});

@@ -90,7 +90,7 @@ const char* precision_name(model::Precision p) {
 }
 
 std::string report_json(const train::TrainConfig& config, size_t num_params,
-                        const train::RunResult& run, const CheckResult* check) {
+                        const train::RunResult& run, const train::CheckResult* check) {
   json ranks = json::array();
   for (const train::RankReport& r : run.ranks) ranks.push_back(rank_json(r, run.steps));
   json j = {{"dtsim_report_version", kReportVersion},
@@ -108,6 +108,8 @@ std::string report_json(const train::TrainConfig& config, size_t num_params,
     j["check"] = {{"reference", check->reference_name},
                   {"criterion", check->criterion},
                   {"passed", check->passed},
+                  {"verdict", check->verdict_text},
+                  {"floor", check->floor_measured ? json(check->floor) : json(nullptr)},
                   {"bitwise_equal", c.bitwise_equal},
                   {"max_abs_diff", c.max_abs_diff},
                   {"max_rel_diff", c.max_rel_diff},

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "train/cli/check.h"
+#include "train/check.h"
 #include "train/config.h"
 #include "train/result.h"
 
@@ -16,7 +16,7 @@ inline constexpr int kReportVersion = 1;
 
 // The --report document for `run` of `config`; `check` is null when --check was not given.
 std::string report_json(const train::TrainConfig& config, size_t num_params,
-                        const train::RunResult& run, const CheckResult* check);
+                        const train::RunResult& run, const train::CheckResult* check);
 
 // The --trace document: RankReport::timeline of every rank (config.trace must have been on).
 std::string trace_json(const train::TrainConfig& config, const train::RunResult& run);

@@ -1,15 +1,16 @@
 // dtsim train: one training run of one strategy on N rank threads. Prints the loss every
 // few steps, then per rank the memory held by category and the bytes sent per step; with
-// --check also the single-rank reference that tests/train would use (check.h), the
-// verdict and the largest parameter difference. --report and --trace write JSON files
-// that are either complete or absent. Exit code 0, 1 when the check fails, 2 on bad input.
+// --check also the single-rank reference that tests/train use (train/check.h), the
+// verdict and the largest parameter difference (and the reassociation floor when measured).
+// --report and --trace write JSON files that are either complete or absent. Exit code 0, 1 when the
+// check fails, 2 on bad input.
 #include <cstdio>
 #include <string>
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "train/check.h"
 #include "train/cli/args.h"
-#include "train/cli/check.h"
 #include "train/cli/commands.h"
 #include "train/cli/output_file.h"
 #include "train/cli/progress.h"
@@ -52,7 +53,8 @@ const char* kHelp =
     "                   (deterministic makes ddp and zero bitwise equal to accumulation)\n"
     "  --seed           initialisation and data seed (default 1)\n"
     "  --pitfall        forget-divide: skip the division by N (ddp, zero1-3): --check fails\n"
-    "  --check          also run the single-rank reference and compare; exit 1 on a mismatch\n"
+    "  --check          also run the single-rank reference and compare (past the tolerance,\n"
+    "                   also the reassociation floor); exit 1 on a mismatch\n"
     "  --report FILE    write a JSON report (see README, \"Report fields\")\n"
     "  --trace FILE     write a Chrome trace (open in ui.perfetto.dev): one track per rank\n"
     "  --quiet          no progress bar\n"
@@ -179,7 +181,7 @@ int train_main(const Words& words) {
   if (a.has("trace")) trace = OutputFile("train", "trace", a.str("trace", ""));
   config.trace = trace.open();
   const bool check = a.on("check");
-  const CheckPlan plan = plan_check(config);
+  const train::CheckPlan plan = train::plan_check(config);
 
   std::printf("dtsim train: %s, %s (%zu params), %d ranks, %d steps, batch %d",
               train::to_string(config.strategy), shape_text(config).c_str(), num_params(config),
@@ -190,14 +192,20 @@ int train_main(const Words& words) {
               config.pitfall == train::Pitfall::kForgetDivide ? ", PITFALL forget-divide" : "");
   std::fflush(stdout);
 
-  train::RunResult run, reference;
+  train::RunResult run;
+  train::CheckResult result;
   {
-    Progress progress(check ? 2 : 1, !a.on("quiet"));
+    // The run, its reference, and the floor partner when the tolerance alone fails.
+    Progress progress(check ? 3 : 1, !a.on("quiet"));
     progress.advance(std::string("training ") + train::to_string(config.strategy));
     run = train::run_training(config);
     if (check) {
       progress.advance(std::string("reference ") + train::to_string(plan.reference.strategy));
-      reference = train::run_training(plan.reference);
+      const train::RunResult reference = train::run_training(plan.reference);
+      result = train::judge(plan, run, reference, [&](const train::TrainConfig& c) {
+        progress.advance("reassociation floor");
+        return train::run_training(c);
+      });
     }
   }
   print_losses(run);
@@ -205,13 +213,15 @@ int train_main(const Words& words) {
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());
 
-  CheckResult result;
   if (check) {
-    result = judge(plan, run, reference);
     std::printf("check: %s  max |dparam| %.3g, max |dloss| %.3g (%s vs %s)\n",
-                result.passed ? "PASS" : "FAIL", result.comparison.max_abs_diff,
+                result.verdict_text.c_str(), result.comparison.max_abs_diff,
                 result.comparison.max_loss_diff, result.criterion.c_str(),
                 result.reference_name.c_str());
+    if (result.floor_measured) {
+      std::printf("       floor: %s, max |dparam| %.3g, max |dloss| %.3g\n",
+                  plan.floor_description.c_str(), result.floor, result.loss_floor);
+    }
   }
   if (report.open()) {
     report.commit(report_json(config, num_params(config), run, check ? &result : nullptr));

@@ -1,0 +1,185 @@
+#include "train/check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <tuple>
+
+#include "train/strategies.h"
+
+namespace dtsim::train {
+namespace {
+
+constexpr double kFloorFactor = 4;
+
+bool data_parallel(Strategy s) {
+  return s == Strategy::kDdp || s == Strategy::kZero1 || s == Strategy::kZero2 ||
+         s == Strategy::kZero3;
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
+}
+
+std::string tolerance_text(Tolerance t) { return fmt("rtol %.3g atol %.3g", t.rtol, t.atol); }
+
+std::string grouping_text(const TrainConfig& c) {
+  return std::string("accum ") + std::to_string(c.ranks) + "x" + std::to_string(c.micro_batches) +
+         (c.reverse_accumulation ? " reversed" : "");
+}
+
+// Accumulation over the strategy's grouping: R ranks (lowered until R x M divides the
+// batch) x M micro-batches, and at least two groups so that the sum order differs.
+TrainConfig accum_partner(const TrainConfig& config, const TrainConfig& reference) {
+  TrainConfig p = reference;
+  p.strategy = Strategy::kAccum;
+  p.micro_batches = config.micro_batches;
+  int g = config.ranks;
+  while (g > 1 && config.global_batch % (g * p.micro_batches) != 0) --g;
+  if (g * p.micro_batches == 1 && config.global_batch % 2 == 0) g = 2;
+  p.ranks = g;
+  return p;
+}
+
+// max |a - b| over parameters and over losses; infinite on a shape mismatch or NaN.
+std::pair<double, double> max_diffs(const RunResult& a, const RunResult& b) {
+  if (a.params.size() != b.params.size() || a.losses.size() != b.losses.size()) {
+    return {INFINITY, INFINITY};
+  }
+  auto diff = [](double x, double y) {
+    return std::isnan(x) || std::isnan(y) ? INFINITY : std::abs(x - y);
+  };
+  double p = 0, l = 0;
+  for (size_t i = 0; i < a.params.size(); ++i) p = std::max(p, diff(a.params[i], b.params[i]));
+  for (size_t i = 0; i < a.losses.size(); ++i) l = std::max(l, diff(a.losses[i], b.losses[i]));
+  return {p, l};
+}
+
+}  // namespace
+
+Tolerance stated_tolerance(model::Precision precision) {
+  if (precision == model::Precision::kMixedBf16) return {2.0 / 256, 2e-3};
+  return {1e-5, 1e-6};
+}
+
+CheckPlan plan_check(const TrainConfig& config) {
+  CheckPlan p;
+  p.reference = config;
+  p.reference.pitfall = Pitfall::kNone;
+  p.reference.trace = false;
+  p.reference.reverse_accumulation = false;
+  p.tolerance = stated_tolerance(config.precision);
+  const Strategy s = config.strategy;
+  const bool moe = config.model == ModelKind::kMoe;
+  const bool deterministic = config.algo == Algo::kDeterministic;
+  const int groups = config.ranks * config.micro_batches;
+
+  if (s == Strategy::kSingle || (s == Strategy::kAccum && moe && groups > 1)) {
+    p.bitwise = true;  // a reference itself: checked for determinism against a second run
+  } else if (s == Strategy::kAccum) {
+    p.reference.strategy = Strategy::kSingle;  // reference_test: within fp32 rounding
+  } else if (data_parallel(s) && deterministic &&
+             !(s == Strategy::kZero3 && config.micro_batches > 1)) {
+    p.reference.strategy = Strategy::kAccum;  // ddp_test, zero_test: bitwise
+    p.bitwise = true;
+  } else if (moe || data_parallel(s)) {
+    // MoE: the same routing groups (ep_test, zero_test). MLP ddp/zero get here only under
+    // kDeterministic (ZeRO-3 with micro-batches): within tolerance of accumulation.
+    p.reference.strategy = moe || deterministic ? Strategy::kAccum : Strategy::kSingle;
+  } else {
+    p.reference.strategy = Strategy::kSingle;  // tp, dp-tp
+  }
+  if (p.reference.strategy == Strategy::kSingle) p.reference.micro_batches = 1;
+  p.description = (p.bitwise ? std::string("bitwise") : tolerance_text(p.tolerance)) + " vs " +
+                  to_string(p.reference.strategy);
+  if (p.bitwise) return p;
+
+  if (p.reference.strategy == Strategy::kAccum || s == Strategy::kAccum) {
+    p.floor_partner = s == Strategy::kAccum ? config : p.reference;
+    p.floor_partner.pitfall = Pitfall::kNone;
+    p.floor_partner.trace = false;
+    p.floor_partner.reverse_accumulation = true;
+  } else {
+    p.floor_partner = accum_partner(config, p.reference);
+  }
+  p.floor_description =
+      std::string(to_string(p.reference.strategy)) + " vs " + grouping_text(p.floor_partner);
+  return p;
+}
+
+CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
+                               const RunResult& reference, const RunResult& partner) {
+  CheckResult r;
+  r.reference_name = to_string(plan.reference.strategy);
+  r.comparison = compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol);
+  if (plan.bitwise) {
+    r.criterion = "bitwise";
+    r.passed = r.comparison.bitwise_equal;
+    r.verdict = r.passed ? Verdict::kBitwise : Verdict::kFail;
+    r.verdict_text = r.passed ? "PASS" : "FAIL";  // the criterion says "bitwise"
+    return r;
+  }
+  r.criterion = tolerance_text(plan.tolerance);
+  if (r.comparison.passed) {
+    r.passed = true;
+    r.verdict = Verdict::kWithinTolerance;
+    r.verdict_text = "PASS";
+    return r;
+  }
+  r.floor_measured = true;
+  std::tie(r.floor, r.loss_floor) = max_diffs(reference, partner);
+  const Tolerance t = plan.tolerance;
+  const double slack = kFloorFactor * r.floor, loss_slack = kFloorFactor * r.loss_floor;
+  bool params_ok = run.params.size() == reference.params.size();
+  bool losses_ok = run.losses.size() == reference.losses.size();
+  double worst_excess = -INFINITY;
+  for (size_t i = 0; params_ok && i < reference.params.size(); ++i) {
+    const double b = reference.params[i];
+    const double d = std::isnan(run.params[i]) ? INFINITY : std::abs(run.params[i] - b);
+    const double tol = t.atol + t.rtol * std::abs(b);
+    if (d - tol > worst_excess) {
+      worst_excess = d - tol;
+      r.worst_diff = d;
+      r.worst_tol = tol;
+    }
+  }
+  params_ok = params_ok && std::isfinite(slack) && worst_excess <= slack;
+  for (size_t s = 0; losses_ok && s < reference.losses.size(); ++s) {
+    const double b = reference.losses[s];
+    const double d = std::isnan(run.losses[s]) ? INFINITY : std::abs(run.losses[s] - b);
+    losses_ok = d <= t.atol + t.rtol * std::abs(b) + loss_slack;
+  }
+  r.passed = params_ok && losses_ok;
+  r.verdict = r.passed ? Verdict::kWithinDrift : Verdict::kFail;
+  if (r.passed) {
+    r.verdict_text = fmt("PASS (within float drift: %.2g <= %.2g tol + 4 x %.2g floor)",
+                         r.worst_diff, r.worst_tol, r.floor);
+  } else if (!params_ok) {
+    r.verdict_text = fmt("FAIL (beyond float drift: %.2g > %.2g tol + 4 x %.2g floor)",
+                         r.worst_diff, r.worst_tol, r.floor);
+  } else {
+    r.verdict_text = fmt("FAIL (beyond float drift: loss %.2g > tol + 4 x %.2g loss floor)",
+                         r.comparison.max_loss_diff, r.loss_floor);
+  }
+  return r;
+}
+
+CheckResult judge(const CheckPlan& plan, const RunResult& run, const RunResult& reference,
+                  const RunFn& run_fn) {
+  if (plan.bitwise) return judge_with_partner(plan, run, reference, reference);
+  if (compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol).passed) {
+    return judge_with_partner(plan, run, reference, reference);
+  }
+  const RunResult partner = run_fn ? run_fn(plan.floor_partner) : run_training(plan.floor_partner);
+  return judge_with_partner(plan, run, reference, partner);
+}
+
+CheckResult check(const TrainConfig& config, const RunResult& run, const RunFn& run_fn) {
+  const CheckPlan plan = plan_check(config);
+  const RunResult reference = run_fn ? run_fn(plan.reference) : run_training(plan.reference);
+  return judge(plan, run, reference, run_fn);
+}
+
+}  // namespace dtsim::train

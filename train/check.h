@@ -1,0 +1,106 @@
+// The equivalence check, in one place: for a TrainConfig, which single-rank reference run it
+// must match, whether it must match bitwise, and within which tolerance; then the verdict.
+// `dtsim train --check`, `dtsim demo` and tests/train all judge a run here.
+//
+// Reference and criterion:
+//   - DDP and ZeRO under Algo::kDeterministic do the reference's float operations in the
+//     same order: bitwise equal to accumulation over the same ranks x micro-batches (ZeRO-3
+//     with several micro-batches reduce-scatters each one: within tolerance of it);
+//   - MoE runs (any data-parallel strategy, ep) against accumulation over the same ranks x
+//     micro-batches, since expert capacity and the aux loss depend on the token grouping;
+//   - single, and MoE accum with more than one group (a reference itself), bitwise against a
+//     second run of itself: a determinism check;
+//   - everything else against plain single-rank training.
+//   - Stated tolerance (allclose on every parameter and loss): fp32 rtol 1e-5 atol 1e-6; bf16
+//     keeps 8 significant bits, so two rounding steps, rtol 2/256 atol 2e-3.
+//
+// Verdict. A bitwise pair passes only when bitwise equal. Otherwise a run passes when it is
+// allclose to the reference within the stated tolerance. When it is not, that can still be
+// correct training: a different summation order rounds differently, and Adam turns a tiny
+// difference in a near-zero gradient into a whole lr step, so longer or wider runs drift
+// past any fixed tolerance. So we then measure the reassociation floor: the difference
+// between two correct single-rank runs that differ only in summation order,
+//   - reference single: single vs accumulation over the strategy's grouping (R ranks x M
+//     micro-batches, R lowered until it divides the batch; at least two groups);
+//   - reference accum: accum vs the same accum summed in reverse (reverse_accumulation);
+//   - the accum strategy vs single is itself the first pair, so its floor is single vs
+//     the reversed accum.
+// The run passes "within float drift" when it is allclose to the reference with the floor
+// added to atol four times over: for every parameter i,
+//   |run_i - ref_i| <= atol + rtol |ref_i| + 4 F,   F = max_j |ref_j - partner_j|,
+// and likewise every loss with the loss floor. The floor is the largest difference over all
+// parameters, not each parameter's own: reassociation drift is chaotic (which near-zero
+// Adam gradient flips sign depends on the exact rounding), so two correct orderings move
+// different parameters, and a per-parameter floor fails correct runs where the partner
+// happened not to flip (measured at D 64 H 256, 20 fp32 Adam steps: 1 tp and 60 dp-tp
+// parameters of 66436 beyond their own 4 x floor, none beyond 4 x the largest).
+// The factor 4 is headroom for a strategy's reassociation being larger than the floor
+// pair's. Limits: the floor pair reorders gradient sums only, while TP also reorders the
+// forward pass, so a TP-family run can drift further than 4 F (measured, same shape: tp
+// 3.1e-5 vs F 9.4e-6 passes; dp-tp 7.9e-5 fails, 8.4 F). With two groups the reversed
+// accumulation is the same sum (addition commutes), so that floor is 0 and the stated
+// tolerance alone applies. An error smaller than 4 F cannot be seen; the ones the lesson
+// cares about (a forgotten division, a wrong lr) are far above it, as check_test asserts.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "train/config.h"
+#include "train/result.h"
+
+namespace dtsim::train {
+
+struct Tolerance {
+  double rtol = 0, atol = 0;
+};
+
+// The stated allclose tolerance for a precision (fp32: 1e-5, 1e-6; bf16: 2/256, 2e-3).
+Tolerance stated_tolerance(model::Precision precision);
+
+struct CheckPlan {
+  TrainConfig reference;          // the run to match
+  bool bitwise = false;           // pass only when parameters and losses are identical
+  Tolerance tolerance;            // allclose tolerance when not bitwise
+  TrainConfig floor_partner;      // with `reference`, the floor pair (unused when bitwise)
+  std::string description;        // "bitwise vs accum", "rtol 1e-05 atol 1e-06 vs single"
+  std::string floor_description;  // "single vs accum 4x1", "accum 4x1 vs reversed"
+};
+
+enum class Verdict { kBitwise, kWithinTolerance, kWithinDrift, kFail };
+
+struct CheckResult {
+  Comparison comparison;  // run vs reference under the stated tolerance
+  bool passed = false;
+  Verdict verdict = Verdict::kFail;
+  bool floor_measured = false;
+  double floor = 0;            // max |ref - partner| over parameters
+  double loss_floor = 0;       // max |ref - partner| over per-step losses
+  double worst_diff = 0;       // |run - ref| at the parameter with the largest excess over tol
+  double worst_tol = 0;        // atol + rtol |ref| at that parameter
+  std::string reference_name;  // "single" or "accum"
+  std::string criterion;       // "bitwise" or "rtol 1e-05 atol 1e-06"
+  // "PASS", "PASS (within float drift: 3.1e-05 <= 1.5e-06 tol + 4 x 2.7e-05 floor)",
+  // "FAIL (beyond float drift: ...)", or plain "FAIL" (bitwise, or no floor measured).
+  std::string verdict_text;
+};
+
+// Runs one configuration; empty means run_training (the CLI passes one with progress or a cache).
+using RunFn = std::function<RunResult(const TrainConfig&)>;
+
+// The reference run, criterion and floor pair for `config`.
+CheckPlan plan_check(const TrainConfig& config);
+
+// Judges `run` against `reference` (the result of plan.reference); when the run fails the
+// stated tolerance, runs plan.floor_partner through `run_fn` to measure the floor.
+CheckResult judge(const CheckPlan& plan, const RunResult& run, const RunResult& reference,
+                  const RunFn& run_fn = {});
+
+// The same with the floor partner's result supplied (tests that perturb a run).
+CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
+                               const RunResult& reference, const RunResult& partner);
+
+// plan_check, run the reference, judge.
+CheckResult check(const TrainConfig& config, const RunResult& run, const RunFn& run_fn = {});
+
+}  // namespace dtsim::train
