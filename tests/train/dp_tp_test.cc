@@ -52,20 +52,14 @@ TEST_P(DpTpTraining, MatchesSingleRankTrainingAfterKSteps) {
   c.precision = p.precision;
   c.algo = Algo::kRing;
   c.mlp = {.input_dim = 16, .hidden_dim = 32, .num_blocks = 2, .output_dim = 4};
-  const RunResult grid = run_training(c);
-  TrainConfig single = c;
-  single.strategy = Strategy::kSingle;
-  single.ranks = 1;
-  const RunResult ref = run_training(single);
-  const bool bf16 = p.precision == model::Precision::kMixedBf16;
-  const Comparison cmp =
-      compare(grid, ref, bf16 ? kBf16Rtol : kFp32Rtol, bf16 ? kBf16Atol : kFp32Atol);
+  RunResult grid;
+  const CheckResult check = run_and_check(c, &grid);  // train/check.h: vs single
   std::cout << "[dp-tp N=" << p.ranks << " tp=" << p.tp
             << (p.opt == model::OptimizerKind::kAdam ? " adam" : " sgd")
-            << (bf16 ? " bf16" : " fp32") << "] max |dparam| " << cmp.max_abs_diff << " max rel "
-            << cmp.max_rel_diff << " max |dloss| " << cmp.max_loss_diff << "\n";
-  EXPECT_TRUE(cmp.passed) << "max abs diff " << cmp.max_abs_diff << ", loss diff "
-                          << cmp.max_loss_diff;
+            << (p.precision == model::Precision::kMixedBf16 ? " bf16" : " fp32") << "] " << check
+            << "\n";
+  EXPECT_EQ(check.reference_name, "single");
+  EXPECT_TRUE(check.passed) << check;
   for (const RankReport& r : grid.ranks) {
     // Per step: 2L - 1 on the TP group and one gradient all_reduce on the DP group; the two
     // splits cost one all_gather each, once.

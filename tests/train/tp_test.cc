@@ -21,7 +21,7 @@ namespace {
 // fp32: rtol 1e-5 (reassociated sums only); bf16: kBf16Rtol / kBf16Atol from
 // train_test_util.h, two bf16 rounding steps, since a reassociated fp32 sum can round a
 // gradient or weight to the neighbouring bf16 value.
-constexpr double kRtol = kFp32Rtol, kAtol = kFp32Atol;
+const double kRtol = kFp32Rtol, kAtol = kFp32Atol;
 
 model::MlpConfig small_mlp() {
   return {.input_dim = 8, .hidden_dim = 16, .num_blocks = 3, .output_dim = 4};
@@ -113,18 +113,13 @@ class TpTraining : public ::testing::TestWithParam<TpCase> {};
 TEST_P(TpTraining, MatchesSingleRankTrainingAfterKSteps) {
   const TpCase p = GetParam();
   const TrainConfig c = tp_config(p.ranks, p.opt, p.precision);
-  const RunResult tp = run_training(c);
-  TrainConfig single = c;
-  single.strategy = Strategy::kSingle;
-  single.ranks = 1;
-  const RunResult ref = run_training(single);
-  const bool bf16 = p.precision == model::Precision::kMixedBf16;
-  const Comparison cmp = compare(tp, ref, bf16 ? kBf16Rtol : kRtol, bf16 ? kBf16Atol : kAtol);
+  RunResult tp;
+  const CheckResult r = run_and_check(c, &tp);  // train/check.h: vs single
   std::cout << "[tp N=" << p.ranks << (p.opt == model::OptimizerKind::kAdam ? " adam" : " sgd")
-            << (bf16 ? " bf16" : " fp32") << "] max |dparam| " << cmp.max_abs_diff << " max rel "
-            << cmp.max_rel_diff << " max |dloss| " << cmp.max_loss_diff << "\n";
-  EXPECT_TRUE(cmp.passed) << "max abs diff " << cmp.max_abs_diff << ", loss diff "
-                          << cmp.max_loss_diff;
+            << (p.precision == model::Precision::kMixedBf16 ? " bf16" : " fp32") << "] " << r
+            << "\n";
+  EXPECT_EQ(r.reference_name, "single");
+  EXPECT_TRUE(r.passed) << r;
   EXPECT_LT(tp.losses.back(), tp.losses.front());
   // Per step: L all_reduces forward and L - 1 backward; nothing for the replicated head.
   for (const RankReport& r : tp.ranks) {

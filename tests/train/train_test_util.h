@@ -8,17 +8,19 @@
 #include <ostream>
 
 #include "model/memory.h"
+#include "train/check.h"
 #include "train/config.h"
 #include "train/result.h"
+#include "train/strategies.h"
 
 namespace dtsim::train {
 
-// fp32: the brief's rtol; atol covers parameters that pass through zero.
-inline constexpr double kFp32Rtol = 1e-5, kFp32Atol = 1e-6;
-// bf16 keeps 8 significant bits: one rounding step is 2^-8 of the value (0.4%), and a
-// different summation order can round a weight or gradient one bf16 step the other way.
-// Allow two steps relative, and an absolute 2e-3 (a step of a weight of size 0.25).
-inline constexpr double kBf16Rtol = 2.0 / 256, kBf16Atol = 2e-3;
+// The stated tolerances, from train/check.h (the one place that decides them): fp32 rtol
+// 1e-5 atol 1e-6; bf16 two rounding steps, rtol 2/256 atol 2e-3.
+inline const double kFp32Rtol = stated_tolerance(model::Precision::kFp32).rtol;
+inline const double kFp32Atol = stated_tolerance(model::Precision::kFp32).atol;
+inline const double kBf16Rtol = stated_tolerance(model::Precision::kMixedBf16).rtol;
+inline const double kBf16Atol = stated_tolerance(model::Precision::kMixedBf16).atol;
 
 inline TrainConfig mlp_config(Strategy s, int ranks) {
   TrainConfig c;
@@ -73,6 +75,20 @@ inline int64_t category(const RankReport& r, model::MemoryCategory c) {
 inline std::ostream& operator<<(std::ostream& os, const Comparison& c) {
   return os << "bitwise " << c.bitwise_equal << ", max |dparam| " << c.max_abs_diff << ", max rel "
             << c.max_rel_diff << ", max |dloss| " << c.max_loss_diff;
+}
+
+inline std::ostream& operator<<(std::ostream& os, const CheckResult& r) {
+  os << r.verdict_text << " (" << r.criterion << " vs " << r.reference_name << "; " << r.comparison;
+  if (r.floor_measured) os << "; floor " << r.floor << ", loss floor " << r.loss_floor;
+  return os << ")";
+}
+
+// Runs `config` and judges it as `dtsim train --check` does (train/check.h).
+inline CheckResult run_and_check(const TrainConfig& config, RunResult* run_out = nullptr) {
+  RunResult run = run_training(config);
+  CheckResult r = check(config, run);
+  if (run_out != nullptr) *run_out = std::move(run);
+  return r;
 }
 
 // Calls of one collective kind per step on rank `rank`.
