@@ -21,6 +21,12 @@ float contribution(int r, size_t i) {
 float sum_of(int n, size_t i) {
   return static_cast<float>(n * (n + 1) / 2) + static_cast<float>(n) * static_cast<float>(i % 7);
 }
+// From this size on, timed calls are separated by a barrier. The mailboxes bound messages
+// in flight (32 per channel), not bytes: without it a rank running ahead in a direct
+// algorithm can park 32 x 64 MiB per channel (the N = 8 matrix once needed 24 GB). The
+// barrier costs < 1% of a call this large.
+constexpr size_t kFenceBytes = size_t{4} << 20;
+
 float pattern(size_t i) { return static_cast<float>(i % 1000) + 1.0f; }
 
 bool chunked(Coll c) {
@@ -226,8 +232,13 @@ size_t CollCase::count() const {
 
 CollectiveHarness::~CollectiveHarness() = default;
 
-World& CollectiveHarness::world(int n) {
-  if (!world_ || world_->size() != n) {
+World& CollectiveHarness::world(const CollCase& c) {
+  // A fresh world per (N, collective, algorithm): payload pools sized by one algorithm
+  // (the direct ones hold N - 1 full buffers per rank) are freed before the next.
+  const auto key = std::make_tuple(c.ranks, int(c.coll), int(c.algo));
+  if (!world_ || key != world_key_) {
+    world_key_ = key;
+    const int n = c.ranks;
     world_.reset();
     buffers_.clear();
     world_ = std::make_unique<World>(n);
@@ -237,10 +248,11 @@ World& CollectiveHarness::world(int n) {
 }
 
 CollResult CollectiveHarness::run(const CollCase& c, int64_t iters, int trials, bool verify) {
-  World& w = world(c.ranks);
+  World& w = world(c);
   const size_t n = static_cast<size_t>(c.ranks);
   std::vector<int64_t> wrong(n, 0);
   std::vector<std::vector<Clock::time_point>> start(n), stop(n);
+  const bool fenced = c.size_bytes() >= kFenceBytes;
   w.run([&](Communicator& comm) {
     const int r = comm.rank();
     RankBuffers& b = buffers_[static_cast<size_t>(r)];
@@ -255,7 +267,10 @@ CollResult CollectiveHarness::run(const CollCase& c, int64_t iters, int trials, 
     for (int t = 0; t < trials; ++t) {
       comm.barrier();
       start[static_cast<size_t>(r)].push_back(Clock::now());
-      for (int64_t i = 0; i < iters; ++i) call(comm, c, b.in, b.out);
+      for (int64_t i = 0; i < iters; ++i) {
+        call(comm, c, b.in, b.out);
+        if (fenced) comm.barrier();
+      }
       stop[static_cast<size_t>(r)].push_back(Clock::now());
     }
   });

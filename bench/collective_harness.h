@@ -5,6 +5,7 @@
 // at a barrier and runs `iters` back-to-back calls. A trial's time is wall clock from the
 // first rank leaving the barrier to the last rank finishing (max over ranks), divided by
 // `iters`, so the wake-up of World::run itself is never part of a collective's time.
+// Calls of 4 MiB and more are separated by a barrier (collective_harness.cc says why).
 //
 // Sizes follow nccl-tests: `bytes` is the whole buffer (all_reduce, broadcast, reduce),
 // the reduce_scatter input, the all_gather output, the all_to_all input of one rank.
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/types.h"
@@ -64,9 +66,8 @@ class CollectiveHarness {
   CollectiveHarness(const CollectiveHarness&) = delete;
   CollectiveHarness& operator=(const CollectiveHarness&) = delete;
 
-  // The cached world of `n` ranks (a world of another size is destroyed first, which also
-  // frees the payload pools of the previous sizes).
-  World& world(int n);
+  // The world for `c`: cached while N, collective and algorithm stay the same.
+  World& world(const CollCase& c);
   // Verifies `c` once (when verify is set), then times `trials` trials of `iters` calls.
   CollResult run(const CollCase& c, int64_t iters, int trials, bool verify = true);
   // Picks a number of calls per trial so that one trial lasts about `target_seconds`.
@@ -77,6 +78,7 @@ class CollectiveHarness {
     std::vector<float> in, out;
   };
   std::unique_ptr<World> world_;
+  std::tuple<int, int, int> world_key_{0, 0, 0};
   std::vector<RankBuffers> buffers_;
 };
 

@@ -73,7 +73,7 @@ void register_all() {
   auto* m = benchmark::RegisterBenchmark("memcpy", bm_memcpy);
   for (size_t b : sizes) m->Arg(static_cast<int64_t>(b));
   m->UseManualTime()->Unit(benchmark::kMicrosecond);
-  // N outermost, so the harness keeps one world (and its payload pools) at a time.
+  // N outermost; the harness makes one world per (N, collective, algorithm).
   for (int n : {2, 4, 8}) {
     for (Coll coll : kAllColls) {
       for (Algo algo : algos_of(coll)) {
