@@ -20,6 +20,11 @@ constexpr std::array<std::pair<Strategy, const char*>, 9> kStrategyNames{{
 
 }  // namespace
 
+model::ParamLayout model_layout(const TrainConfig& config) {
+  return config.model == ModelKind::kMlp ? model::mlp_layout(config.mlp)
+                                         : model::moe_model_layout(config.moe);
+}
+
 const char* to_string(Strategy s) {
   for (const auto& [strategy, name] : kStrategyNames) {
     if (strategy == s) return name;

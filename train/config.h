@@ -54,6 +54,9 @@ struct TrainConfig {
   bool reverse_accumulation = false;
 };
 
+// The full single-rank parameter layout of the model `config` names (mlp or moe).
+model::ParamLayout model_layout(const TrainConfig& config);
+
 const char* to_string(Strategy s);
 const char* to_string(ModelKind m);
 // Parses the CLI names: single, accum, ddp, zero1, zero2, zero3, tp, ep, dp-tp.

@@ -23,8 +23,8 @@
 
 #include "runtime/world.h"
 #include "train/accounting.h"
-#include "train/data_parallel.h"
 #include "train/grad_ops.h"
+#include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -91,13 +91,12 @@ class DdpHooks : public PhaseHooks {
   bool sync_ = true;
 };
 
-void ddp_rank(const TrainConfig& config, Communicator& comm, DataParallelShared& shared) {
+void ddp_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
   const int rank = comm.rank();
   const MicroBatches micro(config, comm.size());
   Trainee trainee(config);
-  RankReport& report = shared.reports[rank];
-  RankTimeline timeline(config.trace ? &report.timeline : nullptr);
-  PeakMemory peak;
+  RankFrame me(frame, config, rank);
+  RankTimeline& timeline = me.timeline();
   model::ParamStore& store = trainee.store();
   with_buffers(store, [&](auto params, auto grads) {
     using T = typename decltype(grads)::value_type;
@@ -111,26 +110,26 @@ void ddp_rank(const TrainConfig& config, Communicator& comm, DataParallelShared&
         hooks.set_sync(m == micro.count - 1);
         const float loss = trainee.forward_backward(step, micro.first(rank, m), micro.size,
                                                     micro.grad_scale(), &hooks);
-        shared.board.add(step, rank, loss, micro.size);
+        frame.board.add(step, rank, loss, micro.size);
         hooks.finish();
       }
       if (!hooks.bucketed()) hooks.reduce(grads);
       timeline.phase("optimizer", [&] { opt->step(params, grads); });
-      peak.observe(trainee.memory());
-      if (rank == 0) shared.step_seconds.push_back(seconds_since(start));
+      me.peak().observe(trainee.memory());
+      me.end_step(start);
     }
   });
-  report.memory = peak.bytes();
-  if (rank == 0) shared.params = store.params_as_float();
+  me.finish();
+  if (rank == 0) frame.params = store.params_as_float();
 }
 
 }  // namespace
 
 RunResult run_ddp(const TrainConfig& config) {
-  DataParallelShared shared(config);
+  RunFrame frame(config);
   World world(config.ranks);
-  world.run([&](Communicator& comm) { ddp_rank(config, comm, shared); });
-  return collect(shared, world, config);
+  world.run([&](Communicator& comm) { ddp_rank(config, comm, frame); });
+  return collect(frame, world, config);
 }
 
 }  // namespace dtsim::train

@@ -29,6 +29,7 @@
 #include "runtime/world.h"
 #include "train/ep_moe.h"
 #include "train/grad_ops.h"
+#include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -74,6 +75,18 @@ class EpMoeModel {
 
   model::ParamStore& store() { return store_; }
   model::MemoryLedger& memory() { return ledger_; }
+
+  // Loads this rank's tensors of a full moe_model_layout() parameter vector, by name.
+  void load_full(std::span<const float> full) {
+    const model::ParamLayout full_layout = model::moe_model_layout(config_);
+    std::vector<float> mine(store_.size());
+    for (const model::ParamView& v : store_.layout().views()) {
+      std::copy_n(full.begin() + full_layout.view(v.name).offset, v.size(),
+                  mine.begin() + v.offset);
+    }
+    store_.set_params(mine);
+  }
+
   size_t replicated_size() const {
     return store_.layout().layer_range(kMoe).begin + model::moe_router_size(config_.moe);
   }
@@ -187,63 +200,46 @@ std::vector<float> gather_params(const TrainConfig& config,
 }  // namespace
 
 RunResult run_ep(const TrainConfig& config) {
-  const int n = config.ranks, micro = config.micro_batches;
-  const int micro_size = config.global_batch / (n * micro);
+  const int n = config.ranks;
+  const MicroBatches micro(config, n);  // data parallel over the token batch
   const float scale = 1.0f / static_cast<float>(config.global_batch);
   const int Din = config.moe.input_dim;
   const std::vector<float> init =
       model::init_params(model::moe_model_layout(config.moe), config.seed);  // MoeModel's bits
 
-  RunResult result;
-  result.ranks.resize(n);
+  RunFrame frame(config);
   std::vector<std::vector<float>> local(n);
-  std::vector<double> step_seconds;  // rank 0's
-  LossBoard board(config.steps, n);
   World world(n);
   world.run([&](Communicator& comm) {
     const int rank = comm.rank();
-    RankReport& report = result.ranks[rank];
-    RankTimeline timeline(config.trace ? &report.timeline : nullptr);
-    TracedComm ep(comm, timeline, config.algo);
+    RankFrame me(frame, config, rank);
+    TracedComm ep(comm, me.timeline(), config.algo);
     EpMoeModel model(config.moe, rank, n, config.precision);
-    {  // This rank's tensors of the full initial vector, by name.
-      const model::ParamLayout full = model::moe_model_layout(config.moe);
-      std::vector<float> mine(model.store().size());
-      for (const model::ParamView& v : model.store().layout().views()) {
-        std::copy_n(init.begin() + full.view(v.name).offset, v.size(), mine.begin() + v.offset);
-      }
-      model.store().set_params(mine);
-    }
+    model.load_full(init);
     const model::ClassificationTask task(Din, config.moe.num_classes, task_seed(config));
-    std::vector<float> x(size_t(micro_size) * Din);
-    std::vector<int32_t> labels(micro_size);
-    PeakMemory peak;
+    std::vector<float> x(size_t(micro.size) * Din);
+    std::vector<int32_t> labels(micro.size);
     with_buffers(model.store(), [&](auto params, auto grads) {
       auto opt = make_slice_optimizer(config, params, &model.memory());
       for (int step = 0; step < config.steps; ++step) {
         const auto start = std::chrono::steady_clock::now();
         model.store().zero_grad();
-        for (int m = 0; m < micro; ++m) {
-          task.batch(step, (rank * micro + m) * micro_size, micro_size, x, labels);
-          board.add(step, rank, model.forward_backward(x, labels, micro_size, scale, ep),
-                    micro_size);
+        for (int m = 0; m < micro.count; ++m) {
+          task.batch(step, micro.first(rank, m), micro.size, x, labels);
+          const float loss = model.forward_backward(x, labels, micro.size, scale, ep);
+          frame.board.add(step, rank, loss, micro.size);
         }
         ep.all_reduce(grads.first(model.replicated_size()));  // data parallel over tokens
-        timeline.phase("optimizer", [&] { opt->step(params, grads); });
-        peak.observe(model.memory());
-        if (rank == 0) step_seconds.push_back(seconds_since(start));
+        me.timeline().phase("optimizer", [&] { opt->step(params, grads); });
+        me.peak().observe(model.memory());
+        me.end_step(start);
       }
     });
     local[rank] = model.store().params_as_float();
-    report.rank = rank;
-    report.memory = peak.bytes();
+    me.finish();
   });
-  for (int r = 0; r < n; ++r) result.ranks[r].counters = world.counters(r);
-  result.params = gather_params(config, local);
-  result.losses = board.losses(config.global_batch);
-  result.steps = config.steps;
-  result.seconds_per_step = median_seconds(step_seconds);
-  return result;
+  frame.params = gather_params(config, local);
+  return collect(frame, world, config);
 }
 
 }  // namespace dtsim::train

@@ -1,10 +1,13 @@
-// What the data-parallel strategies (DDP, ZeRO-1/2/3) share: which samples rank r takes, the
-// per-rank results that rank threads fill in, and the RunResult built from them.
+// What every multi-rank strategy (DDP, ZeRO-1/2/3, TP, DP x TP, EP) does the same way around
+// its algorithm: which samples a data-parallel rank takes, the per-rank reports, loss board
+// and step times that rank threads fill in, and the RunResult built from them.
 //
-// Thread safety: DataParallelShared is written by every rank thread at its own slots (rank
-// 0 alone writes params and step_seconds) and read after World::run returns.
+// Thread safety: RunFrame is written by every rank thread at its own slots (rank 0 alone
+// writes step_seconds; params by rank 0, by disjoint shards, or after World::run) and read
+// after World::run returns. A RankFrame belongs to one rank thread.
 #pragma once
 
+#include <chrono>
 #include <vector>
 
 #include "runtime/world.h"
@@ -14,8 +17,8 @@
 
 namespace dtsim::train {
 
-// Rank r's micro-batch m of a step: samples [first(r, m), first(r, m) + size) of the global
-// batch, the same slices run_accum's group r uses.
+// Data-parallel rank r's micro-batch m of a step: samples [first(r, m), first(r, m) + size)
+// of the global batch, the same slices run_accum's group r uses.
 struct MicroBatches {
   MicroBatches(const TrainConfig& c, int ranks)
       : count(c.micro_batches), size(c.global_batch / (ranks * c.micro_batches)) {}
@@ -26,28 +29,56 @@ struct MicroBatches {
   int size;   // samples per micro-batch
 };
 
-struct DataParallelShared {
-  explicit DataParallelShared(const TrainConfig& c)
-      : board(c.steps, c.ranks), reports(c.ranks), params() {}
+struct RunFrame {
+  // `loss_slots` columns of the loss board: one per data-parallel rank or replica.
+  RunFrame(const TrainConfig& c, int loss_slots) : board(c.steps, loss_slots), reports(c.ranks) {}
+  explicit RunFrame(const TrainConfig& c) : RunFrame(c, c.ranks) {}
   LossBoard board;
   std::vector<RankReport> reports;
-  std::vector<float> params;         // the final full parameters (written by rank 0 or shards)
+  std::vector<float> params;         // the final full parameters
   std::vector<double> step_seconds;  // rank 0's wall time per step
 };
 
-// The RunResult of a finished data-parallel run on `world`.
-inline RunResult collect(DataParallelShared& shared, const World& world,
-                         const TrainConfig& config) {
-  RunResult result;
-  result.losses = shared.board.losses(config.global_batch);
-  result.params = std::move(shared.params);
-  result.steps = config.steps;
-  result.seconds_per_step = median_seconds(shared.step_seconds);
-  for (int r = 0; r < world.size(); ++r) {
-    shared.reports[r].rank = r;
-    shared.reports[r].counters = world.counters(r);
+// One rank's part of a RunFrame: its report, its timeline (recording when config.trace) and
+// its peak memory.
+class RankFrame {
+ public:
+  RankFrame(RunFrame& frame, const TrainConfig& config, int rank)
+      : frame_(frame),
+        rank_(rank),
+        timeline_(config.trace ? &frame.reports[rank].timeline : nullptr) {}
+  RankFrame(const RankFrame&) = delete;
+  RankFrame& operator=(const RankFrame&) = delete;
+
+  RankTimeline& timeline() { return timeline_; }
+  PeakMemory& peak() { return peak_; }
+  // Ends the step that began at `start`: rank 0 records its wall time.
+  void end_step(std::chrono::steady_clock::time_point start) {
+    if (rank_ == 0) frame_.step_seconds.push_back(seconds_since(start));
   }
-  result.ranks = std::move(shared.reports);
+  // Writes the peak memory into this rank's report; call after the last step.
+  void finish() { frame_.reports[rank_].memory = peak_.bytes(); }
+
+ private:
+  RunFrame& frame_;
+  int rank_;
+  RankTimeline timeline_;
+  PeakMemory peak_;
+};
+
+// The RunResult of a finished run on `world`: losses from the board, the frame's params,
+// median step time, and every rank's report with its traffic counters.
+inline RunResult collect(RunFrame& frame, const World& world, const TrainConfig& config) {
+  RunResult result;
+  result.losses = frame.board.losses(config.global_batch);
+  result.params = std::move(frame.params);
+  result.steps = config.steps;
+  result.seconds_per_step = median_seconds(frame.step_seconds);
+  for (int r = 0; r < world.size(); ++r) {
+    frame.reports[r].rank = r;
+    frame.reports[r].counters = world.counters(r);
+  }
+  result.ranks = std::move(frame.reports);
   return result;
 }
 

@@ -21,8 +21,8 @@
 
 #include "model/data.h"
 #include "runtime/world.h"
-#include "train/accounting.h"
 #include "train/grad_ops.h"
+#include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/tp_mlp.h"
@@ -61,61 +61,48 @@ std::vector<float> gather_params(const TrainConfig& config, int tp_size,
 
 RunResult run_tp_grid(const TrainConfig& config, int tp_size) {
   const int n = config.ranks, dp_size = n / tp_size;
-  const int micro = config.micro_batches;
-  const int replica_batch = config.global_batch / dp_size;
-  const int micro_size = replica_batch / micro;
+  const MicroBatches micro(config, dp_size);  // replica r takes data-parallel rank r's samples
   const float scale = 1.0f / static_cast<float>(config.global_batch);
   const int D = config.mlp.input_dim, O = config.mlp.output_dim;
   const std::vector<float> init =
       model::init_params(model::mlp_layout(config.mlp), config.seed);  // MlpModel's bits
 
-  RunResult result;
-  result.ranks.resize(n);
+  RunFrame frame(config, dp_size);
   std::vector<std::vector<float>> local(n);
-  std::vector<double> step_seconds;  // rank 0's
-  LossBoard board(config.steps, dp_size);
   World world(n);
   world.run([&](Communicator& comm) {
     const int rank = comm.rank();
-    RankReport& report = result.ranks[rank];
-    RankTimeline timeline(config.trace ? &report.timeline : nullptr);
+    RankFrame me(frame, config, rank);
     TpGrid grid = make_tp_grid(comm, tp_size);
-    TracedComm tp(*grid.tp, timeline, config.algo);
+    TracedComm tp(*grid.tp, me.timeline(), config.algo);
     TpMlp model(config.mlp, grid.tp->rank(), tp_size, config.precision);
     model.load_full(init);
     const model::RegressionTask task(D, O, task_seed(config));
-    std::vector<float> x(size_t(micro_size) * D), y(size_t(micro_size) * O);
-    PeakMemory peak;
+    std::vector<float> x(size_t(micro.size) * D), y(size_t(micro.size) * O);
     with_buffers(model.store(), [&](auto params, auto grads) {
       auto opt = make_slice_optimizer(config, params, &model.memory());
       for (int step = 0; step < config.steps; ++step) {
         const auto start = std::chrono::steady_clock::now();
         model.store().zero_grad();
-        for (int m = 0; m < micro; ++m) {
-          const int first = grid.dp_index * replica_batch + m * micro_size;
-          task.batch(step, first, micro_size, x, y);
-          const float loss = model.forward_backward(x, y, micro_size, scale, tp);
-          if (grid.tp->rank() == 0) board.add(step, grid.dp_index, loss, micro_size);
+        for (int m = 0; m < micro.count; ++m) {
+          task.batch(step, micro.first(grid.dp_index, m), micro.size, x, y);
+          const float loss = model.forward_backward(x, y, micro.size, scale, tp);
+          if (grid.tp->rank() == 0) frame.board.add(step, grid.dp_index, loss, micro.size);
         }
         if (grid.dp != nullptr) {  // DDP across replicas: grads already carry 1/B
-          TracedComm dp(*grid.dp, timeline, config.algo);
+          TracedComm dp(*grid.dp, me.timeline(), config.algo);
           dp.all_reduce(grads);
         }
-        timeline.phase("optimizer", [&] { opt->step(params, grads); });
-        peak.observe(model.memory());
-        if (rank == 0) step_seconds.push_back(seconds_since(start));
+        me.timeline().phase("optimizer", [&] { opt->step(params, grads); });
+        me.peak().observe(model.memory());
+        me.end_step(start);
       }
     });
     local[rank] = model.store().params_as_float();
-    report.rank = rank;
-    report.memory = peak.bytes();
+    me.finish();
   });
-  for (int r = 0; r < n; ++r) result.ranks[r].counters = world.counters(r);
-  result.params = gather_params(config, tp_size, local);
-  result.losses = board.losses(config.global_batch);
-  result.steps = config.steps;
-  result.seconds_per_step = median_seconds(step_seconds);
-  return result;
+  frame.params = gather_params(config, tp_size, local);
+  return collect(frame, world, config);
 }
 
 RunResult run_tp(const TrainConfig& config) { return run_tp_grid(config, config.ranks); }

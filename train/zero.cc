@@ -28,8 +28,8 @@
 
 #include "model/memory.h"
 #include "runtime/world.h"
-#include "train/data_parallel.h"
 #include "train/grad_ops.h"
+#include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -47,15 +47,14 @@ Algo reduce_scatter_algo(Algo a) {
 Algo all_gather_algo(Algo a) { return a == Algo::kDirect ? a : Algo::kRing; }
 
 // ZeRO-1 (stage 1) or ZeRO-2 (stage 2) on one rank.
-void zero12_rank(const TrainConfig& config, Communicator& comm, DataParallelShared& shared) {
+void zero12_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
   const int rank = comm.rank(), n = comm.size();
   const bool stage2 = config.strategy == Strategy::kZero2;
   const MicroBatches micro(config, n);
   Trainee trainee(config);
-  RankReport& report = shared.reports[rank];
-  RankTimeline timeline(config.trace ? &report.timeline : nullptr);
+  RankFrame me(frame, config, rank);
+  RankTimeline& timeline = me.timeline();
   PhaseHooks hooks(&timeline);
-  PeakMemory peak;
   model::MemoryLedger ledger;  // this rank's model state, as ZeRO holds it
   model::ParamStore& store = trainee.store();
   with_buffers(store, [&](auto params, auto grads) {
@@ -75,7 +74,7 @@ void zero12_rank(const TrainConfig& config, Communicator& comm, DataParallelShar
         const float loss = trainee.forward_backward(step, micro.first(rank, m), micro.size,
                                                     micro.grad_scale(), &hooks);
         hooks.finish();
-        shared.board.add(step, rank, loss, micro.size);
+        frame.board.add(step, rank, loss, micro.size);
       }
       std::span<T> my_grads = grads.subspan(mine.begin, mine.size());
       if (stage2) {
@@ -93,25 +92,24 @@ void zero12_rank(const TrainConfig& config, Communicator& comm, DataParallelShar
       timeline.collective("all_gather", comm, [&] {
         comm.all_gather(std::span<const T>(my_params), params, all_gather_algo(config.algo));
       });
-      peak.observe(ledger, trainee.memory());
-      if (rank == 0) shared.step_seconds.push_back(seconds_since(start));
+      me.peak().observe(ledger, trainee.memory());
+      me.end_step(start);
     }
     ledger.add(MemoryCategory::kWeights, -full_bytes);
     if (!stage2) ledger.add(MemoryCategory::kGradients, -full_bytes);
   });
-  report.memory = peak.bytes();
-  if (rank == 0) shared.params = store.params_as_float();
+  me.finish();
+  if (rank == 0) frame.params = store.params_as_float();
 }
 
 // ZeRO-3 on one rank: the shard buffers, the hooks that gather and release layers, and
 // the optimizer over the shard.
-void zero3_rank(const TrainConfig& config, Communicator& comm, DataParallelShared& shared) {
+void zero3_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
   const int rank = comm.rank();
   const MicroBatches micro(config, comm.size());
   Trainee trainee(config);
-  RankReport& report = shared.reports[rank];
-  RankTimeline timeline(config.trace ? &report.timeline : nullptr);
-  PeakMemory peak;
+  RankFrame me(frame, config, rank);
+  RankTimeline& timeline = me.timeline();
   model::MemoryLedger ledger;
   model::ParamStore& store = trainee.store();
   const Zero3Layout layout(store.layout(), comm.size());
@@ -122,8 +120,9 @@ void zero3_rank(const TrainConfig& config, Communicator& comm, DataParallelShare
     layout.take_shard(rank, std::span<const T>(params), shard_params.span());
     layout.poison_all(rank, params);
     auto opt = make_slice_optimizer(config, shard_params.span(), &ledger);
-    Zero3Hooks<T> hooks({&timeline, &comm, &config, &layout, &ledger, &trainee.memory(), &peak},
-                        params, grads, shard_params.span(), shard_grads.span());
+    Zero3Hooks<T> hooks(
+        {&timeline, &comm, &config, &layout, &ledger, &trainee.memory(), &me.peak()}, params, grads,
+        shard_params.span(), shard_grads.span());
     for (int step = 0; step < config.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
       std::fill(shard_grads.span().begin(), shard_grads.span().end(), T(0.0f));
@@ -132,37 +131,34 @@ void zero3_rank(const TrainConfig& config, Communicator& comm, DataParallelShare
         const float loss = trainee.forward_backward(step, micro.first(rank, m), micro.size,
                                                     micro.grad_scale(), &hooks);
         hooks.finish();
-        shared.board.add(step, rank, loss, micro.size);
+        frame.board.add(step, rank, loss, micro.size);
       }
       if (config.pitfall != Pitfall::kForgetDivide) divide(shard_grads.span(), comm.size());
       timeline.phase("optimizer", [&] { opt->step(shard_params.span(), shard_grads.span()); });
-      peak.observe(ledger, trainee.memory());
-      if (rank == 0) shared.step_seconds.push_back(seconds_since(start));
+      me.peak().observe(ledger, trainee.memory());
+      me.end_step(start);
     }
-    layout.put_shard(rank, std::span<const T>(shard_params.span()), shared.params);
+    layout.put_shard(rank, std::span<const T>(shard_params.span()), frame.params);
   });
-  report.memory = peak.bytes();
+  me.finish();
 }
 
 }  // namespace
 
 RunResult run_zero(const TrainConfig& config) {
-  DataParallelShared shared(config);
+  RunFrame frame(config);
   if (config.strategy == Strategy::kZero3) {  // every rank writes its shards into it
-    const model::ParamLayout layout = config.model == ModelKind::kMlp
-                                          ? model::mlp_layout(config.mlp)
-                                          : model::moe_model_layout(config.moe);
-    shared.params.assign(layout.size(), 0.0f);
+    frame.params.assign(model_layout(config).size(), 0.0f);
   }
   World world(config.ranks);
   world.run([&](Communicator& comm) {
     if (config.strategy == Strategy::kZero3) {
-      zero3_rank(config, comm, shared);
+      zero3_rank(config, comm, frame);
     } else {
-      zero12_rank(config, comm, shared);
+      zero12_rank(config, comm, frame);
     }
   });
-  return collect(shared, world, config);
+  return collect(frame, world, config);
 }
 
 }  // namespace dtsim::train

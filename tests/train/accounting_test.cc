@@ -15,10 +15,6 @@
 namespace dtsim::train {
 namespace {
 
-model::ParamLayout layout_of(const TrainConfig& c) {
-  return c.model == ModelKind::kMlp ? model::mlp_layout(c.mlp) : model::moe_model_layout(c.moe);
-}
-
 RunResult run(const TrainConfig& c) {
   return c.strategy == Strategy::kDdp ? run_ddp(c) : run_zero(c);
 }
@@ -28,7 +24,7 @@ void expect_matches_estimate(TrainConfig c, int stage) {
   c.steps = 2;
   c.strategy = stage == 0 ? Strategy::kDdp
                           : static_cast<Strategy>(static_cast<int>(Strategy::kZero1) + stage - 1);
-  const model::ParamLayout layout = layout_of(c);
+  const model::ParamLayout layout = model_layout(c);
   const Zero3Layout z3(layout, c.ranks);
   const double psi = static_cast<double>(layout.size());
   const Estimate e = estimate({.params = psi,

@@ -104,11 +104,6 @@ std::string reference_key(const train::TrainConfig& c) {
                 optimizer_name(c.optimizer), c.ranks, c.micro_batches, int(c.reverse_accumulation));
 }
 
-size_t num_params(const train::TrainConfig& c) {
-  return c.model == ModelKind::kMlp ? model::mlp_layout(c.mlp).size()
-                                    : model::moe_model_layout(c.moe).size();
-}
-
 // "8.5/8.5/17/17/17": weights/grads/master/adam_m/adam_v in KiB, the largest on any rank.
 std::string memory_text(const train::RunResult& run) {
   const auto m = max_memory(run);
@@ -165,8 +160,8 @@ int demo_main(const Words& words) {
       "dtsim demo: %d rank threads, %d steps, global batch %d, fp32 Adam lr "
       "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
       kRanks, steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
-      mlp.mlp.num_blocks, num_params(mlp), moe.moe.moe.d_model, moe.moe.moe.d_ff,
-      moe.moe.moe.num_experts, moe.moe.moe.top_k, num_params(moe));
+      mlp.mlp.num_blocks, train::model_layout(mlp).size(), moe.moe.moe.d_model, moe.moe.moe.d_ff,
+      moe.moe.moe.num_experts, moe.moe.moe.top_k, train::model_layout(moe).size());
   std::fflush(stdout);
 
   Table t({"strategy", "model", "final loss", "max |dparam|", "check", "verdict",
@@ -217,7 +212,7 @@ int demo_main(const Words& words) {
       t.add(cells);
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
         ddp_memory = run.ranks[0].memory;
-        ddp_params = num_params(c);
+        ddp_params = train::model_layout(c).size();
       }
     }
   }

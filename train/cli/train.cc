@@ -118,11 +118,6 @@ train::TrainConfig parse_config(const Args& a) {
   return c;
 }
 
-size_t num_params(const train::TrainConfig& c) {
-  return c.model == train::ModelKind::kMlp ? model::mlp_layout(c.mlp).size()
-                                           : model::moe_model_layout(c.moe).size();
-}
-
 std::string shape_text(const train::TrainConfig& c) {
   if (c.model == train::ModelKind::kMlp) {
     return format("mlp D %d H %d L %d", c.mlp.input_dim, c.mlp.hidden_dim, c.mlp.num_blocks);
@@ -184,8 +179,8 @@ int train_main(const Words& words) {
   const train::CheckPlan plan = train::plan_check(config);
 
   std::printf("dtsim train: %s, %s (%zu params), %d ranks, %d steps, batch %d",
-              train::to_string(config.strategy), shape_text(config).c_str(), num_params(config),
-              config.ranks, config.steps, config.global_batch);
+              train::to_string(config.strategy), shape_text(config).c_str(),
+              train::model_layout(config).size(), config.ranks, config.steps, config.global_batch);
   if (config.micro_batches > 1) std::printf(" in %d micro-batches", config.micro_batches);
   std::printf(", %s lr %g, %s, algo %s%s\n", optimizer_name(config.optimizer), config.lr,
               precision_name(config.precision), to_string(config.algo),
@@ -224,7 +219,8 @@ int train_main(const Words& words) {
     }
   }
   if (report.open()) {
-    report.commit(report_json(config, num_params(config), run, check ? &result : nullptr));
+    report.commit(
+        report_json(config, train::model_layout(config).size(), run, check ? &result : nullptr));
     std::printf("report: %s\n", report.path().c_str());
   }
   if (trace.open()) {
