@@ -17,6 +17,7 @@
 // accumulation is also the only exact reference: routing, capacity and the aux loss depend
 // on which tokens are batched together.
 #include "train/ddp.h"
+#include "train/intra_op.h"
 
 #include <chrono>
 #include <vector>
@@ -127,6 +128,7 @@ void ddp_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
 
 RunResult run_ddp(const TrainConfig& config) {
   RunFrame frame(config);
+  IntraOpLimit intra_op(config.ranks);
   World world(config.ranks);
   world.run([&](Communicator& comm) { ddp_rank(config, comm, frame); });
   return collect(frame, world, config);

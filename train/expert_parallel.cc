@@ -29,6 +29,7 @@
 #include "runtime/world.h"
 #include "train/ep_moe.h"
 #include "train/grad_ops.h"
+#include "train/intra_op.h"
 #include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
@@ -209,6 +210,7 @@ RunResult run_ep(const TrainConfig& config) {
 
   RunFrame frame(config);
   std::vector<std::vector<float>> local(n);
+  IntraOpLimit intra_op(n);
   World world(n);
   world.run([&](Communicator& comm) {
     const int rank = comm.rank();

@@ -22,6 +22,7 @@
 #include "model/data.h"
 #include "runtime/world.h"
 #include "train/grad_ops.h"
+#include "train/intra_op.h"
 #include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
@@ -69,6 +70,7 @@ RunResult run_tp_grid(const TrainConfig& config, int tp_size) {
 
   RunFrame frame(config, dp_size);
   std::vector<std::vector<float>> local(n);
+  IntraOpLimit intra_op(n);
   World world(n);
   world.run([&](Communicator& comm) {
     const int rank = comm.rank();

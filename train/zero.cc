@@ -29,6 +29,7 @@
 #include "model/memory.h"
 #include "runtime/world.h"
 #include "train/grad_ops.h"
+#include "train/intra_op.h"
 #include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
@@ -150,6 +151,7 @@ RunResult run_zero(const TrainConfig& config) {
   if (config.strategy == Strategy::kZero3) {  // every rank writes its shards into it
     frame.params.assign(model_layout(config).size(), 0.0f);
   }
+  IntraOpLimit intra_op(config.ranks);
   World world(config.ranks);
   world.run([&](Communicator& comm) {
     if (config.strategy == Strategy::kZero3) {

@@ -8,6 +8,7 @@
 
 #include "model/param_layout.h"
 #include "train/estimate.h"
+#include "train/intra_op.h"
 #include "train/strategies.h"
 #include "train/zero3_hooks.h"
 #include "train_test_util.h"
@@ -72,3 +73,23 @@ TEST(Accounting, MeasuredMatchesEstimatorFp32SgdMoeOnThreeRanks) {
 
 }  // namespace
 }  // namespace dtsim::train
+
+// Rank threads plus oneTBB workers never exceed the cores: N rank threads leave
+// cores - N workers, and none once the ranks alone fill the cores.
+TEST(IntraOpLimit, RankThreadsAndWorkersFitTheCores) {
+  EXPECT_EQ(dtsim::train::intra_op_parallelism(1, 2), 2u);  // single rank: one worker
+  EXPECT_EQ(dtsim::train::intra_op_parallelism(2, 2), 1u);  // two ranks fill two cores
+  EXPECT_EQ(dtsim::train::intra_op_parallelism(4, 2), 1u);  // more ranks than cores
+  EXPECT_EQ(dtsim::train::intra_op_parallelism(2, 8), 7u);
+  for (int cores = 1; cores <= 16; ++cores) {
+    for (int ranks = 1; ranks <= 32; ++ranks) {
+      const size_t p = dtsim::train::intra_op_parallelism(ranks, cores);
+      EXPECT_GE(p, 1u);
+      EXPECT_LE(ranks + static_cast<int>(p) - 1, std::max(cores, ranks));
+    }
+  }
+  {
+    dtsim::train::IntraOpLimit limit(64);
+    EXPECT_EQ(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism), 1u);
+  }
+}
