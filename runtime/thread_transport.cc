@@ -47,8 +47,9 @@ ThreadTransport::ThreadTransport(WorldState* state, int rank)
   const int opt = state->options().spin;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // 256 pauses is ~6.5 us on Zen 4: enough for a peer running on another core, short
-  // enough not to starve a peer that shares this core with other processes.
-  spin_ = opt >= 0 ? opt : (state->size() <= cores ? 256 : 64);
+  // enough not to starve a peer that shares this core with other processes. With more
+  // ranks than cores the peer is likely not running: poll briefly, then yield to it.
+  spin_ = opt >= 0 ? opt : (state->size() <= cores ? 256 : 8);
 }
 
 void ThreadTransport::jitter() {
