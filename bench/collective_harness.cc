@@ -241,7 +241,7 @@ World& CollectiveHarness::world(const CollCase& c) {
     const int n = c.ranks;
     world_.reset();
     buffers_.clear();
-    world_ = std::make_unique<World>(n);
+    world_ = std::make_unique<World>(n, options_);
     buffers_.resize(static_cast<size_t>(n));
   }
   return *world_;

@@ -66,6 +66,11 @@ class CollectiveHarness {
   CollectiveHarness(const CollectiveHarness&) = delete;
   CollectiveHarness& operator=(const CollectiveHarness&) = delete;
 
+  // Options of the worlds made from now on (e.g. WorldOptions::spin for a policy sweep).
+  void set_world_options(const WorldOptions& o) {
+    options_ = o;
+    world_.reset();
+  }
   // The world for `c`: cached while N, collective and algorithm stay the same.
   World& world(const CollCase& c);
   // Verifies `c` once (when verify is set), then times `trials` trials of `iters` calls.
@@ -77,6 +82,7 @@ class CollectiveHarness {
   struct RankBuffers {
     std::vector<float> in, out;
   };
+  WorldOptions options_;
   std::unique_ptr<World> world_;
   std::tuple<int, int, int> world_key_{0, 0, 0};
   std::vector<RankBuffers> buffers_;

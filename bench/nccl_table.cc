@@ -5,7 +5,8 @@
 // For every size: verify once (#wrong), calibrate the calls per trial to about
 // --trial-ms, run -t trials, and print the median trial's time per call, algbw = size /
 // time and busbw = algbw * nccl-tests' factor (GB/s = 1e9 B/s). --memcpy adds a column
-// with memcpy's bandwidth at the same size, measured in the same run.
+// with memcpy's bandwidth at the same size, measured in the same run. --spin sets
+// WorldOptions::spin (busy-poll iterations before a waiting rank yields).
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -27,6 +28,7 @@ struct Options {
   int trials = 5;
   double trial_ms = 20;
   bool memcpy = false;
+  int spin = -1;  // WorldOptions::spin (-1: the runtime's default policy)
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -34,7 +36,7 @@ struct Options {
                "nccl_table: %s\n"
                "usage: nccl_table [-o all_reduce[,reduce_scatter,...]|all] [-n 2[,4,8]]\n"
                "                  [-a auto|ring|rd|tree|direct|deterministic] [-b 8] [-e 64M]\n"
-               "                  [-f 4] [-t trials] [--trial-ms 20] [--memcpy]\n",
+               "                  [-f 4] [-t trials] [--trial-ms 20] [--memcpy] [--spin N]\n",
                why);
   std::exit(2);
 }
@@ -80,6 +82,8 @@ Options parse(int argc, char** argv) {
       o.trials = std::atoi(value().c_str());
     } else if (a == "--trial-ms") {
       o.trial_ms = std::atof(value().c_str());
+    } else if (a == "--spin") {
+      o.spin = std::atoi(value().c_str());
     } else if (a == "--memcpy") {
       o.memcpy = true;
     } else {
@@ -135,6 +139,9 @@ int main(int argc, char** argv) {
   using namespace dtsim::bench;
   const Options o = parse(argc, argv);
   CollectiveHarness h;
+  dtsim::WorldOptions wo;
+  wo.spin = o.spin;
+  h.set_world_options(wo);
   int failed = 0;
   for (int n : o.ranks) {
     for (Coll c : o.colls) {
