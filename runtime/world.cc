@@ -9,6 +9,10 @@
 #include "runtime/world_state.h"
 
 namespace dtsim {
+namespace {
+// How many of each rank's most recent collectives a RankFailure reports.
+constexpr size_t kFailureReportCalls = 4;
+}  // namespace
 
 RankFailure::RankFailure(int rank, std::exception_ptr cause, const std::string& what)
     : Error("rank " + std::to_string(rank) + ": " + what), rank_(rank), cause_(std::move(cause)) {}
@@ -46,6 +50,18 @@ std::vector<FlightEntry> World::flight_record(int rank) const {
   return state_->recorder(contexts_.at(rank)->rank).entries();
 }
 std::string World::desync_report() const { return dtsim::desync_report(*state_); }
+
+std::string World::flight_report(size_t last) const {
+  std::string out = "flight recorder (last " + std::to_string(last) + " collectives per rank):";
+  for (int r = 0; r < size_; ++r) {
+    const std::vector<FlightEntry> calls = flight_record(r);
+    out += "\n  rank " + std::to_string(r) + ":";
+    if (calls.empty()) out += " no collective called";
+    const size_t first = calls.size() > last ? calls.size() - last : 0;
+    for (size_t i = first; i < calls.size(); ++i) out += "\n    " + describe(calls[i]);
+  }
+  return out;
+}
 
 void World::rank_main(int rank) {
   uint64_t seen = 0;
@@ -94,11 +110,17 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   const int failed = state_->failed_rank();
   std::exception_ptr cause = state_->failure();
   std::string what;
-  if (cause) what = state_->abort_reason().substr(std::string("rank ").size());
+  std::string flight;
+  if (cause) {
+    what = state_->abort_reason().substr(std::string("rank ").size());
+    flight = flight_report(kFailureReportCalls);
+  }
   state_->reset();
   if (cause) {
     const std::string prefix = std::to_string(failed) + " failed: ";
-    throw RankFailure(failed, cause, what.substr(prefix.size()));
+    RankFailure failure(failed, cause, what.substr(prefix.size()));
+    failure.set_flight_report(std::move(flight));
+    throw failure;
   }
 }
 

@@ -48,10 +48,15 @@ class RankFailure : public Error {
   RankFailure(int rank, std::exception_ptr cause, const std::string& what);
   int rank() const { return rank_; }
   const std::exception_ptr& cause() const { return cause_; }
+  // Every rank's last collectives from the flight recorder, as they stood at the failure:
+  // several lines, for the error report (what() stays the one-line original error).
+  const std::string& flight_report() const { return flight_report_; }
+  void set_flight_report(std::string report) { flight_report_ = std::move(report); }
 
  private:
   int rank_;
   std::exception_ptr cause_;
+  std::string flight_report_;
 };
 
 class World {
@@ -75,6 +80,8 @@ class World {
   std::vector<FlightEntry> flight_record(int rank) const;
   // Per rank: last completed collective and where it is now (watchdog.h), for reports.
   std::string desync_report() const;
+  // Every rank's `last` most recent collectives, one per line (for error reports).
+  std::string flight_report(size_t last) const;
 
  private:
   void rank_main(int rank);

@@ -11,6 +11,7 @@
 
 #include "model/memory.h"
 #include "runtime/counters.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/trace.h"
 
 namespace dtsim::train {
@@ -28,6 +29,8 @@ struct RankReport {
   std::array<int64_t, model::kNumMemoryCategories> memory{};
   // Traffic of the whole run, by collective kind (runtime counters).
   RankCounters counters;
+  // The rank's last collectives (runtime flight recorder), oldest first.
+  std::vector<FlightEntry> flight;
   std::vector<PhaseEvent> timeline;  // filled when TrainConfig::trace
 };
 

@@ -67,7 +67,7 @@ class RankFrame {
 };
 
 // The RunResult of a finished run on `world`: losses from the board, the frame's params,
-// median step time, and every rank's report with its traffic counters.
+// median step time, and every rank's report with its traffic counters and flight record.
 inline RunResult collect(RunFrame& frame, const World& world, const TrainConfig& config) {
   RunResult result;
   result.losses = frame.board.losses(config.global_batch);
@@ -77,6 +77,7 @@ inline RunResult collect(RunFrame& frame, const World& world, const TrainConfig&
   for (int r = 0; r < world.size(); ++r) {
     frame.reports[r].rank = r;
     frame.reports[r].counters = world.counters(r);
+    frame.reports[r].flight = world.flight_record(r);
   }
   result.ranks = std::move(frame.reports);
   return result;

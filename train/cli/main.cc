@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/types.h"
+#include "runtime/world.h"
 #include "train/cli/commands.h"
 
 namespace {
@@ -47,6 +48,10 @@ int main(int argc, char** argv) {
     } catch (const dtsim::UsageError& e) {
       std::fprintf(stderr, "%s\n", e.what());
       return 2;
+    } catch (const dtsim::RankFailure& e) {
+      // A rank failed mid-run: the error, then what every rank was last doing.
+      std::fprintf(stderr, "dtsim %s: %s\n%s\n", c.name, e.what(), e.flight_report().c_str());
+      return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "dtsim %s: %s\n", c.name, e.what());
       return 1;

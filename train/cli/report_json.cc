@@ -62,13 +62,24 @@ json rank_json(const train::RankReport& r, int steps) {
                                                       {"messages_received", o.msgs_recv},
                                                       {"bytes_received", o.bytes_recv}};
   }
+  json flight = json::array();
+  for (const FlightEntry& e : r.flight) {
+    flight.push_back(
+        {{"communicator", e.comm_name},
+         {"seq", e.seq},
+         {"call", describe(e.sig)},
+         {"state", to_string(e.state)},
+         {"bytes_sent", e.bytes_sent},
+         {"duration_us", std::chrono::duration<double, std::micro>(e.end - e.start).count()}});
+  }
   const OpCounters t = r.counters.total();
   return {{"rank", r.rank},
           {"memory_bytes", memory},
           {"bytes_sent", t.bytes_sent},
           {"messages_sent", t.msgs_sent},
           {"bytes_sent_per_step", steps > 0 ? double(t.bytes_sent) / steps : 0.0},
-          {"collectives", collectives}};
+          {"collectives", collectives},
+          {"flight_recorder", flight}};
 }
 
 }  // namespace
