@@ -69,6 +69,7 @@ RunResult run_single(const TrainConfig& config) {
       run.timeline.phase("optimizer", [&] { opt->step(params, grads); });
       run.peak.observe(run.trainee.memory());
       run.step_seconds.push_back(seconds_since(start));
+      if (config.on_step) config.on_step(step + 1);
     }
   });
   return finish(run, std::move(losses), config.steps);
@@ -109,6 +110,7 @@ RunResult run_accum(const TrainConfig& config) {
       run.timeline.phase("optimizer", [&] { opt->step(params, grads); });
       run.peak.observe(run.trainee.memory());
       run.step_seconds.push_back(seconds_since(start));
+      if (config.on_step) config.on_step(step + 1);
     }
   });
   return finish(run, board.losses(config.global_batch), config.steps);

@@ -46,6 +46,7 @@ class RankFrame {
   RankFrame(RunFrame& frame, const TrainConfig& config, int rank)
       : frame_(frame),
         rank_(rank),
+        on_step_(config.on_step),
         timeline_(config.trace ? &frame.reports[rank].timeline : nullptr) {}
   RankFrame(const RankFrame&) = delete;
   RankFrame& operator=(const RankFrame&) = delete;
@@ -54,7 +55,9 @@ class RankFrame {
   PeakMemory& peak() { return peak_; }
   // Ends the step that began at `start`: rank 0 records its wall time.
   void end_step(std::chrono::steady_clock::time_point start) {
-    if (rank_ == 0) frame_.step_seconds.push_back(seconds_since(start));
+    if (rank_ != 0) return;
+    frame_.step_seconds.push_back(seconds_since(start));
+    if (on_step_) on_step_(static_cast<int>(frame_.step_seconds.size()));
   }
   // Writes the peak memory into this rank's report; call after the last step.
   void finish() { frame_.reports[rank_].memory = peak_.bytes(); }
@@ -62,6 +65,7 @@ class RankFrame {
  private:
   RunFrame& frame_;
   int rank_;
+  const std::function<void(int)>& on_step_;
   RankTimeline timeline_;
   PeakMemory peak_;
 };

@@ -185,6 +185,7 @@ int demo_main(const Words& words) {
       const std::string name =
           std::string(train::to_string(c.strategy)) + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
+      c.on_step = [&progress, steps = c.steps](int done) { progress.set_steps(done, steps); };
       const train::RunResult run = train::run_training(c);
       const train::CheckPlan check = train::plan_check(c);
       std::vector<std::string> cells{name, train::to_string(c.model),

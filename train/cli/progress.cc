@@ -27,6 +27,13 @@ void Progress::advance(const std::string& label) {
   std::lock_guard<std::mutex> lock(mu_);
   ++done_;
   label_ = label;
+  steps_done_ = steps_total_ = 0;
+}
+
+void Progress::set_steps(int done, int total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  steps_done_ = done;
+  steps_total_ = total;
 }
 
 void Progress::render_loop() {
@@ -39,17 +46,23 @@ void Progress::render_loop() {
   }
 }
 
-// Called with mu_ held: "[#########.........] 3/14  ddp mlp  4.2 s".
+// Called with mu_ held: "[#########.........] 3/14  ddp mlp  step 120/200  4.2 s"; the bar
+// counts units and the steps of the current unit as a fraction of one.
 void Progress::draw() {
   constexpr int kWidth = 30;
   const int done = std::clamp(done_, 0, total_);
-  const int filled = done * kWidth / total_;
+  const double step_part = steps_total_ > 0 ? double(steps_done_) / steps_total_ : 0.0;
+  const int filled = std::clamp(static_cast<int>((done + step_part) * kWidth / total_), 0, kWidth);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::string bar(filled, '#');
   bar.append(kWidth - filled, '.');
-  std::fprintf(stderr, "\r\033[K[%s] %d/%d  %s  %.1f s", bar.c_str(), done, total_, label_.c_str(),
-               secs);
+  std::string steps;
+  if (steps_total_ > 0) {
+    steps = "  step " + std::to_string(steps_done_) + "/" + std::to_string(steps_total_);
+  }
+  std::fprintf(stderr, "\r\033[K[%s] %d/%d  %s%s  %.1f s", bar.c_str(), done, total_,
+               label_.c_str(), steps.c_str(), secs);
   std::fflush(stderr);
   drawn_ = true;
 }

@@ -25,6 +25,8 @@ class Progress {
 
   // Starts unit `label` (the previous one is done).
   void advance(const std::string& label);
+  // Within the current unit: `done` of `total` training steps (any thread may call it).
+  void set_steps(int done, int total);
 
  private:
   void render_loop();
@@ -32,6 +34,7 @@ class Progress {
 
   const int total_;
   int done_ = -1;
+  int steps_done_ = 0, steps_total_ = 0;
   std::string label_;
   const std::chrono::steady_clock::time_point start_;
   bool stop_ = false, drawn_ = false;

@@ -192,11 +192,15 @@ int train_main(const Words& words) {
   {
     // The run, its reference, and the floor partner when the tolerance alone fails.
     Progress progress(check ? 3 : 1, !a.on("quiet"));
+    auto on_step = [&](int done) { progress.set_steps(done, config.steps); };
     progress.advance(std::string("training ") + train::to_string(config.strategy));
+    config.on_step = on_step;
     run = train::run_training(config);
     if (check) {
       progress.advance(std::string("reference ") + train::to_string(plan.reference.strategy));
-      const train::RunResult reference = train::run_training(plan.reference);
+      train::TrainConfig reference_config = plan.reference;
+      reference_config.on_step = on_step;
+      const train::RunResult reference = train::run_training(reference_config);
       result = train::judge(plan, run, reference, [&](const train::TrainConfig& c) {
         progress.advance("reassociation floor");
         return train::run_training(c);
