@@ -6,6 +6,7 @@
 // Memory grows with the data in flight: an idle channel owns no payload storage.
 #pragma once
 
+#include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
 #include <cstddef>
 #include <vector>
@@ -30,11 +31,20 @@ struct Envelope {
 };
 
 inline constexpr size_t kMailboxDepth = 32;
+// Payloads of at least kLargeMessageBytes count against a per-channel budget, so a rank
+// that runs ahead (a broadcast root, the sender of a direct algorithm) parks at most
+// kChannelByteBudget in one mailbox (or one message, if that is larger) instead of
+// kMailboxDepth copies of its largest message. Smaller messages skip the accounting.
+inline constexpr size_t kLargeMessageBytes = size_t{64} << 10;
+inline constexpr size_t kChannelByteBudget = size_t{32} << 20;
 
 struct Channel {
   boost::lockfree::spsc_queue<Envelope, boost::lockfree::capacity<kMailboxDepth>> mail;
   boost::lockfree::spsc_queue<PayloadBuffer, boost::lockfree::capacity<2 * kMailboxDepth>> free;
   std::vector<Envelope> stash;  // arrived ahead of the message the receiver waits for
+  // Bytes of large payloads sent and not yet released: the sender adds, the receiver
+  // subtracts on release. Its own cache line: it is touched only for large messages.
+  alignas(64) std::atomic<size_t> large_bytes{0};
 };
 
 // Allocates a payload buffer of at least `size` bytes (power of two, 64-byte aligned).

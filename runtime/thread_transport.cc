@@ -85,6 +85,7 @@ void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
   e.key = key;
   e.sig = sig;
   e.size = payload.size();
+  if (e.size >= kLargeMessageBytes) reserve_bytes(ch, e.size, dst, site);
   if (state_->options().unsafe_live_sends) {
     e.data = const_cast<std::byte*>(payload.data());
     e.borrowed = true;
@@ -103,6 +104,37 @@ void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
   jitter();
 }
 
+void ThreadTransport::drop(Channel& ch, const Envelope& e) {
+  if (e.size >= kLargeMessageBytes) ch.large_bytes.fetch_sub(e.size, std::memory_order_release);
+  if (!e.borrowed) free_payload({e.data, e.capacity});
+}
+
+void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site) {
+  // Only this (sending) thread adds to large_bytes, so once the check passes it stays true.
+  auto over = [&] {
+    const size_t held = ch.large_bytes.load(std::memory_order_acquire);
+    return held != 0 && held + bytes > kChannelByteBudget;
+  };
+  if (over()) {
+    const auto deadline = Clock::now() + state_->options().timeout;
+    auto nap = std::chrono::microseconds(1);
+    while (over()) {
+      check_abort(site, dst);
+      if (Clock::now() >= deadline) {
+        throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
+                           seconds(state_->options().timeout) + " in " + describe(site.sig) +
+                           " (seq " + std::to_string(site.seq) + ", communicator " +
+                           site.comm_name + ") sending to rank " + std::to_string(dst) +
+                           ", which holds " + std::to_string(kChannelByteBudget >> 20) +
+                           " MiB of this rank's messages unreceived: it stopped receiving");
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
+  }
+  ch.large_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
                                      const WaitSite& site) {
   // A full mailbox means the receiver is kDepth messages behind: rare, so back off with
@@ -113,7 +145,7 @@ void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
     state_->bell(dst).ring();
     check_abort(site, dst);
     if (Clock::now() >= deadline) {
-      if (!e.borrowed) free_payload({e.data, e.capacity});
+      drop(ch, e);
       throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
                          seconds(state_->options().timeout) + " in " + describe(site.sig) +
                          " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
@@ -132,7 +164,7 @@ void ThreadTransport::check_fingerprint(const Envelope& e, int src, const Messag
   if (!is_collective(key) || e.key.comm != key.comm || e.key.seq != key.seq || e.sig == site.sig) {
     return;
   }
-  if (!e.borrowed) free_payload({e.data, e.capacity});
+  drop(state_->channel(src, rank_), e);
   throw MismatchError(mismatch_message(key.seq, site.comm_name, rank_, site.sig, src, e.sig));
 }
 
@@ -250,6 +282,10 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
 }
 
 void ThreadTransport::release(int src, Message& msg) {
+  if (msg.size >= kLargeMessageBytes) {
+    state_->channel(src, rank_).large_bytes.fetch_sub(msg.size, std::memory_order_release);
+    msg.size = 0;  // released once
+  }
   if (msg.buffer == nullptr) return;
   PayloadBuffer b{static_cast<std::byte*>(msg.buffer), msg.capacity};
   if (!state_->channel(src, rank_).free.push(b)) free_payload(b);

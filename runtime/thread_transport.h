@@ -27,6 +27,10 @@ class ThreadTransport final : public Transport {
  private:
   bool try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);
   void wait_for_space(Channel& ch, const Envelope& e, int dst, const WaitSite& site);
+  // Waits until `bytes` more large-payload bytes fit the channel's budget, then takes them.
+  void reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site);
+  // Frees an envelope that will not be delivered and returns its budget.
+  static void drop(Channel& ch, const Envelope& e);
   void check_abort(const WaitSite& site, int peer);
   // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
   // (and frees its payload).

@@ -59,6 +59,7 @@ void WorldState::reset() {
     ch.mail.consume_all(drop);
     for (const Envelope& e : ch.stash) drop(e);
     ch.stash.clear();
+    ch.large_bytes.store(0, std::memory_order_relaxed);
   }
   std::lock_guard<std::mutex> lock(fail_mu_);
   failure_ = nullptr;

@@ -3,6 +3,7 @@
 // mailbox holds still get through when the receiver asks for them in another order.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -184,6 +185,43 @@ TEST(P2pTest, PointToPointAndCollectivesInterleave) {
       ASSERT_EQ(v[i], 6);
     }
   });
+}
+
+}  // namespace
+}  // namespace dtsim::testing
+
+namespace dtsim::testing {
+namespace {
+
+// Large messages count against a per-channel byte budget: a sender that runs ahead parks at
+// most kChannelByteBudget (32 MiB) in one mailbox, not kMailboxDepth (32) copies of its
+// largest message. Rank 0 sends 24 messages of 4 MiB while rank 1 waits before receiving;
+// without the budget the mailbox depth alone would let all 24 through (96 MiB parked).
+TEST(P2pTest, LargeMessagesAreBoundedByBytesInFlight) {
+  constexpr size_t kCount = 24;
+  constexpr size_t kElems = (size_t{4} << 20) / sizeof(float);
+  World w(2);
+  std::atomic<int> sent{0};
+  int sent_while_receiver_waited = -1;
+  w.run([&](Communicator& c) {
+    std::vector<float> buf(kElems);
+    if (c.rank() == 0) {
+      for (size_t i = 0; i < kCount; ++i) {
+        std::fill(buf.begin(), buf.end(), static_cast<float>(i));
+        c.send(std::span<const float>(buf), 1);
+        sent.fetch_add(1);
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      sent_while_receiver_waited = sent.load();
+      for (size_t i = 0; i < kCount; ++i) {
+        c.recv(std::span<float>(buf), 0);
+        ASSERT_EQ(buf.front(), static_cast<float>(i));
+        ASSERT_EQ(buf.back(), static_cast<float>(i));
+      }
+    }
+  });
+  EXPECT_EQ(sent_while_receiver_waited, 8);  // 32 MiB / 4 MiB
 }
 
 }  // namespace
