@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "common/splitmix.h"
+
 namespace dtsim::model {
 
 class SplitMix64 {
@@ -10,12 +12,7 @@ class SplitMix64 {
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
 
   // Next 64 random bits.
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64_next(state_); }
   // Uniform float in [0, 1) from the top 24 bits (exact in binary32).
   float uniform() { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }
   // Uniform float in [-a, a).

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/splitmix.h"
 #include "runtime/exchange.h"
 #include "runtime/reduce_kernels.h"
 #include "runtime/split.h"
@@ -14,12 +15,8 @@ namespace {
 // Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring.
 constexpr size_t kSmallAllReduceBytes = 32 * 1024;
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return (z ^ (z >> 31)) & ~(1ull << 63);
-}
+// Communicator ids keep the top bit clear: it marks point-to-point sequence numbers.
+uint64_t mix(uint64_t a, uint64_t b) { return mix64(a, b) & ~(1ull << 63); }
 
 std::string group_name(const std::vector<int>& ranks) {
   std::string s = "group[";

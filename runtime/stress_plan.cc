@@ -4,22 +4,16 @@
 #include <cstring>
 #include <numeric>
 
+#include "common/splitmix.h"
 #include "runtime/reduce_kernels.h"
 #include "runtime/split.h"
 
 namespace dtsim::stress {
 namespace {
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 struct Rng {
   uint64_t s;
-  uint64_t next() { return s = mix(s, 1); }
+  uint64_t next() { return s = mix64(s, 1); }
   size_t below(size_t n) { return n ? next() % n : 0; }
   template <class T, size_t N>
   T pick(const T (&xs)[N]) {
@@ -63,7 +57,7 @@ void with_type(DType t, F&& f) {
 template <class T>
 T value(uint64_t seed, int iteration, int step, int rank, size_t i, bool fractional) {
   const uint64_t h =
-      mix(mix(mix(seed, static_cast<uint64_t>(iteration)), step * 4099ull + rank), i);
+      mix64(mix64(mix64(seed, static_cast<uint64_t>(iteration)), step * 4099ull + rank), i);
   if (fractional) return static_cast<T>(static_cast<double>(h >> 11) * 0x1p-52 - 1.0);
   return static_cast<T>(static_cast<int64_t>(h % 17) - 8);
 }
@@ -78,7 +72,7 @@ T combine(ReduceOp op, T a, T b) {
 }  // namespace
 
 Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel) {
-  Rng rng{mix(seed, 0x5eed0000ull + static_cast<uint64_t>(iteration))};
+  Rng rng{mix64(seed, 0x5eed0000ull + static_cast<uint64_t>(iteration))};
   Plan plan;
   plan.groups.push_back(std::vector<int>(n));
   std::iota(plan.groups[0].begin(), plan.groups[0].end(), 0);

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "common/splitmix.h"
 #include "runtime/watchdog.h"
 
 namespace dtsim {
@@ -19,13 +20,6 @@ inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
-}
-
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // A peer that returned from its job will send nothing more; its receivers stop waiting
@@ -55,7 +49,7 @@ ThreadTransport::ThreadTransport(WorldState* state, int rank)
 void ThreadTransport::jitter() {
   const uint32_t us = state_->options().jitter_us;
   if (us == 0) return;
-  const uint64_t r = splitmix64(rng_);
+  const uint64_t r = splitmix64_next(rng_);
   switch (r % 8) {
     case 0:
     case 1:
