@@ -155,8 +155,13 @@ TEST_P(MoeDenseTest, SparseMatchesDenseReferenceForwardAndBackward) {
   c.d_ff = 24;
   c.num_experts = 6;
   const int T = 64;
-  const auto params = random_vector(moe_layer_size(c), 41, 0.4f);
-  const auto h = random_vector(size_t(T) * c.d_model, 42);
+  auto params = random_vector(moe_layer_size(c), 41, 0.4f);
+  auto h = random_vector(size_t(T) * c.d_model, 42);
+  // Feature 0 is 1 on every token and the last expert's router weight on it is -20, so that
+  // expert is never chosen and the idle-expert check below has something to check.
+  const int idle = c.num_experts - 1;
+  for (int t = 0; t < T; ++t) h[size_t(t) * c.d_model] = 1.0f;
+  params[size_t(idle) * c.d_model] = -20.0f;
   const auto dy = random_vector(size_t(T) * c.d_model, 43);
   MoeLayer sparse(c);
   DenseMoeReference dense(c);
@@ -191,10 +196,14 @@ TEST_P(MoeDenseTest, SparseMatchesDenseReferenceForwardAndBackward) {
   for (size_t i = 0; i < gs.size(); ++i) ASSERT_NEAR(gs[i], gd[i], 1e-4) << "param " << i;
   for (size_t i = 0; i < dhs.size(); ++i) ASSERT_NEAR(dhs[i], dhd[i], 1e-5) << "input " << i;
   // Experts that received no token have exactly zero gradient in both paths.
+  ASSERT_EQ(r.counts[idle], 0);
   for (int e = 0; e < c.num_experts; ++e) {
     if (r.counts[e] != 0) continue;
     const size_t begin = moe_router_size(c) + e * moe_expert_size(c);
-    for (size_t i = begin; i < begin + moe_expert_size(c); ++i) EXPECT_EQ(gd[i], 0.0f);
+    for (size_t i = begin; i < begin + moe_expert_size(c); ++i) {
+      EXPECT_EQ(gs[i], 0.0f);
+      EXPECT_EQ(gd[i], 0.0f);
+    }
   }
 }
 
