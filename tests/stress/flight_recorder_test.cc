@@ -1,6 +1,19 @@
-
 // A RankFailure carries every rank's last collectives, so the error report shows what each
 // rank was doing when the run failed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "runtime/world.h"
+
+namespace dtsim {
+namespace {
+
 TEST(FlightRecorder, RankFailureReportsEveryRanksLastCalls) {
   WorldOptions o;
   o.timeout = std::chrono::milliseconds(2000);
@@ -26,3 +39,6 @@ TEST(FlightRecorder, RankFailureReportsEveryRanksLastCalls) {
     EXPECT_NE(report.find("broadcast"), std::string::npos) << report;  // 0 and 2 were in it
   }
 }
+
+}  // namespace
+}  // namespace dtsim
