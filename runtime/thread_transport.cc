@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -105,46 +106,48 @@ void ThreadTransport::drop(Channel& ch, const Envelope& e) {
 
 void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site) {
   // Only this (sending) thread adds to large_bytes, so once the check passes it stays true.
-  auto over = [&] {
+  auto fits = [&] {
     const size_t held = ch.large_bytes.load(std::memory_order_acquire);
-    return held != 0 && held + bytes > kChannelByteBudget;
+    return held == 0 || held + bytes <= kChannelByteBudget;
   };
-  if (over()) {
-    const auto deadline = Clock::now() + state_->options().timeout;
-    auto nap = std::chrono::microseconds(1);
-    while (over()) {
-      check_abort(site, dst);
-      if (Clock::now() >= deadline) {
-        throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
-                           seconds(state_->options().timeout) + " in " + describe(site.sig) +
-                           " (seq " + std::to_string(site.seq) + ", communicator " +
-                           site.comm_name + ") sending to rank " + std::to_string(dst) +
-                           ", which holds " + std::to_string(kChannelByteBudget >> 20) +
-                           " MiB of this rank's messages unreceived: it stopped receiving");
-      }
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
-    }
+  if (!fits()) {
+    wait_as_sender(fits, dst, site,
+                   "left a full per-channel byte budget of this rank's large messages unreceived");
   }
   ch.large_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
                                      const WaitSite& site) {
-  // A full mailbox means the receiver is kDepth messages behind: rare, so back off with
-  // short sleeps instead of asking the receiver to signal space on every receive.
+  try {
+    wait_as_sender(
+        [&] {
+          if (ch.mail.push(e)) return true;
+          state_->bell(dst).ring();  // make sure the receiver is awake to drain it
+          return false;
+        },
+        dst, site, "kept its mailbox full");
+  } catch (...) {
+    drop(ch, e);
+    throw;
+  }
+}
+
+void ThreadTransport::wait_as_sender(const std::function<bool()>& ready, int dst,
+                                     const WaitSite& site, const char* why) {
+  // A sender waits only when its receiver is far behind (a full mailbox, a spent byte
+  // budget): rare, so it polls with doubling sleeps up to 1 ms instead of having the
+  // receiver signal on every receive.
   const auto deadline = Clock::now() + state_->options().timeout;
   auto nap = std::chrono::microseconds(1);
-  while (!ch.mail.push(e)) {
-    state_->bell(dst).ring();
+  while (!ready()) {
     check_abort(site, dst);
     if (Clock::now() >= deadline) {
-      drop(ch, e);
       throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
                          seconds(state_->options().timeout) + " in " + describe(site.sig) +
                          " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
-                         ") sending to rank " + std::to_string(dst) +
-                         ", whose mailbox stayed full: that rank stopped receiving");
+                         ") sending to rank " + std::to_string(dst) + ", which " + why +
+                         ": that rank stopped receiving");
     }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(1000));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "runtime/transport.h"
 #include "runtime/world_state.h"
@@ -31,6 +32,9 @@ class ThreadTransport final : public Transport {
   void reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site);
   // Frees an envelope that will not be delivered and returns its budget.
   static void drop(Channel& ch, const Envelope& e);
+  // Polls `ready` with backoff until it holds; TimeoutError (the peer `why`) at the deadline.
+  void wait_as_sender(const std::function<bool()>& ready, int dst, const WaitSite& site,
+                      const char* why);
   void check_abort(const WaitSite& site, int peer);
   // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
   // (and frees its payload).
