@@ -1,11 +1,9 @@
 #include "model/mlp.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "model/check.h"
 #include "model/kernels.h"
-#include "model/rng.h"
 
 namespace dtsim::model {
 namespace {
@@ -37,19 +35,6 @@ ParamLayout mlp_layout(const MlpConfig& c) {
   layout.add("head.w", c.output_dim, c.input_dim);
   layout.add("head.b", c.output_dim, 1);
   return layout;
-}
-
-std::vector<float> init_params(const ParamLayout& layout, uint64_t seed) {
-  std::vector<float> values(layout.size());
-  int fan_in = 1;
-  for (size_t t = 0; t < layout.views().size(); ++t) {
-    const ParamView& v = layout.views()[t];
-    if (v.cols > 1) fan_in = v.cols;  // a bias takes the fan-in of the matrix before it
-    const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-    SplitMix64 rng(mix_seed(seed, t));
-    for (size_t i = 0; i < v.size(); ++i) values[v.offset + i] = rng.uniform(bound);
-  }
-  return values;
 }
 
 MlpModel::MlpModel(const MlpConfig& config, uint64_t seed, Precision precision)

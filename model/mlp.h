@@ -83,8 +83,4 @@ class MlpModel {
   TrackedBuffer<float> dout_;  // (B, O) gradient w.r.t. the predictions
 };
 
-// Seeded uniform(+-1/sqrt(fan_in)) initial values for `layout` (fan_in = cols of the
-// matrix a bias belongs to: the tensor just before it). Same seed, same bits.
-std::vector<float> init_params(const ParamLayout& layout, uint64_t seed);
-
 }  // namespace dtsim::model

@@ -4,7 +4,6 @@
 
 #include "model/check.h"
 #include "model/kernels.h"
-#include "model/mlp.h"
 
 namespace dtsim::model {
 

@@ -1,10 +1,12 @@
 #include "model/param_layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "model/check.h"
+#include "model/rng.h"
 
 namespace dtsim::model {
 
@@ -43,6 +45,19 @@ ParamRange shard_range(size_t n, int parts, int index) {
   const size_t i = static_cast<size_t>(index);
   const size_t begin = i * base + std::min(i, extra);
   return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
+std::vector<float> init_params(const ParamLayout& layout, uint64_t seed) {
+  std::vector<float> values(layout.size());
+  int fan_in = 1;
+  for (size_t t = 0; t < layout.views().size(); ++t) {
+    const ParamView& v = layout.views()[t];
+    if (v.cols > 1) fan_in = v.cols;  // a bias takes the fan-in of the matrix before it
+    const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    SplitMix64 rng(mix_seed(seed, t));
+    for (size_t i = 0; i < v.size(); ++i) values[v.offset + i] = rng.uniform(bound);
+  }
+  return values;
 }
 
 }  // namespace dtsim::model

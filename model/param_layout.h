@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,5 +60,9 @@ class ParamLayout {
 // Splits [0, n) into `parts` contiguous ranges whose sizes differ by at most one, larger
 // first (the usual ZeRO / reduce-scatter chunking); returns range `index`.
 ParamRange shard_range(size_t n, int parts, int index);
+
+// Seeded uniform(+-1/sqrt(fan_in)) initial values for `layout` (fan_in = cols of the
+// matrix a bias belongs to: the tensor just before it). Same seed, same bits.
+std::vector<float> init_params(const ParamLayout& layout, uint64_t seed);
 
 }  // namespace dtsim::model
