@@ -22,11 +22,12 @@ ExpertGrads expert_grads_at(std::span<float> grads, int e, const MoeConfig& c) {
   return expert_grads(grads.subspan(moe_router_size(c) + e * n, n), c);
 }
 
-// Router and aux-loss backward shared by both paths, given the gate gradient (T, k).
+// Router and aux-loss backward shared by both paths, given the gate gradient (T, k);
+// d_probs is a workspace, resized and zeroed here.
 void backward_router(std::span<const float> h, std::span<const float> params, const Routing& r,
                      const MoeConfig& c, std::span<const float> d_gate, float aux_scale,
-                     std::span<float> grads, std::span<float> dh) {
-  std::vector<float> d_probs(size_t(r.tokens) * r.num_experts, 0.0f);  // (T, E)
+                     std::span<float> grads, std::span<float> dh, std::vector<float>& d_probs) {
+  d_probs.assign(size_t(r.tokens) * r.num_experts, 0.0f);  // (T, E)
   gate_backward(r, d_gate, d_probs);
   aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs);
   router_backward(h, router_weights(params, c), r, d_probs, grads.first(moe_router_size(c)), dh,
@@ -60,19 +61,19 @@ void MoeLayer::backward(std::span<const float> params, std::span<const float> dy
   const MoeConfig& c = config_;
   const int D = c.d_model;
   const Routing& r = routing_;
-  std::vector<float> d_out(size_t(r.rows()) * D, 0.0f);         // (rows, D)
-  std::vector<float> d_in(size_t(r.rows()) * D, 0.0f);          // (rows, D)
-  std::vector<float> d_gate(size_t(r.tokens) * r.top_k, 0.0f);  // (T, k)
-  combine_backward(dy, grouped_out_, r, D, dh, d_out, d_gate);
+  d_out_.assign(size_t(r.rows()) * D, 0.0f);
+  d_in_.assign(size_t(r.rows()) * D, 0.0f);
+  d_gate_.assign(size_t(r.tokens) * r.top_k, 0.0f);
+  combine_backward(dy, grouped_out_, r, D, dh, d_out_, d_gate_);
   for (int e = 0; e < c.num_experts; ++e) {
     const size_t begin = size_t(r.offsets[e]) * D;
     const size_t n = r.counts[e];
     expert_backward(expert_at(params, e, c), std::span(grouped_in_).subspan(begin, n * D), acts_[e],
-                    std::span(d_out).subspan(begin, n * D), static_cast<int>(n), c,
-                    expert_grads_at(grads, e, c), std::span(d_in).subspan(begin, n * D));
+                    std::span(d_out_).subspan(begin, n * D), static_cast<int>(n), c,
+                    expert_grads_at(grads, e, c), std::span(d_in_).subspan(begin, n * D));
   }
-  dispatch_backward(d_in, r, D, dh);
-  backward_router(h_, params, r, c, d_gate, aux_scale, grads, dh);
+  dispatch_backward(d_in_, r, D, dh);
+  backward_router(h_, params, r, c, d_gate_, aux_scale, grads, dh, d_probs_);
 }
 
 size_t MoeLayer::activation_bytes() const {
@@ -141,7 +142,8 @@ void DenseMoeReference::backward(std::span<const float> params, std::span<const 
       if (routing_.row[s] >= 0) d_gate[s] = d_gates[size_t(t) * E + routing_.expert[s]];
     }
   }
-  backward_router(h_, params, routing_, c, d_gate, aux_scale, grads, dh);
+  std::vector<float> d_probs;  // (T, E)
+  backward_router(h_, params, routing_, c, d_gate, aux_scale, grads, dh, d_probs);
 }
 
 }  // namespace dtsim::model

@@ -35,6 +35,11 @@ class MoeLayer {
   std::vector<float> grouped_in_;        // (rows, D) dispatched tokens
   std::vector<float> grouped_out_;       // (rows, D) expert outputs
   std::vector<ExpertActivations> acts_;  // (E) per-expert activations
+  // Backward workspaces, kept so a step does not allocate them anew (not in activation_bytes).
+  std::vector<float> d_out_;    // (rows, D) gradient w.r.t. the expert outputs
+  std::vector<float> d_in_;     // (rows, D) gradient w.r.t. the dispatched tokens
+  std::vector<float> d_gate_;   // (T, k) gradient w.r.t. the gates
+  std::vector<float> d_probs_;  // (T, E) gradient w.r.t. the router probabilities
 };
 
 // The dense all-expert reference with the same contract as MoeLayer.
