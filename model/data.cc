@@ -32,8 +32,8 @@ Teacher::Teacher(int in, int hidden, int out, uint64_t seed) : in_(in), hidden_(
   fill(c2_, out, 0.0f);
 }
 
-void Teacher::apply(std::span<const float> x, std::span<float> y) const {
-  std::vector<float> hid(hidden_);  // (hidden)
+void Teacher::apply(std::span<const float> x, std::span<float> hid, std::span<float> y) const {
+  DTSIM_CHECK(hid.size() == size_t(hidden_));
   linear_forward(x, a1_, c1_, hid, 1, in_, hidden_);
   for (float& v : hid) v = std::tanh(v);
   linear_forward(hid, a2_, c2_, y, 1, hidden_, out_);
@@ -46,10 +46,11 @@ void RegressionTask::batch(int64_t step, int first, int count, std::span<float> 
                            std::span<float> y) const {
   const size_t D = teacher_.in(), O = teacher_.out();
   DTSIM_CHECK(x.size() >= count * D && y.size() >= count * O);
+  std::vector<float> hid(teacher_.hidden());  // (hidden)
   for (int i = 0; i < count; ++i) {
     auto xi = x.subspan(i * D, D);
     fill_input(seed_, step, first + i, xi);
-    teacher_.apply(xi, y.subspan(i * O, O));
+    teacher_.apply(xi, hid, y.subspan(i * O, O));
   }
 }
 
@@ -61,11 +62,12 @@ void ClassificationTask::batch(int64_t step, int first, int count, std::span<flo
                                std::span<int32_t> labels) const {
   const size_t D = teacher_.in(), C = teacher_.out();
   DTSIM_CHECK(x.size() >= count * D && labels.size() >= size_t(count));
-  std::vector<float> logits(C);  // (C)
+  std::vector<float> hid(teacher_.hidden());  // (hidden)
+  std::vector<float> logits(C);               // (C)
   for (int i = 0; i < count; ++i) {
     auto xi = x.subspan(i * D, D);
     fill_input(seed_, step, first + i, xi);
-    teacher_.apply(xi, logits);
+    teacher_.apply(xi, hid, logits);
     labels[i] =
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }

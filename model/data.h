@@ -16,9 +16,11 @@ namespace dtsim::model {
 class Teacher {
  public:
   Teacher(int in, int hidden, int out, uint64_t seed);
-  // y (out) = A2 tanh(A1 x (in) + c1) + c2, one sample at a time (no batch-shape effects).
-  void apply(std::span<const float> x, std::span<float> y) const;
+  // y (out) = A2 tanh(A1 x (in) + c1) + c2, one sample at a time (no batch-shape effects);
+  // hid (hidden) is the caller's workspace, so a batch loop does not allocate per sample.
+  void apply(std::span<const float> x, std::span<float> hid, std::span<float> y) const;
   int in() const { return in_; }
+  int hidden() const { return hidden_; }
   int out() const { return out_; }
 
  private:
