@@ -17,7 +17,6 @@
 // accumulation is also the only exact reference: routing, capacity and the aux loss depend
 // on which tokens are batched together.
 #include "train/ddp.h"
-#include "train/intra_op.h"
 
 #include <chrono>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "runtime/world.h"
 #include "train/accounting.h"
 #include "train/grad_ops.h"
+#include "train/intra_op.h"
 #include "train/run_frame.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"

@@ -43,7 +43,6 @@ class EpMoeLayer {
                 std::span<const float> dy, float aux_scale, std::span<float> d_router,
                 std::span<float> d_experts, std::span<float> dh, TracedComm& comm);
 
-  const model::Routing& routing() const { return routing_; }
   // Bytes of activations held for backward.
   size_t activation_bytes() const;
 

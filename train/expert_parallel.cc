@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "model/check.h"
 #include "model/data.h"
 #include "model/kernels.h"
 #include "runtime/world.h"

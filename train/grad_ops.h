@@ -41,10 +41,4 @@ void divide(std::span<T> g, int n) {
   for (T& v : g) v = narrow<T>(widen(v) / d);
 }
 
-// Widens a slice to fp32 into out (out.size() == in.size()).
-template <class T>
-void widen_into(std::span<const T> in, std::span<float> out) {
-  for (size_t i = 0; i < in.size(); ++i) out[i] = widen(in[i]);
-}
-
 }  // namespace dtsim::train

@@ -44,12 +44,8 @@ class TpMlp {
   TpMlp(const TpMlp&) = delete;
   TpMlp& operator=(const TpMlp&) = delete;
 
-  const model::MlpConfig& config() const { return config_; }
   model::ParamStore& store() { return store_; }
-  const model::ParamLayout& layout() const { return store_.layout(); }
   model::MemoryLedger& memory() { return ledger_; }
-  // Where each local element lives in the full flat layout.
-  const std::vector<ParamSlice>& slices() const { return slices_; }
 
   // Loads this rank's slices of a full mlp_layout() parameter vector.
   void load_full(std::span<const float> full);

@@ -20,7 +20,6 @@ class TracedComm {
   TracedComm(Communicator& comm, RankTimeline& timeline, Algo algo = Algo::kAuto)
       : comm_(comm), timeline_(timeline), algo_(algo) {}
 
-  Communicator& comm() { return comm_; }
   RankTimeline& timeline() { return timeline_; }
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }

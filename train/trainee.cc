@@ -18,8 +18,6 @@ model::ParamStore& Trainee::store() { return mlp_ ? mlp_->store() : moe_->store(
 
 model::MemoryLedger& Trainee::memory() { return mlp_ ? mlp_->memory() : moe_->memory(); }
 
-const model::ParamLayout& Trainee::layout() { return store().layout(); }
-
 void Trainee::ensure(int count) {
   if (mlp_) {
     x_.resize(static_cast<size_t>(count) * mlp_->config().input_dim);

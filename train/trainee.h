@@ -27,9 +27,6 @@ class Trainee {
 
   model::ParamStore& store();
   model::MemoryLedger& memory();
-  const model::ParamLayout& layout();
-  int num_layers() { return layout().num_layers(); }
-  size_t num_params() { return layout().size(); }
 
   // Forward and backward on samples [first, first + count) of step `step`; gradients
   // accumulate grad_scale * d(sum of per-sample losses). Returns the mean loss of the slice.

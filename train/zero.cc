@@ -22,8 +22,6 @@
 // layer is not gathered, so any read of an absent parameter poisons the loss. Memory is
 // accounted in the strategy's own ledger (shard plus the gathered layer), not the model's.
 #include <chrono>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 #include "model/memory.h"
