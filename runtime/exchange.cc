@@ -12,7 +12,6 @@ Exchange::Exchange(Communicator& comm, const Signature& sig)
   site_.comm_name = comm_.name_.c_str();
   site_.seq = comm_.seq_++;
   site_.sig = sig;
-  if (ctx_.tracing) start_ = std::chrono::steady_clock::now();
   uncaught_ = std::uncaught_exceptions();
   if (ctx_.recorder) ctx_.recorder->begin(comm_.id_, comm_.name_, site_.seq, sig);
 }
@@ -26,10 +25,6 @@ Exchange::~Exchange() {
   OpCounters& c = ctx_.counters[sig_.op];
   c.calls += 1;
   c.steps += static_cast<uint64_t>(done_steps_ + steps_);
-  if (ctx_.tracing) {
-    ctx_.trace.calls.push_back(CallRecord{site_.seq, sig_.op, sig_.count, bytes_sent_, start_,
-                                          std::chrono::steady_clock::now()});
-  }
 }
 
 void Exchange::note_step(int step) { steps_ = std::max(steps_, step + 1); }

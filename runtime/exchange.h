@@ -4,7 +4,6 @@
 // Internal to the runtime; an algorithm is a function of an Exchange and buffers.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 
 #include "runtime/communicator.h"
@@ -68,7 +67,6 @@ class Exchange {
   int done_steps_ = 0;  // steps of the finished phases
   uint64_t bytes_sent_ = 0;
   int uncaught_ = 0;  // std::uncaught_exceptions() at entry: did the call fail?
-  std::chrono::steady_clock::time_point start_;
 };
 
 // The algorithms, one file each (all_reduce_ring.cc, broadcast_tree.cc, ...). Counts are

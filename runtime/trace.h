@@ -3,7 +3,6 @@
 // is what `dtsim walk` prints as the lesson's "walk the shapes" table. Off by default.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -32,24 +31,12 @@ struct TraceSnapshot {
   std::vector<std::byte> bytes;
 };
 
-// One collective call as it ran on one rank: the timeline and the flight recorder's unit.
-struct CallRecord {
-  uint64_t seq = 0;
-  OpKind op = OpKind::kSend;
-  uint64_t count = 0;
-  uint64_t bytes_sent = 0;
-  std::chrono::steady_clock::time_point start{};
-  std::chrono::steady_clock::time_point end{};
-};
-
 struct RankTrace {
   std::vector<TraceSend> sends;
   std::vector<TraceSnapshot> snapshots;
-  std::vector<CallRecord> calls;  // every collective call, when tracing
   void clear() {
     sends.clear();
     snapshots.clear();
-    calls.clear();
   }
 };
 
