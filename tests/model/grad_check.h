@@ -23,8 +23,9 @@ struct GradCheckResult {
 };
 
 // Checks analytic[i] against (loss(v_i + eps) - loss(v_i - eps)) / 2 eps for every i in
-// `values` (modified in place and restored). `skip(i)` may veto an index, e.g. when the
-// perturbation changes a discrete routing decision.
+// `values` (modified in place and restored). `unchanged()`, asked after each perturbed loss,
+// may veto an index by returning false, e.g. when the perturbation changes a discrete routing
+// decision; vetoed indices are not counted in `checked`.
 inline GradCheckResult check_gradient(std::span<float> values, std::span<const float> analytic,
                                       const std::function<double()>& loss, float eps, double atol,
                                       double rtol,
