@@ -39,12 +39,6 @@ namespace {
 
 using model::MemoryCategory;
 
-// Reduce-scatter and all-gather have fewer algorithms than all-reduce: map the config's.
-Algo reduce_scatter_algo(Algo a) {
-  return a == Algo::kDeterministic || a == Algo::kDirect ? a : Algo::kRing;
-}
-Algo all_gather_algo(Algo a) { return a == Algo::kDirect ? a : Algo::kRing; }
-
 // ZeRO-1 (stage 1) or ZeRO-2 (stage 2) on one rank.
 void zero12_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
   const int rank = comm.rank(), n = comm.size();

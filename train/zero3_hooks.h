@@ -20,6 +20,13 @@
 
 namespace dtsim::train {
 
+// Reduce-scatter and all-gather have fewer algorithms than all-reduce: the one ZeRO (every
+// stage) runs for the config's all-reduce algorithm.
+inline Algo reduce_scatter_algo(Algo a) {
+  return a == Algo::kDeterministic || a == Algo::kDirect ? a : Algo::kRing;
+}
+inline Algo all_gather_algo(Algo a) { return a == Algo::kDirect ? a : Algo::kRing; }
+
 // Every layer sharded on its own over n ranks, padded to a multiple of n (as FSDP pads a
 // flat parameter): rank r's shard of layer l is elements [r * s_l, (r + 1) * s_l) of the
 // padded layer, s_l = ceil(size_l / n). A rank's shard buffer holds its shards of all
@@ -152,7 +159,7 @@ class Zero3Hooks : public PhaseHooks {
     gathered_ = model::TrackedBuffer<T>(ctx_.ledger, model::MemoryCategory::kWeights, z.padded(l));
     std::span<const T> mine = shard_params_.subspan(z.shard_offset(l), z.shard(l));
     ctx_.timeline->collective("all_gather", *ctx_.comm, [&] {
-      ctx_.comm->all_gather(mine, gathered_.span(), algo_for_gather());
+      ctx_.comm->all_gather(mine, gathered_.span(), all_gather_algo(ctx_.config->algo));
     });
     const model::ParamRange r = z.range(l);
     std::copy(gathered_.data(), gathered_.data() + r.size(), params_.begin() + r.begin);
@@ -176,18 +183,10 @@ class Zero3Hooks : public PhaseHooks {
     ctx_.peak->observe(*ctx_.ledger, *ctx_.activations);
     ctx_.timeline->collective("reduce_scatter", *ctx_.comm, [&] {
       ctx_.comm->reduce_scatter(std::span<const T>(staged.span()), std::span<T>(part),
-                                ReduceOp::kSum, algo_for_reduce_scatter());
+                                ReduceOp::kSum, reduce_scatter_algo(ctx_.config->algo));
     });
     add_into(shard_grads_.subspan(z.shard_offset(l), z.shard(l)), std::span<const T>(part));
     std::fill(grads_.begin() + r.begin, grads_.begin() + r.end, T(0.0f));
-  }
-
-  Algo algo_for_gather() const {
-    return ctx_.config->algo == Algo::kDirect ? Algo::kDirect : Algo::kRing;
-  }
-  Algo algo_for_reduce_scatter() const {
-    const Algo a = ctx_.config->algo;
-    return a == Algo::kDeterministic || a == Algo::kDirect ? a : Algo::kRing;
   }
 
   Zero3Context ctx_;
