@@ -43,18 +43,14 @@ TrainConfig accum_partner(const TrainConfig& config, const TrainConfig& referenc
   return p;
 }
 
-// max |a - b| over parameters and over losses; infinite on a shape mismatch or NaN.
+// max |a - b| over parameters and over losses (compare()'s, NaN counting as infinite);
+// infinite on a shape mismatch.
 std::pair<double, double> max_diffs(const RunResult& a, const RunResult& b) {
   if (a.params.size() != b.params.size() || a.losses.size() != b.losses.size()) {
     return {INFINITY, INFINITY};
   }
-  auto diff = [](double x, double y) {
-    return std::isnan(x) || std::isnan(y) ? INFINITY : std::abs(x - y);
-  };
-  double p = 0, l = 0;
-  for (size_t i = 0; i < a.params.size(); ++i) p = std::max(p, diff(a.params[i], b.params[i]));
-  for (size_t i = 0; i < a.losses.size(); ++i) l = std::max(l, diff(a.losses[i], b.losses[i]));
-  return {p, l};
+  const Comparison c = compare(a, b, 0, 0);
+  return {c.max_abs_diff, c.max_loss_diff};
 }
 
 }  // namespace
@@ -168,9 +164,8 @@ CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
 
 CheckResult judge(const CheckPlan& plan, const RunResult& run, const RunResult& reference,
                   const RunFn& run_fn) {
-  if (plan.bitwise) return judge_with_partner(plan, run, reference, reference);
-  if (compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol).passed) {
-    return judge_with_partner(plan, run, reference, reference);
+  if (plan.bitwise || compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol).passed) {
+    return judge_with_partner(plan, run, reference, reference);  // no floor to measure
   }
   const RunResult partner = run_fn ? run_fn(plan.floor_partner) : run_training(plan.floor_partner);
   return judge_with_partner(plan, run, reference, partner);
