@@ -2,7 +2,7 @@
 # Regenerates bench/RESULTS.md: builds the suites, runs every one, and writes each table
 # under the exact command that produced it, with the machine, date and load.
 #
-#   bench/run.sh                 # ~10 minutes on 2 cores; run it on a quiet machine
+#   bench/run.sh                 # ~4 minutes on 2 cores; run it on a quiet machine
 #   QUICK=1 bench/run.sh         # smaller matrix, for checking the script (~2 minutes)
 #   OUT=/tmp/r.md bench/run.sh   # write elsewhere
 #
