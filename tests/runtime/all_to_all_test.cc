@@ -2,6 +2,7 @@
 // sizes including zeros) against the reference: the transpose of the [rank, chunk] grid.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -39,6 +40,17 @@ std::vector<std::vector<size_t>> random_counts(int n, size_t max, uint64_t seed)
     for (auto& x : row) x = g() % 3 == 0 ? 0 : d(g);
   }
   return c;
+}
+
+// Inputs for all_to_all_single: rank i holds its labelled values, sum_j counts[i][j] of them.
+Ranks<int64_t> labelled_for(const std::vector<std::vector<size_t>>& counts) {
+  const int n = static_cast<int>(counts.size());
+  Ranks<int64_t> xs(n);
+  for (int i = 0; i < n; ++i) {
+    const size_t len = std::accumulate(counts[i].begin(), counts[i].end(), size_t{0});
+    xs[i] = labelled(n, len)[i];
+  }
+  return xs;
 }
 
 Ranks<int64_t> threaded_all_to_all_single(World& w, const Ranks<int64_t>& xs,
@@ -85,12 +97,7 @@ TEST(AllToAllTest, SingleWithRandomSplitSizesIncludingZeros) {
       for (uint64_t seed = 0; seed < 3; ++seed) {
         SCOPED_TRACE(describe_case(n, max, "all_to_all_single max split"));
         const auto counts = random_counts(n, max, 1000 * n + 10 * max + seed);
-        Ranks<int64_t> xs(n);
-        for (int i = 0; i < n; ++i) {
-          size_t len = 0;
-          for (size_t c : counts[i]) len += c;
-          xs[i] = labelled(n, len)[i];
-        }
+        const Ranks<int64_t> xs = labelled_for(counts);
         EXPECT_TRUE(bitwise_equal(threaded_all_to_all_single(w, xs, counts),
                                   ref_all_to_all_single(xs, counts)));
       }
@@ -105,12 +112,7 @@ TEST(AllToAllTest, SingleMovesALargeOddBlock) {
     std::vector<std::vector<size_t>> counts(n, std::vector<size_t>(n, 0));
     for (int i = 0; i < n; ++i) counts[i][(i + 1) % n] = kLargeOdd / n + i;
     counts[0][0] = 3;
-    Ranks<int64_t> xs(n);
-    for (int i = 0; i < n; ++i) {
-      size_t len = 0;
-      for (size_t c : counts[i]) len += c;
-      xs[i] = labelled(n, len)[i];
-    }
+    const Ranks<int64_t> xs = labelled_for(counts);
     EXPECT_TRUE(
         bitwise_equal(threaded_all_to_all_single(w, xs, counts), ref_all_to_all_single(xs, counts)))
         << "N=" << n;
@@ -125,12 +127,7 @@ TEST(AllToAllTest, SixtyFourRanks) {
   EXPECT_TRUE(bitwise_equal(a2a, ref_all_to_all(xs)));
   EXPECT_TRUE(bitwise_equal(threaded_all_to_all(w, a2a), xs));
   const auto counts = random_counts(n, 5, 64);
-  Ranks<int64_t> ys(n);
-  for (int i = 0; i < n; ++i) {
-    size_t len = 0;
-    for (size_t c : counts[i]) len += c;
-    ys[i] = labelled(n, len)[i];
-  }
+  const Ranks<int64_t> ys = labelled_for(counts);
   EXPECT_TRUE(
       bitwise_equal(threaded_all_to_all_single(w, ys, counts), ref_all_to_all_single(ys, counts)));
   w.run([](Communicator& c) { c.barrier(); });
