@@ -12,11 +12,6 @@ namespace {
 
 constexpr double kFloorFactor = 4;
 
-bool data_parallel(Strategy s) {
-  return s == Strategy::kDdp || s == Strategy::kZero1 || s == Strategy::kZero2 ||
-         s == Strategy::kZero3;
-}
-
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
   char buf[160];
   std::snprintf(buf, sizeof buf, f, a, b, c, d);

@@ -25,6 +25,11 @@ model::ParamLayout model_layout(const TrainConfig& config) {
                                          : model::moe_model_layout(config.moe);
 }
 
+bool data_parallel(Strategy s) {
+  return s == Strategy::kDdp || s == Strategy::kZero1 || s == Strategy::kZero2 ||
+         s == Strategy::kZero3;
+}
+
 const char* to_string(Strategy s) {
   for (const auto& [strategy, name] : kStrategyNames) {
     if (strategy == s) return name;

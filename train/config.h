@@ -61,6 +61,10 @@ struct TrainConfig {
 // The full single-rank parameter layout of the model `config` names (mlp or moe).
 model::ParamLayout model_layout(const TrainConfig& config);
 
+// ddp and zero1-3: replicas that each take B/N samples and sum their gradients over the
+// ranks (the strategies Pitfall::kForgetDivide applies to).
+bool data_parallel(Strategy s);
+
 const char* to_string(Strategy s);
 const char* to_string(ModelKind m);
 // Parses the CLI names: single, accum, ddp, zero1, zero2, zero3, tp, ep, dp-tp.

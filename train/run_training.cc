@@ -14,11 +14,6 @@ void require(bool ok, const std::string& message) {
   if (!ok) fail(message);
 }
 
-bool data_parallel(Strategy s) {
-  return s == Strategy::kAccum || s == Strategy::kDdp || s == Strategy::kZero1 ||
-         s == Strategy::kZero2 || s == Strategy::kZero3;
-}
-
 void validate_counts(const TrainConfig& c) {
   require(c.ranks >= 1 && c.ranks <= 4096,
           "--ranks " + std::to_string(c.ranks) + " must be between 1 and 4096");
@@ -45,8 +40,15 @@ void validate_model(const TrainConfig& c) {
   require(m.d_ff >= 1, "--hidden " + std::to_string(m.d_ff) + " must be at least 1");
 }
 
+// The pitfall skips the division by N after the gradient sum, which only ddp and zero have.
+void validate_pitfall(const TrainConfig& c) {
+  require(c.pitfall == Pitfall::kNone || data_parallel(c.strategy),
+          "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
+}
+
+// accum cuts the batch as data-parallel ranks would.
 void validate_data_parallel(const TrainConfig& c) {
-  if (!data_parallel(c.strategy)) return;
+  if (c.strategy != Strategy::kAccum && !data_parallel(c.strategy)) return;
   require(c.global_batch % (c.ranks * c.micro_batches) == 0,
           "--batch " + std::to_string(c.global_batch) + " is not divisible by --ranks " +
               std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches));
@@ -91,6 +93,7 @@ void validate_model_parallel(const TrainConfig& c) {
 }  // namespace
 
 void validate(const TrainConfig& config) {
+  validate_pitfall(config);
   validate_counts(config);
   validate_model(config);
   validate_data_parallel(config);

@@ -68,6 +68,14 @@ TEST(Validate, NamesTheFlagAndTheConstraint) {
   c.model = ModelKind::kMoe;
   c.moe.moe.top_k = 3;
   EXPECT_NE(usage_error(c).find("--top-k 3"), std::string::npos);
+  c = small_mlp();
+  c.strategy = Strategy::kTp;
+  c.ranks = 2;
+  c.pitfall = Pitfall::kForgetDivide;
+  EXPECT_EQ(usage_error(c),
+            "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
+  c.strategy = Strategy::kZero3;
+  EXPECT_EQ(usage_error(c), "");
 }
 
 TEST(Validate, RunTrainingDispatchesAndRejects) {

@@ -108,11 +108,7 @@ train::TrainConfig parse_config(const Args& a) {
   }
   c.seed = static_cast<uint64_t>(a.integer("seed", 1, 0, INT64_MAX));
   if (a.has("pitfall")) {
-    a.choice("pitfall", "", {"forget-divide"});
-    const bool dp = c.strategy == train::Strategy::kDdp || c.strategy == train::Strategy::kZero1 ||
-                    c.strategy == train::Strategy::kZero2 || c.strategy == train::Strategy::kZero3;
-    if (!dp)
-      fail("train", "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
+    a.choice("pitfall", "", {"forget-divide"});  // validate() checks the strategy
     c.pitfall = train::Pitfall::kForgetDivide;
   }
   return c;
