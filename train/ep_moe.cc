@@ -112,16 +112,16 @@ void EpMoeLayer::backward(std::span<const float> router, std::span<const float> 
   const int D = c.d_model, m = local_experts_;
   const model::Routing& r = routing_;
   DTSIM_CHECK(d_experts.size() == local_expert_params());
-  std::vector<float> d_grouped(size_t(r.rows()) * D, 0.0f);     // (rows, D)
-  std::vector<float> d_gate(size_t(r.tokens) * r.top_k, 0.0f);  // (T, k)
-  model::combine_backward(dy, grouped_out_, r, D, dh, d_grouped, d_gate);
+  d_grouped_.assign(size_t(r.rows()) * D, 0.0f);
+  d_gate_.assign(size_t(r.tokens) * r.top_k, 0.0f);
+  model::combine_backward(dy, grouped_out_, r, D, dh, d_grouped_, d_gate_);
 
   // Output gradients to the experts' ranks, expert backward, input gradients back.
-  comm.all_to_all_single(std::span<const float>(d_grouped), std::span<const size_t>(send_counts_),
+  comm.all_to_all_single(std::span<const float>(d_grouped_), std::span<const size_t>(send_counts_),
                          std::span<float>(recv_buf_), std::span<const size_t>(recv_counts_));
-  std::vector<float> d_out(expert_out_.size());      // (R, D) expert-major
-  std::vector<float> d_in(expert_in_.size(), 0.0f);  // (R, D) expert-major
-  to_expert_major(recv_buf_, d_out);
+  d_out_.resize(expert_out_.size());
+  d_in_.assign(expert_in_.size(), 0.0f);
+  to_expert_major(recv_buf_, d_out_);
   const size_t es = model::moe_expert_size(c);
   for (int e = 0; e < m; ++e) {
     const size_t begin = size_t(expert_offsets_[e]) * D;
@@ -129,21 +129,21 @@ void EpMoeLayer::backward(std::span<const float> router, std::span<const float> 
     const size_t len = size_t(rows) * D;
     model::expert_backward(model::expert_weights(experts.subspan(e * es, es), c),
                            std::span(expert_in_).subspan(begin, len), acts_[e],
-                           std::span(d_out).subspan(begin, len), rows, c,
+                           std::span(d_out_).subspan(begin, len), rows, c,
                            model::expert_grads(d_experts.subspan(e * es, es), c),
-                           std::span(d_in).subspan(begin, len));
+                           std::span(d_in_).subspan(begin, len));
   }
-  from_expert_major(d_in, recv_buf_);
-  std::fill(d_grouped.begin(), d_grouped.end(), 0.0f);
+  from_expert_major(d_in_, recv_buf_);
+  std::fill(d_grouped_.begin(), d_grouped_.end(), 0.0f);
   comm.all_to_all_single(std::span<const float>(recv_buf_), std::span<const size_t>(recv_counts_),
-                         std::span<float>(d_grouped), std::span<const size_t>(send_counts_));
-  model::dispatch_backward(d_grouped, r, D, dh);
+                         std::span<float>(d_grouped_), std::span<const size_t>(send_counts_));
+  model::dispatch_backward(d_grouped_, r, D, dh);
 
   // The router's backward is local: gates, aux loss, softmax, router weights.
-  std::vector<float> d_probs(size_t(r.tokens) * r.num_experts, 0.0f);  // (T, E)
-  model::gate_backward(r, d_gate, d_probs);
-  model::aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs);
-  model::router_backward(h_, router, r, d_probs, d_router, dh, D);
+  d_probs_.assign(size_t(r.tokens) * r.num_experts, 0.0f);
+  model::gate_backward(r, d_gate_, d_probs_);
+  model::aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs_);
+  model::router_backward(h_, router, r, d_probs_, d_router, dh, D);
 }
 
 size_t EpMoeLayer::activation_bytes() const {

@@ -65,6 +65,12 @@ class EpMoeLayer {
   std::vector<float> expert_in_;                // (R, D) received rows, expert-major
   std::vector<float> expert_out_;               // (R, D) local experts' outputs, expert-major
   std::vector<model::ExpertActivations> acts_;  // (E/N)
+  // Backward's scratch, kept so that a micro-batch allocates nothing once sizes settle.
+  std::vector<float> d_grouped_;  // (rows, D) gradients of grouped_out_, then of grouped_in_
+  std::vector<float> d_gate_;     // (T, k)
+  std::vector<float> d_out_;      // (R, D) expert-major output gradients
+  std::vector<float> d_in_;       // (R, D) expert-major input gradients
+  std::vector<float> d_probs_;    // (T, E)
 };
 
 }  // namespace dtsim::train
