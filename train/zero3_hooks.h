@@ -179,19 +179,20 @@ class Zero3Hooks : public PhaseHooks {
     const model::ParamRange r = z.range(l);
     model::TrackedBuffer<T> staged(ctx_.ledger, model::MemoryCategory::kGradients, z.padded(l));
     std::copy(grads_.begin() + r.begin, grads_.begin() + r.end, staged.data());
-    std::vector<T> part(z.shard(l));
+    part_.resize(z.shard(l));
     ctx_.peak->observe(*ctx_.ledger, *ctx_.activations);
     ctx_.timeline->collective("reduce_scatter", *ctx_.comm, [&] {
-      ctx_.comm->reduce_scatter(std::span<const T>(staged.span()), std::span<T>(part),
+      ctx_.comm->reduce_scatter(std::span<const T>(staged.span()), std::span<T>(part_),
                                 ReduceOp::kSum, reduce_scatter_algo(ctx_.config->algo));
     });
-    add_into(shard_grads_.subspan(z.shard_offset(l), z.shard(l)), std::span<const T>(part));
+    add_into(shard_grads_.subspan(z.shard_offset(l), z.shard(l)), std::span<const T>(part_));
     std::fill(grads_.begin() + r.begin, grads_.begin() + r.end, T(0.0f));
   }
 
   Zero3Context ctx_;
   std::span<T> params_, grads_, shard_params_, shard_grads_;
   model::TrackedBuffer<T> gathered_;
+  std::vector<T> part_;  // (s_l) this rank's summed chunk of the layer being reduce-scattered
 };
 
 }  // namespace dtsim::train
