@@ -23,7 +23,16 @@ TEST(FlightRecorder, RankFailureReportsEveryRanksLastCalls) {
       std::vector<float> x(16, 1.0f);
       c.all_reduce(std::span<float>(x));
       c.barrier();
-      if (c.rank() == 1) throw std::runtime_error("rank one gives up");
+      // Leaving the barrier on rank 1 does not mean 0 and 2 have left it too, so rank 1
+      // throws only once both have said (by a buffered send) that they are past it. Nothing
+      // between their send and broadcast() checks for the abort, so both are in broadcast.
+      if (c.rank() == 1) {
+        float ready = 0.0f;
+        c.recv(std::span<float>(&ready, 1), 0);
+        c.recv(std::span<float>(&ready, 1), 2);
+        throw std::runtime_error("rank one gives up");
+      }
+      c.send(std::span<const float>(x.data(), 1), 1);
       c.broadcast(std::span<float>(x), 0);
     });
     FAIL() << "the run should have failed";
