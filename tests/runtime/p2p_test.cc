@@ -212,7 +212,14 @@ TEST(P2pTest, LargeMessagesAreBoundedByBytesInFlight) {
         sent.fetch_add(1);
       }
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      // Wait (not a fixed sleep: under a sanitizer on a loaded machine eight 4 MiB sends
+      // can take longer) until the budget's worth has gone out, then give the sender time
+      // to overrun it if it could.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (sent.load() < 8 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
       sent_while_receiver_waited = sent.load();
       for (size_t i = 0; i < kCount; ++i) {
         c.recv(std::span<float>(buf), 0);
