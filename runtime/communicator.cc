@@ -53,6 +53,7 @@ Communicator::Communicator(RankContext* ctx, uint64_t id, std::vector<int> ranks
   rank_ = static_cast<int>(it - ranks_.begin());
   sent_.resize(ranks_.size());
   received_.resize(ranks_.size());
+  lent_.resize(ranks_.size());
 }
 
 void Communicator::check_peer(int peer, const char* what) const {

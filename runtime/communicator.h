@@ -138,6 +138,7 @@ class Communicator {
   uint64_t groups_made_ = 0;
   std::vector<std::byte> scratch_;  // reused temporaries of the algorithms
   std::vector<size_t> counts_;      // all_to_all split sizes, reused
+  std::vector<uint8_t> lent_;       // by peer: the current call lent it a message
   std::vector<std::vector<std::pair<int, uint64_t>>> sent_, received_;  // p2p (tag, count)
 };
 

@@ -17,6 +17,14 @@ Exchange::Exchange(Communicator& comm, const Signature& sig)
 }
 
 Exchange::~Exchange() {
+  // An algorithm settles before it returns; this is for one that throws (or forgot): the
+  // caller may free the buffer as soon as the call is over, so no peer may still read it.
+  if (lent_) {
+    for (size_t p = 0; p < comm_.lent_.size(); ++p) {
+      if (comm_.lent_[p]) ctx_.transport->settle(comm_.ranks_[p], site_, /*unwinding=*/true);
+      comm_.lent_[p] = 0;
+    }
+  }
   if (ctx_.recorder) {
     ctx_.recorder->end(
         std::uncaught_exceptions() > uncaught_ ? CallState::kFailed : CallState::kDone,
@@ -29,12 +37,28 @@ Exchange::~Exchange() {
 
 void Exchange::note_step(int step) { steps_ = std::max(steps_, step + 1); }
 
-void Exchange::send(int peer, int step, const void* data, size_t count, int chunk) {
+void Exchange::settle() {
+  if (!lent_) return;
+  for (size_t p = 0; p < comm_.lent_.size(); ++p) {
+    if (!comm_.lent_[p]) continue;
+    ctx_.transport->settle(comm_.ranks_[p], site_, /*unwinding=*/false);
+    comm_.lent_[p] = 0;
+  }
+  lent_ = false;
+}
+
+void Exchange::post(int peer, int step, const void* data, size_t count, int chunk, bool lend) {
   note_step(step);
   const size_t bytes = count * esize_;
   const MessageKey key{comm_.id_, site_.seq, static_cast<uint32_t>(base_ + step)};
-  ctx_.transport->send(comm_.ranks_[peer], key, sig_, {static_cast<const std::byte*>(data), bytes},
-                       site_);
+  const std::span<const std::byte> payload{static_cast<const std::byte*>(data), bytes};
+  if (lend) {
+    ctx_.transport->lend(comm_.ranks_[peer], key, sig_, payload, site_);
+    comm_.lent_[peer] = 1;
+    lent_ = true;
+  } else {
+    ctx_.transport->send(comm_.ranks_[peer], key, sig_, payload, site_);
+  }
   OpCounters& c = ctx_.counters[sig_.op];
   c.msgs_sent += 1;
   c.bytes_sent += bytes;

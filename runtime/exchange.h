@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "runtime/communicator.h"
+#include "runtime/rank_context.h"
 #include "runtime/reduce_kernels.h"
 #include "runtime/transport.h"
 
@@ -30,7 +31,20 @@ class Exchange {
 
   // Sends a snapshot of `count` elements to local rank `peer` as step `step`; `chunk`
   // only labels the trace.
-  void send(int peer, int step, const void* data, size_t count, int chunk = -1);
+  void send(int peer, int step, const void* data, size_t count, int chunk = -1) {
+    post(peer, step, data, count, chunk, false);
+  }
+  // Like send(), but a payload of WorldOptions::lend_bytes or more goes without a copy
+  // (Transport::lend):
+  // the receiver reads this rank's buffer in place, so the caller must not write those
+  // elements until settle(), and the receiver must only read them (recv_copy, recv_reduce).
+  // The single copy that halves the memory traffic of large ring collectives.
+  void send_or_lend(int peer, int step, const void* data, size_t count, int chunk = -1) {
+    post(peer, step, data, count, chunk, count * esize_ >= ctx_.lend_bytes);
+  }
+  // Waits until every peer released what this call lent it. Algorithms that lend call it
+  // before they write a lent element again and before they return.
+  void settle();
   // Receives step `step` from `peer`, which must hold exactly `count` elements. The caller
   // may modify the payload in place, then must release() it.
   Message recv(int peer, int step, size_t count);
@@ -54,6 +68,7 @@ class Exchange {
 
  private:
   void note_step(int step);
+  void post(int peer, int step, const void* data, size_t count, int chunk, bool lend);
   int phase() const { return base_ / kPhaseTagStride; }
 
   Communicator& comm_;
@@ -67,6 +82,7 @@ class Exchange {
   int done_steps_ = 0;  // steps of the finished phases
   uint64_t bytes_sent_ = 0;
   int uncaught_ = 0;  // std::uncaught_exceptions() at entry: did the call fail?
+  bool lent_ = false;  // lent anything not yet settled (which peers: comm_.lent_)
 };
 
 // The algorithms, one file each (all_reduce_ring.cc, broadcast_tree.cc, ...). Counts are

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include "runtime/mail_ring.h"
 #include "runtime/transport.h"
 
 namespace dtsim {
@@ -20,17 +22,7 @@ struct PayloadBuffer {
   size_t capacity = 0;
 };
 
-// A message in a mailbox; the payload lives in a pooled buffer owned by the message.
-struct Envelope {
-  MessageKey key;
-  Signature sig;
-  std::byte* data = nullptr;
-  size_t size = 0;
-  size_t capacity = 0;
-  bool borrowed = false;  // points into the sender's live buffer (unsafe test mode only)
-};
-
-inline constexpr size_t kMailboxDepth = 32;
+inline constexpr uint32_t kMailboxDepth = 32;
 // Payloads of at least kLargeMessageBytes count against a per-channel budget, so a rank
 // that runs ahead (a broadcast root, the sender of a direct algorithm) parks at most
 // kChannelByteBudget in one mailbox (or one message, if that is larger) instead of
@@ -39,12 +31,18 @@ inline constexpr size_t kLargeMessageBytes = size_t{64} << 10;
 inline constexpr size_t kChannelByteBudget = size_t{32} << 20;
 
 struct Channel {
-  boost::lockfree::spsc_queue<Envelope, boost::lockfree::capacity<kMailboxDepth>> mail;
+  MailRing<kMailboxDepth> mail;
   boost::lockfree::spsc_queue<PayloadBuffer, boost::lockfree::capacity<2 * kMailboxDepth>> free;
   std::vector<Envelope> stash;  // arrived ahead of the message the receiver waits for
   // Bytes of large payloads sent and not yet released: the sender adds, the receiver
   // subtracts on release. Its own cache line: it is touched only for large messages.
   alignas(64) std::atomic<size_t> large_bytes{0};
+  // Messages lent (Transport::lend) and released: the sender counts the first, the
+  // receiver the second; lends_released == lends_sent means no one reads the sender's
+  // bytes. A lent message dropped unreceived counts as released, and so, at the reset
+  // between jobs, does every message still out.
+  alignas(64) std::atomic<uint64_t> lends_released{0};
+  alignas(64) uint64_t lends_sent = 0;
 };
 
 // Allocates a payload buffer of at least `size` bytes (power of two, 64-byte aligned).

@@ -3,6 +3,7 @@
 // while a run is active, then read by the World's owner.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "runtime/counters.h"
@@ -18,6 +19,8 @@ struct RankContext {
   RankCounters counters;
   RankTrace trace;
   bool tracing = false;
+  size_t lend_bytes = SIZE_MAX;  // Exchange::send_or_lend lends payloads this large
+
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
 };
 

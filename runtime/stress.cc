@@ -181,6 +181,9 @@ StressResult run_stress(const StressOptions& o,
     wo.jitter_us = o.jitter_us;
     wo.jitter_seed = o.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(it);
     wo.unsafe_live_sends = o.unsafe_live_sends;
+    // Odd iterations lend every ring chunk of 64 bytes or more (the default only lends
+    // from 64 KiB), so the lend/settle protocol meets the jitter at every length.
+    if (it % 2) wo.lend_bytes = 64;
     World world(o.ranks, wo);
     bool failed = false;
     try {

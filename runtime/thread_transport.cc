@@ -27,6 +27,18 @@ inline void cpu_relax() {
 // after this long (or at the deadline, if that is sooner) with a TimeoutError naming it.
 constexpr std::chrono::milliseconds kReturnedPeerGrace{250};
 
+// Publishes, for the watchdog's desync report, whom a blocked rank waits for.
+class WaitingOn {
+ public:
+  WaitingOn(FlightRecorder& me, int peer) : me_(me) { me_.set_waiting_on(peer); }
+  ~WaitingOn() { me_.set_waiting_on(-1); }
+  WaitingOn(const WaitingOn&) = delete;
+  WaitingOn& operator=(const WaitingOn&) = delete;
+
+ private:
+  FlightRecorder& me_;
+};
+
 bool is_collective(const MessageKey& k) { return (k.seq >> 63) == 0; }
 
 std::string seconds(std::chrono::milliseconds ms) {
@@ -81,27 +93,97 @@ void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
   e.sig = sig;
   e.size = payload.size();
   if (e.size >= kLargeMessageBytes) reserve_bytes(ch, e.size, dst, site);
-  if (state_->options().unsafe_live_sends) {
-    e.data = const_cast<std::byte*>(payload.data());
-    e.borrowed = true;
-  } else if (!payload.empty()) {
+  if (state_->options().unsafe_live_sends && !payload.empty()) {
+    e.kind = PayloadKind::kBorrowed;
+    e.payload.buf = {const_cast<std::byte*>(payload.data()), 0};
+  } else if (e.size <= kInlineBytes) {
+    e.kind = PayloadKind::kInline;
+    if (e.size) std::memcpy(e.payload.bytes, payload.data(), e.size);
+  } else {
     PayloadBuffer b;
     if (!ch.free.pop(b) || b.capacity < payload.size()) {
       free_payload(b);
       b = allocate_payload(payload.size());
     }
     std::memcpy(b.data, payload.data(), payload.size());
-    e.data = b.data;
-    e.capacity = b.capacity;
+    e.kind = PayloadKind::kPooled;
+    e.payload.buf = {b.data, b.capacity};
   }
   if (!ch.mail.push(e)) wait_for_space(ch, e, dst, site);
   state_->bell(dst).ring();
   jitter();
 }
 
+void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
+                           std::span<const std::byte> payload, const WaitSite& site) {
+  jitter();
+  check_abort(site, dst);
+  Channel& ch = state_->channel(rank_, dst);
+  Envelope e;
+  e.key = key;
+  e.sig = sig;
+  e.size = payload.size();
+  e.kind = PayloadKind::kLent;
+  e.payload.buf = {const_cast<std::byte*>(payload.data()), 0};
+  ++ch.lends_sent;  // before the push: a push that fails drops it, which counts it released
+  if (!ch.mail.push(e)) wait_for_space(ch, e, dst, site);
+  state_->bell(dst).ring();
+  jitter();
+}
+
+void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
+  Channel& ch = state_->channel(rank_, dst);
+  auto settled = [&] { return ch.lends_released.load(std::memory_order_acquire) >= ch.lends_sent; };
+  if (settled()) return;
+  for (int i = 0; i < spin_; ++i) {
+    if (settled()) return;
+    cpu_relax();
+  }
+  const auto yield_until = Clock::now() + std::chrono::microseconds(50);
+  for (int i = 0; !(i >= 4 && Clock::now() >= yield_until); ++i) {
+    if (settled()) return;
+    sched_yield();
+  }
+  const auto timeout = state_->options().timeout;
+  const auto deadline = Clock::now() + timeout;
+  const FlightRecorder& peer = state_->recorder(dst);
+  Doorbell& bell = state_->bell(rank_);
+  const WaitingOn published(state_->recorder(rank_), dst);  // for the watchdog
+  // A receiver that left its job (returned or failed) reads the lent bytes no more: a
+  // message it never took is dropped at the next reset. One that is still in its job may
+  // be reading them, even after another rank failed, so the wait goes on until it leaves.
+  auto gone = [&] {
+    const RankPhase p = peer.phase();
+    return p == RankPhase::kFinished || p == RankPhase::kFailed;
+  };
+  while (!settled()) {
+    if (gone()) {
+      if (!unwinding) check_abort(site, dst);
+      return;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      if (unwinding) return;
+      throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
+                         seconds(timeout) + " in " + describe(site.sig) + " (seq " +
+                         std::to_string(site.seq) + ", communicator " + site.comm_name +
+                         ") waiting for rank " + std::to_string(dst) +
+                         " to release a message lent to it: that rank stopped receiving");
+    }
+    // Releases ring this rank's bell; leaving a job and aborts ring every bell.
+    bell.sleep_until([&] { return settled() || gone(); },
+                     std::min<std::chrono::nanoseconds>(deadline - now,
+                                                        std::chrono::milliseconds(100)));
+  }
+}
+
 void ThreadTransport::drop(Channel& ch, const Envelope& e) {
+  if (e.kind == PayloadKind::kLent) {
+    ch.lends_released.fetch_add(1, std::memory_order_release);
+    return;
+  }
   if (e.size >= kLargeMessageBytes) ch.large_bytes.fetch_sub(e.size, std::memory_order_release);
-  if (!e.borrowed) free_payload({e.data, e.capacity});
+  if (e.kind == PayloadKind::kPooled) free_payload({e.payload.buf.data, e.payload.buf.capacity});
 }
 
 void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site) {
@@ -231,12 +313,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
     auto give_up = deadline;  // earlier once the peer has returned from its job
     bool returned = false;
     Doorbell& bell = state_->bell(rank_);
-    FlightRecorder& me = state_->recorder(rank_);
-    me.set_waiting_on(src);
-    struct Unpublish {
-      FlightRecorder& r;
-      ~Unpublish() { r.set_waiting_on(-1); }
-    } unpublish{me};
+    const WaitingOn published(state_->recorder(rank_), src);
     while (!(found = try_take(ch, src, key, site, &e))) {
       check_abort(site, src);
       const PeerCheck peer = check_peer(ch, src, key, site, &e);
@@ -264,21 +341,34 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
             desync_report(*state_));
       }
       bell.sleep_until(
-          [&] { return ch.mail.read_available() > 0 || state_->aborted(); },
+          [&] { return ch.mail.ready() || state_->aborted(); },
           std::min<std::chrono::nanoseconds>(give_up - now, std::chrono::milliseconds(100)));
     }
   }
   jitter();
   Message m;
-  m.data = e.data;
   m.size = e.size;
   m.sig = e.sig;
-  m.buffer = e.borrowed ? nullptr : e.data;
-  m.capacity = e.capacity;
+  if (e.kind == PayloadKind::kInline) {
+    static_assert(kInlineBytes <= Message::kLocalBytes);
+    std::memcpy(m.local, e.payload.bytes, kInlineBytes);
+    m.data = m.local;
+  } else {
+    m.data = e.payload.buf.data;
+    m.buffer = e.kind == PayloadKind::kPooled ? m.data : nullptr;
+    m.capacity = e.payload.buf.capacity;
+    m.lent = e.kind == PayloadKind::kLent;
+  }
   return m;
 }
 
 void ThreadTransport::release(int src, Message& msg) {
+  if (msg.lent) {
+    state_->channel(src, rank_).lends_released.fetch_add(1, std::memory_order_release);
+    state_->bell(src).ring();  // the lender may be asleep in settle()
+    msg.lent = false;
+    return;
+  }
   if (msg.size >= kLargeMessageBytes) {
     state_->channel(src, rank_).large_bytes.fetch_sub(msg.size, std::memory_order_release);
     msg.size = 0;  // released once

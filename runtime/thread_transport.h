@@ -1,7 +1,10 @@
 // The in-process transport: ranks are threads of one World and exchange messages through
-// lock-free SPSC mailboxes (mailbox.h). A send copies the payload into a pooled buffer, so
-// the receiver sees the bytes as they were at send time (the lesson's "all sends of a step
-// happen at once"). No allocation, lock or log per message once the pools are warm.
+// lock-free SPSC mailboxes (mailbox.h, mail_ring.h). A send copies the payload (into the
+// mailbox slot itself up to kInlineBytes, else into a pooled buffer), so the receiver sees
+// the bytes as they were at send time (the lesson's "all sends of a step happen at once").
+// A lend skips the copy: the receiver reads the sender's buffer, and the sender's settle()
+// waits for the release before the buffer may change. No allocation, lock or log per
+// message once the pools are warm.
 //
 // Thread safety: one ThreadTransport per rank, used only by that rank's thread.
 #pragma once
@@ -24,6 +27,9 @@ class ThreadTransport final : public Transport {
             std::span<const std::byte> payload, const WaitSite& site) override;
   Message recv(int src, const MessageKey& key, const WaitSite& site) override;
   void release(int src, Message& msg) override;
+  void lend(int dst, const MessageKey& key, const Signature& sig,
+            std::span<const std::byte> payload, const WaitSite& site) override;
+  void settle(int dst, const WaitSite& site, bool unwinding) override;
 
  private:
   bool try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -44,12 +45,30 @@ struct WaitSite {
 };
 
 // A received message: the receiver may read and modify `data` until it calls release().
+// A transport may carry a small payload in the message itself (`local`); copies and moves
+// keep `data` pointing at their own copy of it.
 struct Message {
+  static constexpr size_t kLocalBytes = 16;
   std::byte* data = nullptr;
   size_t size = 0;
   Signature sig;
   void* buffer = nullptr;  // transport-private handle
   size_t capacity = 0;     // transport-private
+  bool lent = false;       // sent with lend(): read-only, the sender's own bytes
+  alignas(8) std::byte local[kLocalBytes] = {};
+
+  Message() = default;
+  Message(const Message& o) { *this = o; }
+  Message& operator=(const Message& o) {
+    size = o.size;
+    sig = o.sig;
+    buffer = o.buffer;
+    capacity = o.capacity;
+    lent = o.lent;
+    std::memcpy(local, o.local, kLocalBytes);
+    data = o.data == o.local ? local : o.data;
+    return *this;
+  }
 };
 
 class Transport {
@@ -67,6 +86,16 @@ class Transport {
   virtual Message recv(int src, const MessageKey& key, const WaitSite& site) = 0;
   // Returns a received message's storage to the transport for reuse.
   virtual void release(int src, Message& msg) = 0;
+  // Sends `payload` without copying it, like a nonblocking MPI_Isend: the receiver reads
+  // the caller's bytes in place (read-only: Message::lent). The caller must leave them
+  // unchanged, and alive, until settle(dst) returns.
+  virtual void lend(int dst, const MessageKey& key, const Signature& sig,
+                    std::span<const std::byte> payload, const WaitSite& site) = 0;
+  // Blocks until `dst` has released every message this rank lent it (MPI_Wait). Throws
+  // TimeoutError past the deadline and AbortedError when another rank failed, but only
+  // once `dst` can no longer be reading the lent bytes; with `unwinding`, returns then
+  // instead of throwing (for destructors).
+  virtual void settle(int dst, const WaitSite& site, bool unwinding) = 0;
 };
 
 }  // namespace dtsim

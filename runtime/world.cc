@@ -28,6 +28,7 @@ World::World(int size, WorldOptions options) : size_(size) {
     ctx->rank = r;
     ctx->transport = std::make_unique<ThreadTransport>(state_.get(), r);
     ctx->tracing = options.trace;
+    ctx->lend_bytes = options.lend_bytes;
     ctx->recorder = &state_->recorder(r);
     contexts_.push_back(std::move(ctx));
   }

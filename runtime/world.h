@@ -40,6 +40,11 @@ struct WorldOptions {
   // Busy-poll iterations before a waiting rank yields, then sleeps. -1: pick from the
   // ratio of ranks to cores (spin only when every rank can have a core).
   int spin = -1;
+  // Ring collectives lend chunks of at least this many bytes instead of copying them
+  // (Exchange::send_or_lend): the receiver reads the sender's buffer in place, one copy
+  // instead of two. SIZE_MAX turns lending off; `dtsim stress` also runs it at 64 bytes.
+  size_t lend_bytes = kDefaultLendBytes;
+  static constexpr size_t kDefaultLendBytes = size_t{64} << 10;
 };
 
 // Thrown by World::run: the first rank that failed, and what it threw.

@@ -54,12 +54,17 @@ void WorldState::reset() {
   for (size_t i = 0; i < static_cast<size_t>(size_) * size_; ++i) {
     Channel& ch = channels_[i];
     auto drop = [&](const Envelope& e) {
-      if (!e.borrowed && e.data) free_payload({e.data, e.capacity});
+      if (e.kind == PayloadKind::kPooled) {
+        free_payload({e.payload.buf.data, e.payload.buf.capacity});
+      }
     };
     ch.mail.consume_all(drop);
     for (const Envelope& e : ch.stash) drop(e);
     ch.stash.clear();
     ch.large_bytes.store(0, std::memory_order_relaxed);
+    // Lent messages left in the mailbox, or taken by a rank that failed before releasing
+    // them, are read by no one now.
+    ch.lends_released.store(ch.lends_sent, std::memory_order_relaxed);
   }
   std::lock_guard<std::mutex> lock(fail_mu_);
   failure_ = nullptr;

@@ -1,0 +1,120 @@
+// The mailbox queue: a bounded single-producer/single-consumer ring of message envelopes,
+// one 64-byte cache line per slot, each slot carrying its own turn counter (the sequence
+// of Vyukov's bounded queue). The producer at position p waits for turn == p, writes the
+// slot and publishes turn = p + 1; the consumer at p waits for turn == p + 1, copies the
+// slot out and hands it back with turn = p + Depth.
+//
+// Why not boost::lockfree::spsc_queue (which the buffer-return queue still uses): there,
+// every push reads the consumer's index and every pop the producer's, and an 80-byte
+// envelope straddles two lines, so one small message moved about five cache lines between
+// the two cores. Here it moves one, the slot, and a payload of up to kInlineBytes rides
+// inside it. bench/bench_mailbox measures the difference (README, "Dependencies").
+//
+// Thread safety: push() from one producer thread, pop()/ready() from one consumer thread;
+// consume_all() only when neither runs (between jobs).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/transport.h"
+
+namespace dtsim {
+
+// How a message's payload travels.
+enum class PayloadKind : uint8_t {
+  kInline,    // in the envelope itself (size <= kInlineBytes)
+  kPooled,    // in a pooled buffer the receiver hands back through Channel::free
+  kBorrowed,  // points into the sender's live buffer (unsafe test mode only)
+  kLent,      // points into the sender's buffer, which waits for the release (lend())
+};
+
+inline constexpr size_t kInlineBytes = 16;
+
+// A message: its key, the sender's fingerprint and the payload (or where it is).
+struct Envelope {
+  MessageKey key;
+  Signature sig;
+  size_t size = 0;
+  PayloadKind kind = PayloadKind::kInline;
+  union {
+    struct {
+      std::byte* data;
+      size_t capacity;
+    } buf;
+    std::byte bytes[kInlineBytes];
+  } payload{};
+  std::byte* data() { return kind == PayloadKind::kInline ? payload.bytes : payload.buf.data; }
+};
+
+template <uint32_t Depth>
+class MailRing {
+  static_assert(Depth >= 2 && (Depth & (Depth - 1)) == 0, "Depth must be a power of two");
+
+ public:
+  MailRing() {
+    for (uint32_t i = 0; i < Depth; ++i) slots_[i].turn.store(i, std::memory_order_relaxed);
+  }
+  MailRing(const MailRing&) = delete;
+  MailRing& operator=(const MailRing&) = delete;
+
+  // Producer. False when the ring is full (the consumer is Depth messages behind).
+  bool push(const Envelope& e) {
+    Slot& s = slots_[head_ & (Depth - 1)];
+    if (s.turn.load(std::memory_order_acquire) != head_) return false;
+    s.comm = e.key.comm;
+    s.seq = e.key.seq;
+    s.tag = e.key.tag;
+    s.sig = e.sig;
+    s.size_kind = e.size | uint64_t(e.kind) << kKindShift;
+    s.payload = e.payload;
+    s.turn.store(head_ + 1, std::memory_order_release);
+    ++head_;
+    return true;
+  }
+
+  // Consumer. False when no message is waiting.
+  bool pop(Envelope& out) {
+    Slot& s = slots_[tail_ & (Depth - 1)];
+    if (s.turn.load(std::memory_order_acquire) != tail_ + 1) return false;
+    out.key = MessageKey{s.comm, s.seq, s.tag};
+    out.sig = s.sig;
+    out.size = s.size_kind & ((uint64_t{1} << kKindShift) - 1);
+    out.kind = static_cast<PayloadKind>(s.size_kind >> kKindShift);
+    out.payload = s.payload;
+    s.turn.store(tail_ + Depth, std::memory_order_release);
+    ++tail_;
+    return true;
+  }
+
+  // Consumer: is a message waiting?
+  bool ready() const {
+    return slots_[tail_ & (Depth - 1)].turn.load(std::memory_order_acquire) == tail_ + 1;
+  }
+
+  template <class F>
+  void consume_all(F&& f) {
+    Envelope e;
+    while (pop(e)) f(e);
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<uint32_t> turn{0};
+    uint32_t tag = 0;
+    uint64_t comm = 0;
+    uint64_t seq = 0;
+    Signature sig;
+    uint64_t size_kind = 0;  // size, with the PayloadKind in the top two bits
+    decltype(Envelope::payload) payload{};
+  };
+  static_assert(sizeof(Slot) == 64, "one cache line per message");
+  static constexpr int kKindShift = 62;
+
+  Slot slots_[Depth];
+  alignas(64) uint32_t head_ = 0;  // producer's position (producer only)
+  alignas(64) uint32_t tail_ = 0;  // consumer's position (consumer only)
+};
+
+}  // namespace dtsim

@@ -1,0 +1,195 @@
+// Lending (Transport::lend / settle, Exchange::send_or_lend): the receiver reads the
+// sender's buffer in place, and the sender may not touch it until the receiver released
+// it. The ring collectives lend large chunks; here every chunk is lent (lend_bytes = 1).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/exchange.h"
+#include "runtime/world.h"
+#include "runtime_test_util.h"
+
+namespace dtsim::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+WorldOptions lend_everything(milliseconds timeout = milliseconds(10000)) {
+  WorldOptions o;
+  o.lend_bytes = 1;
+  o.timeout = timeout;
+  return o;
+}
+
+Signature test_sig(size_t count) {
+  Signature s;
+  s.op = OpKind::kAllReduce;
+  s.dtype = DType::kInt32;
+  s.count = count;
+  return s;
+}
+
+// Ring all_reduce and all_gather with every chunk lent give the reference result, at
+// uneven lengths, with the same world reused (the lend counters carry over between runs).
+TEST(Lend, RingCollectivesWithEveryChunkLentMatchTheReference) {
+  for (int n : {1, 2, 3, 4, 8, 16}) {
+    World w(n, lend_everything());
+    for (size_t len : sweep_lengths(n)) {
+      for (int round = 0; round < 2; ++round) {
+        std::vector<std::vector<int32_t>> reduced(n), gathered(n);
+        w.run([&](Communicator& c) {
+          std::vector<int32_t> x(len);
+          for (size_t i = 0; i < len; ++i) x[i] = int32_t((c.rank() + 1) * (i % 1000 + round));
+          c.all_reduce(std::span<int32_t>(x), ReduceOp::kSum, Algo::kRing);
+          reduced[c.rank()] = x;
+          std::vector<int32_t> mine(split_size(len, n, c.rank()), c.rank() + 7);
+          std::vector<int32_t> all(len);
+          c.all_gather(std::span<const int32_t>(mine), std::span<int32_t>(all), Algo::kRing);
+          gathered[c.rank()] = all;
+        });
+        const int32_t ranks_sum = n * (n + 1) / 2;
+        for (int r = 0; r < n; ++r) {
+          ASSERT_EQ(reduced[r].size(), len);
+          for (size_t i = 0; i < len; ++i) {
+            ASSERT_EQ(reduced[r][i], ranks_sum * int32_t(i % 1000 + round))
+                << "N=" << n << " len=" << len << " rank " << r << " element " << i;
+          }
+          for (int q = 0; q < n; ++q) {
+            const size_t off = split_offset(len, n, q), cnt = split_size(len, n, q);
+            for (size_t i = off; i < off + cnt; ++i) {
+              ASSERT_EQ(gathered[r][i], q + 7) << "N=" << n << " len=" << len << " rank " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The lender's settle() returns only after the receiver released the message, and until
+// then the receiver reads the lender's own bytes, not a copy.
+TEST(Lend, SettleWaitsForTheReceiversRelease) {
+  World w(2, lend_everything());
+  std::atomic<const void*> lent_from{nullptr};
+  std::atomic<bool> releasing{false};
+  bool settled_after_release = false;
+  bool read_in_place = false;
+  w.run([&](Communicator& c) {
+    std::vector<int32_t> buf(64, 5);
+    Exchange ex(c, test_sig(buf.size()));
+    if (c.rank() == 0) {
+      lent_from = buf.data();
+      ex.send_or_lend(1, 0, buf.data(), buf.size());
+      ex.settle();
+      settled_after_release = releasing.load();
+    } else {
+      Message m = ex.recv(0, 0, buf.size());
+      std::this_thread::sleep_for(milliseconds(50));  // the lender is in settle() by now
+      read_in_place = m.lent && m.data == lent_from.load();
+      releasing = true;
+      ex.release(0, m);
+    }
+  });
+  EXPECT_TRUE(read_in_place);
+  EXPECT_TRUE(settled_after_release);
+}
+
+// A receiver that fails while holding a lent message releases the lender with the
+// world's abort, long before the deadline.
+TEST(Lend, AReceiverThatFailsHoldingALentMessageDoesNotHangTheLender) {
+  World w(2, lend_everything());
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    w.run([&](Communicator& c) {
+      std::vector<int32_t> buf(64, 5);
+      Exchange ex(c, test_sig(buf.size()));
+      if (c.rank() == 0) {
+        ex.send_or_lend(1, 0, buf.data(), buf.size());
+        ex.settle();
+      } else {
+        const Message m = ex.recv(0, 0, buf.size());
+        if (m.lent) throw std::runtime_error("rank 1 fails holding the lent message");
+        ADD_FAILURE() << "a 256-byte payload with lend_bytes = 1 came as a copy";
+      }
+    });
+    FAIL() << "the run should have failed";
+  } catch (const RankFailure& f) {
+    EXPECT_EQ(f.rank(), 1) << f.what();
+  }
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 5.0);  // the deadline is 10 s
+  std::vector<int32_t> x(1000, 1);
+  w.run([&](Communicator& c) { c.all_reduce(std::span<int32_t>(x), ReduceOp::kSum, Algo::kRing); });
+}
+
+// A receiver that never takes the message: the lender times out at its deadline and says
+// whom it waited for and why.
+TEST(Lend, ALendNeverReleasedTimesOutNamingTheReceiver) {
+  World w(2, lend_everything(milliseconds(150)));
+  try {
+    w.run([&](Communicator& c) {
+      std::vector<int32_t> buf(64, 5);
+      if (c.rank() == 1) {
+        std::this_thread::sleep_for(milliseconds(600));  // busy in its own code
+        return;
+      }
+      Exchange ex(c, test_sig(buf.size()));
+      ex.send_or_lend(1, 0, buf.data(), buf.size());
+      ex.settle();
+    });
+    FAIL() << "the run should have failed";
+  } catch (const RankFailure& f) {
+    EXPECT_EQ(f.rank(), 0) << f.what();
+    EXPECT_THROW(std::rethrow_exception(f.cause()), TimeoutError) << f.what();
+    // The lender's own deadline or the watchdog's (whichever ticks first) names rank 1.
+    const std::string what = f.what();
+    EXPECT_TRUE(what.find("waiting for rank 1 to release a message lent to it") !=
+                    std::string::npos ||
+                what.find("lagging or missing rank(s): 1") != std::string::npos)
+        << what;
+  }
+}
+
+// Small payloads ride inside the mailbox slot; a received Message keeps its own copy
+// through copies and assignments.
+TEST(Lend, InlinePayloadsSurviveCopiesOfTheMessage) {
+  World w(2);
+  w.run([&](Communicator& c) {
+    for (size_t len = 0; len <= 6; ++len) {
+      std::vector<int32_t> v(len);
+      std::iota(v.begin(), v.end(), int32_t(len));
+      if (c.rank() == 0) {
+        c.send(std::span<const int32_t>(v), 1);
+      } else {
+        std::vector<int32_t> got(len, 0);
+        c.recv(std::span<int32_t>(got), 0);
+        ASSERT_EQ(got, v) << "len " << len;
+      }
+    }
+  });
+  Message a;
+  a.size = 3;
+  a.local[0] = std::byte{1};
+  a.local[2] = std::byte{3};
+  a.data = a.local;
+  Message b = a;
+  Message c;
+  c = b;
+  a.local[0] = std::byte{9};
+  EXPECT_EQ(b.data, b.local);
+  EXPECT_EQ(c.data, c.local);
+  EXPECT_EQ(c.data[0], std::byte{1});
+  EXPECT_EQ(c.data[2], std::byte{3});
+}
+
+}  // namespace
+}  // namespace dtsim::testing
