@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <span>
+#include <thread>
 
 #include "runtime/communicator.h"
 #include "runtime/split.h"
@@ -241,7 +242,11 @@ World& CollectiveHarness::world(const CollCase& c) {
     const int n = c.ranks;
     world_.reset();
     buffers_.clear();
-    world_ = std::make_unique<World>(n, options_);
+    WorldOptions o = options_;
+    // As mpirun binds ranks to cores when there are enough of them (and not when
+    // oversubscribed), so that OpenMPI and dtsim run side by side under the same rule.
+    o.bind_to_cores = n <= static_cast<int>(std::thread::hardware_concurrency());
+    world_ = std::make_unique<World>(n, o);
     buffers_.resize(static_cast<size_t>(n));
   }
   return *world_;

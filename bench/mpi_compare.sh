@@ -38,6 +38,8 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 echo "# $(date -u +%FT%TZ) $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $(mpirun --version 2>/dev/null | head -1)"
+echo "# binding: mpirun binds ranks to cores when N <= cores and not when oversubscribed;"
+echo "# dtsim's bench harness does the same with WorldOptions::bind_to_cores"
 for n in $NS; do
   # OpenMPI's shared-memory transport as root in a container: mpirun flags from issue 7.
   mpirun --allow-run-as-root --oversubscribe -np "$n" "$BUILD/bench/mpi_allreduce" \

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/collective_harness.h"
@@ -100,8 +101,9 @@ Options parse(int argc, char** argv) {
 }
 
 void print_table(CollectiveHarness& h, const Options& o, Coll coll, int ranks) {
-  std::printf("#\n# dtsim %s: %d ranks (threads), algo %s, float32, median of %d trials\n#\n",
-              coll_name(coll), ranks, to_string(o.algo), o.trials);
+  const bool bound = ranks <= static_cast<int>(std::thread::hardware_concurrency());
+  std::printf("#\n# dtsim %s: %d ranks (threads%s), algo %s, float32, median of %d trials\n#\n",
+              coll_name(coll), ranks, bound ? ", bound to cores" : "", to_string(o.algo), o.trials);
   std::printf("# %10s %12s %8s %6s %11s %12s %12s %7s%s\n", "size", "count", "type", "redop",
               "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", o.memcpy ? " memcpy(GB/s)" : "");
   int64_t total_wrong = 0;

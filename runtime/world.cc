@@ -1,5 +1,8 @@
 #include "runtime/world.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <string>
 
 #include "runtime/communicator.h"
@@ -12,6 +15,23 @@ namespace dtsim {
 namespace {
 // How many of each rank's most recent collectives a RankFailure reports.
 constexpr size_t kFailureReportCalls = 4;
+
+// Pins the calling thread to the (k mod count)-th CPU of the process's affinity mask.
+void bind_to_cpu(int k) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  const int count = CPU_COUNT(&allowed);
+  if (count == 0) return;
+  int want = k % count;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || want-- > 0) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    return;
+  }
+}
 }  // namespace
 
 RankFailure::RankFailure(int rank, std::exception_ptr cause, const std::string& what)
@@ -65,6 +85,7 @@ std::string World::flight_report(size_t last) const {
 }
 
 void World::rank_main(int rank) {
+  if (state_->options().bind_to_cores) bind_to_cpu(rank);
   uint64_t seen = 0;
   for (;;) {
     generation_.wait(seen, std::memory_order_acquire);

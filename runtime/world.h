@@ -45,6 +45,11 @@ struct WorldOptions {
   // instead of two. SIZE_MAX turns lending off; `dtsim stress` also runs it at 64 bytes.
   size_t lend_bytes = kDefaultLendBytes;
   static constexpr size_t kDefaultLendBytes = size_t{64} << 10;
+  // Pin rank r's thread to the r-th CPU this process may use (mod their number), like
+  // `mpirun --bind-to core`. Off by default; the benchmarks turn it on when every rank
+  // gets a core of its own, as mpirun does, so that the scheduler cannot stack two
+  // spinning ranks on one core in the middle of a measurement.
+  bool bind_to_cores = false;
 };
 
 // Thrown by World::run: the first rank that failed, and what it threw.

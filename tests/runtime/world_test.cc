@@ -3,6 +3,8 @@
 // it as RankFailure, the World runs again afterwards, and mismatched collectives raise an
 // error instead of hanging.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <chrono>
 #include <functional>
@@ -191,6 +193,38 @@ TEST(WorldTest, RunsManyTimesAndCountersDescribeTheLastRun) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(w.counters(r)[OpKind::kAllReduce].calls, 0u);
     EXPECT_EQ(w.counters(r)[OpKind::kBarrier].calls, 1u);
+  }
+}
+
+// bind_to_cores pins rank r to the r-th allowed CPU (mod their number), like mpirun's
+// --bind-to core; without it a rank may run anywhere the process may.
+TEST(WorldTest, BindToCoresPinsEachRankToOneCpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  for (bool bind : {false, true}) {
+    WorldOptions o;
+    o.bind_to_cores = bind;
+    const int n = 3;
+    World w(n, o);
+    std::vector<cpu_set_t> masks(n);
+    w.run([&](Communicator& c) {
+      pthread_getaffinity_np(pthread_self(), sizeof(cpu_set_t), &masks[c.rank()]);
+    });
+    for (int r = 0; r < n; ++r) {
+      if (!bind) {
+        EXPECT_EQ(CPU_COUNT(&masks[r]), cpus) << "rank " << r;
+        continue;
+      }
+      ASSERT_EQ(CPU_COUNT(&masks[r]), 1) << "rank " << r;
+      int nth = 0;  // rank r's CPU must be the (r mod cpus)-th allowed one
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET(cpu, &allowed)) continue;
+        if (nth++ == r % cpus) {
+          EXPECT_TRUE(CPU_ISSET(cpu, &masks[r])) << "rank " << r;
+        }
+      }
+    }
   }
 }
 
