@@ -81,7 +81,7 @@ class Exchange {
   int steps_ = 0;       // steps of the current phase this rank took part in
   int done_steps_ = 0;  // steps of the finished phases
   uint64_t bytes_sent_ = 0;
-  int uncaught_ = 0;  // std::uncaught_exceptions() at entry: did the call fail?
+  int uncaught_ = 0;   // std::uncaught_exceptions() at entry: did the call fail?
   bool lent_ = false;  // lent anything not yet settled (which peers: comm_.lent_)
 };
 

@@ -164,16 +164,16 @@ void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
     const auto now = Clock::now();
     if (now >= deadline) {
       if (unwinding) return;
-      throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
-                         seconds(timeout) + " in " + describe(site.sig) + " (seq " +
-                         std::to_string(site.seq) + ", communicator " + site.comm_name +
-                         ") waiting for rank " + std::to_string(dst) +
+      throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " + seconds(timeout) +
+                         " in " + describe(site.sig) + " (seq " + std::to_string(site.seq) +
+                         ", communicator " + site.comm_name + ") waiting for rank " +
+                         std::to_string(dst) +
                          " to release a message lent to it: that rank stopped receiving");
     }
     // Releases ring this rank's bell; leaving a job and aborts ring every bell.
-    bell.sleep_until([&] { return settled() || gone(); },
-                     std::min<std::chrono::nanoseconds>(deadline - now,
-                                                        std::chrono::milliseconds(100)));
+    bell.sleep_until(
+        [&] { return settled() || gone(); },
+        std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(100)));
   }
 }
 

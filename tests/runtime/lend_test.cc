@@ -124,8 +124,7 @@ TEST(Lend, AReceiverThatFailsHoldingALentMessageDoesNotHangTheLender) {
   } catch (const RankFailure& f) {
     EXPECT_EQ(f.rank(), 1) << f.what();
   }
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 5.0);  // the deadline is 10 s
   std::vector<int32_t> x(1000, 1);
   w.run([&](Communicator& c) { c.all_reduce(std::span<int32_t>(x), ReduceOp::kSum, Algo::kRing); });
