@@ -1,11 +1,13 @@
 #include "runtime/doorbell.h"
 
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <climits>
 #include <ctime>
+#include <mutex>
 
 namespace dtsim {
 namespace {
@@ -15,7 +17,21 @@ long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ti
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, timeout, nullptr, 0);
 }
 
+long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
+
 }  // namespace
+
+void Doorbell::enable_asymmetric_fences() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const long cmds = membarrier(MEMBARRIER_CMD_QUERY);
+    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return;
+    if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0) return;
+    asymmetric_fences_.store(true, std::memory_order_release);
+  });
+}
+
+void Doorbell::heavy_barrier() { membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED); }
 
 void Doorbell::ring_always() {
   epoch_.fetch_add(1, std::memory_order_release);

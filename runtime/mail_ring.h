@@ -1,8 +1,9 @@
 // The mailbox queue: a bounded single-producer/single-consumer ring of message envelopes,
-// one 64-byte cache line per slot, each slot carrying its own turn counter (the sequence
-// of Vyukov's bounded queue). The producer at position p waits for turn == p, writes the
-// slot and publishes turn = p + 1; the consumer at p waits for turn == p + 1, copies the
-// slot out and hands it back with turn = p + Depth.
+// one 64-byte cache line per slot, each slot carrying its own turn (the sequence of
+// Vyukov's bounded queue). The producer writes position p into slot p mod Depth and
+// publishes turn = p + 1; the consumer at p polls that slot's turn, copies the slot out
+// and publishes its position on a line of its own, which the producer reads only when
+// its last reading says the ring is full. Only the producer writes a slot.
 //
 // Why not boost::lockfree::spsc_queue (which the buffer-return queue still uses): there,
 // every push reads the consumer's index and every pop the producer's, and an 80-byte
@@ -53,16 +54,17 @@ class MailRing {
   static_assert(Depth >= 2 && (Depth & (Depth - 1)) == 0, "Depth must be a power of two");
 
  public:
-  MailRing() {
-    for (uint32_t i = 0; i < Depth; ++i) slots_[i].turn.store(i, std::memory_order_relaxed);
-  }
+  MailRing() = default;
   MailRing(const MailRing&) = delete;
   MailRing& operator=(const MailRing&) = delete;
 
   // Producer. False when the ring is full (the consumer is Depth messages behind).
   bool push(const Envelope& e) {
+    if (head_ - tail_seen_ >= Depth) {
+      tail_seen_ = tail_.load(std::memory_order_acquire);
+      if (head_ - tail_seen_ >= Depth) return false;
+    }
     Slot& s = slots_[head_ & (Depth - 1)];
-    if (s.turn.load(std::memory_order_acquire) != head_) return false;
     s.comm = e.key.comm;
     s.seq = e.key.seq;
     s.tag = e.key.tag;
@@ -76,21 +78,21 @@ class MailRing {
 
   // Consumer. False when no message is waiting.
   bool pop(Envelope& out) {
-    Slot& s = slots_[tail_ & (Depth - 1)];
-    if (s.turn.load(std::memory_order_acquire) != tail_ + 1) return false;
+    const Slot& s = slots_[tail_local_ & (Depth - 1)];
+    if (s.turn.load(std::memory_order_acquire) != tail_local_ + 1) return false;
     out.key = MessageKey{s.comm, s.seq, s.tag};
     out.sig = s.sig;
     out.size = s.size_kind & ((uint64_t{1} << kKindShift) - 1);
     out.kind = static_cast<PayloadKind>(s.size_kind >> kKindShift);
     out.payload = s.payload;
-    s.turn.store(tail_ + Depth, std::memory_order_release);
-    ++tail_;
+    tail_.store(++tail_local_, std::memory_order_release);
     return true;
   }
 
   // Consumer: is a message waiting?
   bool ready() const {
-    return slots_[tail_ & (Depth - 1)].turn.load(std::memory_order_acquire) == tail_ + 1;
+    return slots_[tail_local_ & (Depth - 1)].turn.load(std::memory_order_acquire) ==
+           tail_local_ + 1;
   }
 
   template <class F>
@@ -100,8 +102,10 @@ class MailRing {
   }
 
  private:
+  // Written by the producer only; the consumer only reads it, so the next lap's write
+  // finds the line shared, not modified in the other core's cache.
   struct alignas(64) Slot {
-    std::atomic<uint32_t> turn{0};
+    std::atomic<uint32_t> turn{0};  // position + 1 once the slot holds that position
     uint32_t tag = 0;
     uint64_t comm = 0;
     uint64_t seq = 0;
@@ -113,8 +117,10 @@ class MailRing {
   static constexpr int kKindShift = 62;
 
   Slot slots_[Depth];
-  alignas(64) uint32_t head_ = 0;  // producer's position (producer only)
-  alignas(64) uint32_t tail_ = 0;  // consumer's position (consumer only)
+  alignas(64) uint32_t head_ = 0;              // producer: next position to write
+  uint32_t tail_seen_ = 0;                     // producer: the consumer's position, as last read
+  alignas(64) uint32_t tail_local_ = 0;        // consumer: next position to read
+  alignas(64) std::atomic<uint32_t> tail_{0};  // consumer's position, for a full producer
 };
 
 }  // namespace dtsim

@@ -18,7 +18,9 @@ WorldState::WorldState(int size, const WorldOptions& options)
       options_(options),
       channels_(new Channel[static_cast<size_t>(size) * size]),
       bells_(new Doorbell[size]),
-      recorders_(new FlightRecorder[size]) {}
+      recorders_(new FlightRecorder[size]) {
+  Doorbell::enable_asymmetric_fences();
+}
 
 WorldState::~WorldState() {
   reset();
