@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -135,6 +136,11 @@ void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
   Channel& ch = state_->channel(rank_, dst);
   auto settled = [&] { return ch.lends_released.load(std::memory_order_acquire) >= ch.lends_sent; };
   if (settled()) return;
+  // Published for the watchdog before the yields: on a loaded machine they can outlast its
+  // deadline, and its desync report should still name the rank this one waits for.
+  const WaitingOn published(state_->recorder(rank_), dst);
+  const auto timeout = state_->options().timeout;
+  const auto deadline = Clock::now() + timeout;
   for (int i = 0; i < spin_; ++i) {
     if (settled()) return;
     cpu_relax();
@@ -144,11 +150,8 @@ void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
     if (settled()) return;
     sched_yield();
   }
-  const auto timeout = state_->options().timeout;
-  const auto deadline = Clock::now() + timeout;
   const FlightRecorder& peer = state_->recorder(dst);
   Doorbell& bell = state_->bell(rank_);
-  const WaitingOn published(state_->recorder(rank_), dst);  // for the watchdog
   // A receiver that left its job (returned or failed) reads the lent bytes no more: a
   // message it never took is dropped at the next reset. One that is still in its job may
   // be reading them, even after another rank failed, so the wait goes on until it leaves.
@@ -295,7 +298,9 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
     if ((found = try_take(ch, src, key, site, &e))) break;
     cpu_relax();
   }
+  std::optional<WaitingOn> published;  // for the watchdog, from the first yield on
   if (!found) {
+    published.emplace(state_->recorder(rank_), src);
     // Yield-poll before sleeping: when the sender shares this core (more ranks than free
     // cores, or other processes) a yield lets it run, and a futex sleep would cost a
     // wake-up of tens of microseconds on every message.
@@ -313,7 +318,6 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
     auto give_up = deadline;  // earlier once the peer has returned from its job
     bool returned = false;
     Doorbell& bell = state_->bell(rank_);
-    const WaitingOn published(state_->recorder(rank_), src);
     while (!(found = try_take(ch, src, key, site, &e))) {
       check_abort(site, src);
       const PeerCheck peer = check_peer(ch, src, key, site, &e);
