@@ -31,7 +31,14 @@ void Doorbell::enable_asymmetric_fences() {
   });
 }
 
-void Doorbell::heavy_barrier() { membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED); }
+void Doorbell::heavy_barrier() {
+  // Registered, so this should not fail; if it ever does, every ring from now on fences
+  // again (a ring racing this one sleep is then caught by the sleeper's 100 ms naps).
+  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+    asymmetric_fences_.store(false, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
 
 void Doorbell::ring_always() {
   epoch_.fetch_add(1, std::memory_order_release);

@@ -46,7 +46,7 @@ class Exchange {
   // before they write a lent element again and before they return.
   void settle();
   // Receives step `step` from `peer`, which must hold exactly `count` elements. The caller
-  // may modify the payload in place, then must release() it.
+  // may modify the payload in place (unless Message::lent), then must release() it.
   Message recv(int peer, int step, size_t count);
   void release(int peer, Message& m);
   void recv_copy(int peer, int step, void* dst, size_t count);

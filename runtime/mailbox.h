@@ -37,12 +37,18 @@ struct Channel {
   // Bytes of large payloads sent and not yet released: the sender adds, the receiver
   // subtracts on release. Its own cache line: it is touched only for large messages.
   alignas(64) std::atomic<size_t> large_bytes{0};
-  // Messages lent (Transport::lend) and released: the sender counts the first, the
-  // receiver the second; lends_released == lends_sent means no one reads the sender's
-  // bytes. A lent message dropped unreceived counts as released, and so, at the reset
-  // between jobs, does every message still out.
+  // Lending (Transport::lend, lend.cc). The sender numbers its lends 1, 2, ...; the
+  // receiver claims one before it reads it and releases it after. A sender that gives up
+  // (deadline, abort, an exception) withdraws every lend so far and waits only for claims
+  // in progress; a receiver that then tries to claim a withdrawn lend fails instead of
+  // reading. lends_released + lends_written_off == lends_sent: no one reads the bytes.
+  // Receiver-written:
   alignas(64) std::atomic<uint64_t> lends_released{0};
-  alignas(64) uint64_t lends_sent = 0;
+  std::atomic<uint32_t> lends_reading{0};  // claimed, not yet released
+  // Sender-written:
+  alignas(64) std::atomic<uint64_t> lends_withdrawn{0};  // lends numbered up to this
+  uint64_t lends_sent = 0;
+  uint64_t lends_written_off = 0;  // withdrawn before anyone claimed them
 };
 
 // Allocates a payload buffer of at least `size` bytes (power of two, 64-byte aligned).

@@ -29,7 +29,12 @@ void reduce_scatter_ring(Exchange& ex, const void* in, size_t count, void* out,
     if (t < n - 2) {
       red.reduce(m.data, ex.at(in, ch.offset(c)), ch.size(c));
       ex.snapshot(t, m.data, ch.size(c));
-      ex.send(right, t + 1, m.data, ch.size(c), c);
+      try {
+        ex.send(right, t + 1, m.data, ch.size(c), c);
+      } catch (...) {
+        ex.release(left, m);  // hand the pooled buffer back even when the send fails
+        throw;
+      }
     } else {
       red.reduce3(out, m.data, ex.at(in, ch.offset(c)), ch.size(c));
       ex.snapshot(t, out, ch.size(c));

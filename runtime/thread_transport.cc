@@ -11,42 +11,17 @@
 #include <thread>
 
 #include "common/splitmix.h"
+#include "runtime/transport_wait.h"
 #include "runtime/watchdog.h"
 
 namespace dtsim {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 // A peer that returned from its job will send nothing more; its receivers stop waiting
 // after this long (or at the deadline, if that is sooner) with a TimeoutError naming it.
 constexpr std::chrono::milliseconds kReturnedPeerGrace{250};
 
-// Publishes, for the watchdog's desync report, whom a blocked rank waits for.
-class WaitingOn {
- public:
-  WaitingOn(FlightRecorder& me, int peer) : me_(me) { me_.set_waiting_on(peer); }
-  ~WaitingOn() { me_.set_waiting_on(-1); }
-  WaitingOn(const WaitingOn&) = delete;
-  WaitingOn& operator=(const WaitingOn&) = delete;
-
- private:
-  FlightRecorder& me_;
-};
-
 bool is_collective(const MessageKey& k) { return (k.seq >> 63) == 0; }
-
-std::string seconds(std::chrono::milliseconds ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", ms.count() / 1000.0);
-  return buf;
-}
 
 }  // namespace
 
@@ -115,74 +90,9 @@ void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
   jitter();
 }
 
-void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
-                           std::span<const std::byte> payload, const WaitSite& site) {
-  jitter();
-  check_abort(site, dst);
-  Channel& ch = state_->channel(rank_, dst);
-  Envelope e;
-  e.key = key;
-  e.sig = sig;
-  e.size = payload.size();
-  e.kind = PayloadKind::kLent;
-  e.payload.buf = {const_cast<std::byte*>(payload.data()), 0};
-  ++ch.lends_sent;  // before the push: a push that fails drops it, which counts it released
-  if (!ch.mail.push(e)) wait_for_space(ch, e, dst, site);
-  state_->bell(dst).ring();
-  jitter();
-}
-
-void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
-  Channel& ch = state_->channel(rank_, dst);
-  auto settled = [&] { return ch.lends_released.load(std::memory_order_acquire) >= ch.lends_sent; };
-  if (settled()) return;
-  // Published for the watchdog before the yields: on a loaded machine they can outlast its
-  // deadline, and its desync report should still name the rank this one waits for.
-  const WaitingOn published(state_->recorder(rank_), dst);
-  const auto timeout = state_->options().timeout;
-  const auto deadline = Clock::now() + timeout;
-  for (int i = 0; i < spin_; ++i) {
-    if (settled()) return;
-    cpu_relax();
-  }
-  const auto yield_until = Clock::now() + std::chrono::microseconds(50);
-  for (int i = 0; !(i >= 4 && Clock::now() >= yield_until); ++i) {
-    if (settled()) return;
-    sched_yield();
-  }
-  const FlightRecorder& peer = state_->recorder(dst);
-  Doorbell& bell = state_->bell(rank_);
-  // A receiver that left its job (returned or failed) reads the lent bytes no more: a
-  // message it never took is dropped at the next reset. One that is still in its job may
-  // be reading them, even after another rank failed, so the wait goes on until it leaves.
-  auto gone = [&] {
-    const RankPhase p = peer.phase();
-    return p == RankPhase::kFinished || p == RankPhase::kFailed;
-  };
-  while (!settled()) {
-    if (gone()) {
-      if (!unwinding) check_abort(site, dst);
-      return;
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      if (unwinding) return;
-      throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " + seconds(timeout) +
-                         " in " + describe(site.sig) + " (seq " + std::to_string(site.seq) +
-                         ", communicator " + site.comm_name + ") waiting for rank " +
-                         std::to_string(dst) +
-                         " to release a message lent to it: that rank stopped receiving");
-    }
-    // Releases ring this rank's bell; leaving a job and aborts ring every bell.
-    bell.sleep_until(
-        [&] { return settled() || gone(); },
-        std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(100)));
-  }
-}
-
-void ThreadTransport::drop(Channel& ch, const Envelope& e) {
+void ThreadTransport::drop(Channel& ch, const Envelope& e, int src) {
   if (e.kind == PayloadKind::kLent) {
-    ch.lends_released.fetch_add(1, std::memory_order_release);
+    drop_lend(ch, e, src);
     return;
   }
   if (e.size >= kLargeMessageBytes) ch.large_bytes.fetch_sub(e.size, std::memory_order_release);
@@ -213,7 +123,7 @@ void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
         },
         dst, site, "kept its mailbox full");
   } catch (...) {
-    drop(ch, e);
+    drop(ch, e, /*src=*/-1);
     throw;
   }
 }
@@ -229,7 +139,7 @@ void ThreadTransport::wait_as_sender(const std::function<bool()>& ready, int dst
     check_abort(site, dst);
     if (Clock::now() >= deadline) {
       throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
-                         seconds(state_->options().timeout) + " in " + describe(site.sig) +
+                         seconds_text(state_->options().timeout) + " in " + describe(site.sig) +
                          " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
                          ") sending to rank " + std::to_string(dst) + ", which " + why +
                          ": that rank stopped receiving");
@@ -246,7 +156,7 @@ void ThreadTransport::check_fingerprint(const Envelope& e, int src, const Messag
   if (!is_collective(key) || e.key.comm != key.comm || e.key.seq != key.seq || e.sig == site.sig) {
     return;
   }
-  drop(state_->channel(src, rank_), e);
+  drop(state_->channel(src, rank_), e, src);
   throw MismatchError(mismatch_message(key.seq, site.comm_name, rank_, site.sig, src, e.sig));
 }
 
@@ -334,7 +244,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
         const auto waited =
             std::chrono::duration_cast<std::chrono::milliseconds>(now - waited_from);
         throw TimeoutError(
-            "rank " + std::to_string(rank_) + " timed out after " + seconds(waited) + " in " +
+            "rank " + std::to_string(rank_) + " timed out after " + seconds_text(waited) + " in " +
             describe(site.sig) + " (seq " + std::to_string(site.seq) + ", communicator " +
             site.comm_name + ") waiting for rank " + std::to_string(src) +
             (returned ? ", which already returned from its job: it skipped this call or called "
@@ -361,15 +271,17 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
     m.data = e.payload.buf.data;
     m.buffer = e.kind == PayloadKind::kPooled ? m.data : nullptr;
     m.capacity = e.payload.buf.capacity;
-    m.lent = e.kind == PayloadKind::kLent;
+    if (e.kind == PayloadKind::kLent) {
+      claim_lend(ch, e, src, site);
+      m.lent = true;
+    }
   }
   return m;
 }
 
 void ThreadTransport::release(int src, Message& msg) {
   if (msg.lent) {
-    state_->channel(src, rank_).lends_released.fetch_add(1, std::memory_order_release);
-    state_->bell(src).ring();  // the lender may be asleep in settle()
+    finish_lend(state_->channel(src, rank_), src);
     msg.lent = false;
     return;
   }

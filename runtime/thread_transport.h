@@ -36,8 +36,17 @@ class ThreadTransport final : public Transport {
   void wait_for_space(Channel& ch, const Envelope& e, int dst, const WaitSite& site);
   // Waits until `bytes` more large-payload bytes fit the channel's budget, then takes them.
   void reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site);
-  // Frees an envelope that will not be delivered and returns its budget.
-  static void drop(Channel& ch, const Envelope& e);
+  // Frees an envelope that will not be delivered and returns its budget: the receiver's
+  // thread drops one from rank `src`; src < 0: the sending thread drops one it never pushed.
+  void drop(Channel& ch, const Envelope& e, int src);
+  // Lending (lend.cc). Receiver: claim_lend before reading a lent message (throws if its
+  // sender withdrew it), finish_lend after; drop_lend for one it will not read. Sender:
+  // withdraw_lends when it gives up on dst, then wait only for claims in progress.
+  void claim_lend(Channel& ch, const Envelope& e, int src, const WaitSite& site);
+  void finish_lend(Channel& ch, int src);
+  void drop_lend(Channel& ch, const Envelope& e, int src);
+  void withdraw_lends(Channel& ch, int dst);
+  bool peer_gone(int peer) const;
   // Polls `ready` with backoff until it holds; TimeoutError (the peer `why`) at the deadline.
   void wait_as_sender(const std::function<bool()>& ready, int dst, const WaitSite& site,
                       const char* why);

@@ -44,7 +44,8 @@ struct WaitSite {
   Signature sig;
 };
 
-// A received message: the receiver may read and modify `data` until it calls release().
+// A received message: the receiver may read `data`, and modify it unless `lent`, until it
+// calls release().
 // A transport may carry a small payload in the message itself (`local`); copies and moves
 // keep `data` pointing at their own copy of it.
 struct Message {
@@ -60,6 +61,7 @@ struct Message {
   Message() = default;
   Message(const Message& o) { *this = o; }
   Message& operator=(const Message& o) {
+    if (this == &o) return *this;
     size = o.size;
     sig = o.sig;
     buffer = o.buffer;
@@ -91,10 +93,12 @@ class Transport {
   // unchanged, and alive, until settle(dst) returns.
   virtual void lend(int dst, const MessageKey& key, const Signature& sig,
                     std::span<const std::byte> payload, const WaitSite& site) = 0;
-  // Blocks until `dst` has released every message this rank lent it (MPI_Wait). Throws
-  // TimeoutError past the deadline and AbortedError when another rank failed, but only
-  // once `dst` can no longer be reading the lent bytes; with `unwinding`, returns then
-  // instead of throwing (for destructors).
+  // Blocks until `dst` has released every message this rank lent it (MPI_Wait). Past the
+  // deadline, or when another rank failed, it withdraws the lends (a receiver that has not
+  // yet taken one fails instead of reading it), waits for reads in progress, and throws
+  // TimeoutError or AbortedError. With `unwinding` (a destructor after a failure) it
+  // withdraws at once and returns. Either way, when it returns or throws, no one reads
+  // the lent bytes any more.
   virtual void settle(int dst, const WaitSite& site, bool unwinding) = 0;
 };
 

@@ -109,6 +109,9 @@ void World::rank_main(int rank) {
     } catch (...) {
       recorder.set_phase(RankPhase::kFailed);
       state_->fail(rank, std::current_exception());
+      // fail() rings only for the first failure; a rank waiting on this one (a lender in
+      // settle()) must see it leave either way.
+      for (int r = 0; r < size_; ++r) state_->bell(r).ring();
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
   }

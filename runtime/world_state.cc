@@ -64,9 +64,11 @@ void WorldState::reset() {
     for (const Envelope& e : ch.stash) drop(e);
     ch.stash.clear();
     ch.large_bytes.store(0, std::memory_order_relaxed);
-    // Lent messages left in the mailbox, or taken by a rank that failed before releasing
+    // Lent messages left in the mailbox, or claimed by a rank that failed before releasing
     // them, are read by no one now.
     ch.lends_released.store(ch.lends_sent, std::memory_order_relaxed);
+    ch.lends_reading.store(0, std::memory_order_relaxed);
+    ch.lends_written_off = 0;
   }
   std::lock_guard<std::mutex> lock(fail_mu_);
   failure_ = nullptr;

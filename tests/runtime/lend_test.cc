@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <span>
 #include <stdexcept>
@@ -126,6 +127,46 @@ TEST(Lend, AReceiverThatFailsHoldingALentMessageDoesNotHangTheLender) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 5.0);  // the deadline is 10 s
+  std::vector<int32_t> x(1000, 1);
+  w.run([&](Communicator& c) { c.all_reduce(std::span<int32_t>(x), ReduceOp::kSum, Algo::kRing); });
+}
+
+// A lender that fails after lending withdraws the lend as its call unwinds, so that its
+// caller may free the buffer at once: a receiver that comes for the message afterwards
+// fails instead of reading freed memory (AddressSanitizer would catch a read).
+TEST(Lend, ALenderThatFailsWithdrawsItsLendAndTheReceiverDoesNotReadIt) {
+  World w(2, lend_everything());
+  std::atomic<bool> unwound{false};
+  bool receiver_threw = false;
+  try {
+    w.run([&](Communicator& c) {
+      if (c.rank() == 0) {
+        struct SetOnExit {  // destroyed after ~Exchange, which withdraws the lend
+          std::atomic<bool>& flag;
+          ~SetOnExit() { flag = true; }
+        } set_on_exit{unwound};
+        auto buf = std::make_unique<std::vector<int32_t>>(64, 5);
+        Exchange ex(c, test_sig(buf->size()));
+        ex.send_or_lend(1, 0, buf->data(), buf->size());
+        throw std::runtime_error("rank 0 gives up after lending");
+      }
+      while (!unwound.load()) std::this_thread::sleep_for(milliseconds(1));
+      Exchange ex(c, test_sig(64));
+      try {
+        Message m = ex.recv(0, 0, 64);
+        ex.release(0, m);
+      } catch (const AbortedError&) {
+        receiver_threw = true;
+        throw;
+      }
+    });
+    FAIL() << "the run should have failed";
+  } catch (const RankFailure& f) {
+    EXPECT_EQ(f.rank(), 0) << f.what();
+    EXPECT_NE(std::string(f.what()).find("rank 0 gives up after lending"), std::string::npos);
+  }
+  EXPECT_TRUE(receiver_threw);
+  // The channel's counters square up: the next run lends and settles as usual.
   std::vector<int32_t> x(1000, 1);
   w.run([&](Communicator& c) { c.all_reduce(std::span<int32_t>(x), ReduceOp::kSum, Algo::kRing); });
 }
