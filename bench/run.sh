@@ -27,8 +27,10 @@ cmake --build "$BUILD" -j2 --target "${targets[@]}" >&2 ||
 
 B=${BUILD#"$ROOT"/}/bench  # paths as printed in RESULTS.md, relative to the repo
 REPS=(--benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_color=false)
+TARGET_ROUNDS=7
 if [[ $QUICK == 1 ]]; then
   NCCL_MAX=1M MATRIX_FILTER='N:2/bytes:(8|32768|1048576)/' MPI_NS="2" MPI_MAX=1M
+  TARGET_ROUNDS=3
 else
   # Every algorithm at every size to 64 MiB (calls >= 4 MiB fenced, see the harness).
   NCCL_MAX=64M MATRIX_FILTER='.' MPI_NS="2 4 8" MPI_MAX=16M
@@ -65,14 +67,12 @@ section() {
 START=$SECONDS
 LOAD0=$(load)
 
+section "Targets: ${TARGET_ROUNDS} rounds, both sides of every ratio back to back" \
+  env ROUNDS="$TARGET_ROUNDS" BUILD="$BUILD" bench/targets.sh
+cp "$TMP/last" "$TMP/targets_rounds"
+
 section "Mailbox: one-way latency, streaming, raw cache-line handoff" \
   "$B/bench_mailbox" "${REPS[@]}" --benchmark_min_time=0.05
-MAILBOX=$TMP/last
-cp "$MAILBOX" "$TMP/mailbox"
-
-section "Target: 16 MiB all_reduce at N=2 beside memcpy (median of 5 trials)" \
-  "$B/nccl_table" -o all_reduce -n 2 -b 16M -e 16M -t 5 --memcpy
-cp "$TMP/last" "$TMP/nccl16"
 
 section "OpenMPI side by side (all_reduce)" env NS="$MPI_NS" MAX="$MPI_MAX" BUILD="$BUILD" \
   bench/mpi_compare.sh
@@ -109,38 +109,20 @@ fi
 # Targets, read back from the outputs above.
 med() { awk -v n="$2" '$1 == n { print $2; exit }' "$1"; }  # median time of row $2
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-mpi_row() { # N size -> "mpi_time dtsim_time"
-  awk -v n="$1" -v s="$2" '/ratio = dtsim/ { cur = ($3 == "N=" n ":") } cur && $1 == s { print $2, $3; exit }' "$TMP/mpi"
-}
-nccl_row() { # op N size file -> "busbw memcpy"
-  awk -v op="$1" -v n="$2" -v s="$3" '/^# dtsim/ { cur = ($3 == op ":" && $4 == n) } cur && $1 == s { print $7, $9; exit }' "$4"
-}
 {
   echo
-  echo "## Targets (issue 7), computed from the runs above"
+  echo "## Targets (issue 7)"
   echo
-  HO=$(med "$TMP/mailbox" handoff/pin:1/manual_time_median)
-  PP=$(med "$TMP/mailbox" pingpong/bytes:8/pin:1/manual_time_median)
-  HO0=$(med "$TMP/mailbox" handoff/pin:0/manual_time_median)
-  PP0=$(med "$TMP/mailbox" pingpong/bytes:8/pin:0/manual_time_median)
-  echo "- Mailbox one-way latency (8 B) <= 2x raw cache-line handoff: pinned ${PP} ns vs ${HO} ns" \
-    "= $(ratio "$PP" "$HO")x; unpinned ${PP0} ns vs ${HO0} ns = $(ratio "$PP0" "$HO0")x."
-  # A spinning handoff slower than 1 us means one of its threads lost its core.
-  if awk -v a="${HO:-0}" -v b="${HO0:-0}" 'BEGIN { exit !(a > 1000 || b > 1000) }'; then
-    echo "  **Contended:** a raw handoff above 1 us means another process held a core during"
-    echo "  the mailbox suite; these two ratios are not meaningful in this run."
-  fi
-  read -r MT DT <<<"$(mpi_row 2 1048576)" || true
-  echo "- all_reduce busbw at 1 MiB, N=2, >= 5x OpenMPI: OpenMPI ${MT:-n/a} us, dtsim ${DT:-n/a} us" \
-    "= $(ratio "${MT:-0}" "${DT:-0}")x."
-  for n in $MPI_NS; do
-    read -r MT DT <<<"$(mpi_row "$n" 8)" || true
-    echo "- 8-byte all_reduce latency below OpenMPI, N=$n: OpenMPI ${MT:-n/a} us, dtsim ${DT:-n/a} us" \
-      "(dtsim/OpenMPI time $(ratio "${DT:-0}" "${MT:-0}"))."
-  done
-  read -r BB MC <<<"$(nccl_row all_reduce 2 16777216 "$TMP/nccl16")" || true
-  echo "- 16 MiB all_reduce busbw, N=2, >= half memcpy: busbw ${BB:-n/a} GB/s, memcpy ${MC:-n/a} GB/s" \
-    "= $(ratio "${BB:-0}" "${MC:-0}") of memcpy."
+  # The median row of bench/targets.sh: mailbox 16MiB 1MiB 8B-N2 8B-N4 8B-N8.
+  read -r _ MB BIG MID S2 S4 S8 <<<"$(awk '$1 == "median"' "$TMP/targets_rounds")" || true
+  echo "Ratios are medians over the rounds of \`bench/targets.sh\` (each round measures both"
+  echo "sides back to back; the rounds are in the first section below)."
+  echo
+  echo "- Mailbox one-way latency (8 B, pinned) <= 2x raw cache-line handoff: ${MB:-n/a}x."
+  echo "- all_reduce busbw at 1 MiB, N=2, >= 5x OpenMPI: ${MID:-n/a}x (OpenMPI time / dtsim time)."
+  echo "- 8-byte all_reduce latency below OpenMPI (dtsim time / OpenMPI time < 1): N=2 ${S2:-n/a}," \
+    "N=4 ${S4:-n/a}, N=8 ${S8:-n/a}."
+  echo "- 16 MiB all_reduce busbw, N=2, >= half memcpy: ${BIG:-n/a} of memcpy."
   if [[ -f $TMP/training ]]; then
     S1=$(med "$TMP/training" mlp/single/N:1/iterations:1/manual_time_median)
     D4=$(med "$TMP/training" mlp/ddp/N:4/iterations:1/manual_time_median)
