@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/fast_clock.h"
+
 namespace dtsim {
 namespace {
 
@@ -13,10 +15,6 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 // field also sees the odd version when it re-reads the version after its loads.
 constexpr auto kPublish = std::memory_order_release;
 constexpr auto kObserve = std::memory_order_acquire;
-
-int64_t to_ns(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 Clock::time_point from_ns(int64_t ns) {
   return Clock::time_point(
@@ -93,7 +91,7 @@ void FlightRecorder::begin(uint64_t comm, const std::string& comm_name, uint64_t
   s.sig_bits.store(pack(sig), kPublish);
   s.count.store(sig.count, kPublish);
   s.bytes.store(0, kPublish);
-  s.start_ns.store(to_ns(Clock::now()), kPublish);
+  s.start_ns.store(FastClock::now_ns(), kPublish);
   s.end_ns.store(0, kPublish);
   s.state.store(static_cast<uint8_t>(CallState::kRunning), kPublish);
   uint64_t words[4] = {0, 0, 0, 0};
@@ -110,7 +108,7 @@ void FlightRecorder::end(CallState state, uint64_t bytes_sent) {
   const uint32_t v = s.version.load(kRelaxed);
   s.version.store(v + 1, kRelaxed);
   s.bytes.store(bytes_sent, kPublish);
-  s.end_ns.store(to_ns(Clock::now()), kPublish);
+  s.end_ns.store(FastClock::now_ns(), kPublish);
   s.state.store(static_cast<uint8_t>(state), kPublish);
   s.version.store(v + 2, std::memory_order_release);
 }
