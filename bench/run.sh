@@ -27,10 +27,8 @@ cmake --build "$BUILD" -j2 --target "${targets[@]}" >&2 ||
 
 B=${BUILD#"$ROOT"/}/bench  # paths as printed in RESULTS.md, relative to the repo
 REPS=(--benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_color=false)
-TARGET_ROUNDS=7
 if [[ $QUICK == 1 ]]; then
   NCCL_MAX=1M MATRIX_FILTER='N:2/bytes:(8|32768|1048576)/' MPI_NS="2" MPI_MAX=1M
-  TARGET_ROUNDS=3
 else
   # Every algorithm at every size to 64 MiB (calls >= 4 MiB fenced, see the harness).
   NCCL_MAX=64M MATRIX_FILTER='.' MPI_NS="2 4 8" MPI_MAX=16M
@@ -67,32 +65,44 @@ section() {
 START=$SECONDS
 LOAD0=$(load)
 
-section "Targets: ${TARGET_ROUNDS} rounds, both sides of every ratio back to back" \
-  env ROUNDS="$TARGET_ROUNDS" BUILD="$BUILD" bench/targets.sh
-cp "$TMP/last" "$TMP/targets_rounds"
+# The targets: one round of bench/targets.sh (both sides of every ratio back to back)
+# before and after each section, so that the rounds sample the whole run: this host's
+# slow spells last up to half a minute, long enough to spoil rounds run in a row.
+target_round() {
+  env ROUNDS=1 BUILD="$BUILD" bench/targets.sh 2>>"$TMP/err" |
+    awk -v t="$(date -u +%T)" '$1 == "1" { $1 = t; print }' >>"$TMP/target_rows" || true
+}
+: >"$TMP/target_rows"
+target_round
 
 section "Mailbox: one-way latency, streaming, raw cache-line handoff" \
   "$B/bench_mailbox" "${REPS[@]}" --benchmark_min_time=0.05
+target_round
 
 section "OpenMPI side by side (all_reduce)" env NS="$MPI_NS" MAX="$MPI_MAX" BUILD="$BUILD" \
   bench/mpi_compare.sh
+target_round
 cp "$TMP/last" "$TMP/mpi"
 
 section "Memory: resident set with N idle ranks" "$B/bench_memory" --benchmark_color=false
+target_round
 
 section "Collectives, default algorithm, nccl-tests layout (median of 5 trials)" \
   "$B/nccl_table" -o all -n 2,4,8 -b 8 -e "$NCCL_MAX" -f 4 -t 5 --memcpy
+target_round
 cp "$TMP/last" "$TMP/nccl"
 
 
 section "Collectives, every algorithm (Google Benchmark, median of 3)" \
   "$B/bench_collectives" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   --benchmark_color=false --benchmark_min_time=0.005 "--benchmark_filter=$MATRIX_FILTER"
+target_round
 
 
 if [[ -x $BUILD/bench/bench_training ]]; then
   section "Training step per strategy (SGD, fp32, global batch 64)" \
     "$B/bench_training" "${REPS[@]}"
+  target_round
   cp "$TMP/last" "$TMP/training"
 fi
 
@@ -106,6 +116,21 @@ if [[ -x $BUILD/dtsim ]] && "$BUILD/dtsim" demo --help >/dev/null 2>&1; then
   DEMO+=" (\`/usr/bin/time -v ${BUILD#"$ROOT"/}/dtsim demo --quiet\`)."
 fi
 
+# The rounds, as a section of their own, first in the body.
+{
+  echo
+  echo "### Targets: one round before and after each section ($(wc -l <"$TMP/target_rows") rounds)"
+  echo
+  echo '```'
+  echo "\$ ROUNDS=1 bench/targets.sh    # once before and after each section; ratios as below"
+  env ROUNDS=0 BUILD="$BUILD" bench/targets.sh 2>/dev/null | grep '^#' | grep -v ' cores, ' || true
+  printf "%-8s %8s %8s %8s %8s %8s %8s\n" time mailbox 16MiB 1MiB "8B N2" "8B N4" "8B N8"
+  awk '{ printf "%-8s %8s %8s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5, $6, $7 }' "$TMP/target_rows"
+  bench/targets.sh --median "$TMP/target_rows"
+  echo '```'
+} >"$TMP/targets_section"
+bench/targets.sh --median "$TMP/target_rows" >"$TMP/targets_rounds"
+
 # Targets, read back from the outputs above.
 med() { awk -v n="$2" '$1 == n { print $2; exit }' "$1"; }  # median time of row $2
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
@@ -116,7 +141,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a 
   # The median row of bench/targets.sh: mailbox 16MiB 1MiB 8B-N2 8B-N4 8B-N8.
   read -r _ MB BIG MID S2 S4 S8 <<<"$(awk '$1 == "median"' "$TMP/targets_rounds")" || true
   echo "Ratios are medians over the rounds of \`bench/targets.sh\` (each round measures both"
-  echo "sides back to back; the rounds are in the first section below)."
+  echo "sides back to back; one round runs before and after each section; all of them are in"
+  echo "the first section below)."
   echo
   echo "- Mailbox one-way latency (8 B, pinned) <= 2x raw cache-line handoff: ${MB:-n/a}x."
   echo "- all_reduce busbw at 1 MiB, N=2, >= 5x OpenMPI: ${MID:-n/a}x (OpenMPI time / dtsim time)."
@@ -144,6 +170,6 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a 
   echo "GB/s is 1e9 B/s; busbw uses nccl-tests' factors. Times are medians (see each command)."
   cat "$TMP/targets"
   [[ -f bench/results_notes.md ]] && { echo; cat bench/results_notes.md; }
-  cat "$TMP/body"
+  cat "$TMP/targets_section" "$TMP/body"
 } >"$OUT"
 echo "wrote $OUT in $((SECONDS - START)) s" >&2

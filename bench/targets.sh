@@ -4,7 +4,27 @@
 # memcpy, OpenMPI), so a slow spell of this shared host spoils one round's ratios, not the
 # verdict. Prints every round and the median of each ratio.
 #   bench/targets.sh                 BUILD=build-bench ROUNDS=7
+#   bench/targets.sh --median FILE  the median row of rows "label r1 r2 ..." in FILE
 set -euo pipefail
+
+median_row() { # rows "label ratio ratio ..." on stdin -> "median m m ..."
+  awk '
+    { for (c = 2; c <= NF; ++c) v[c, NR] = $c; cols = NF; n = NR }
+    END {
+      printf "%-8s", "median"
+      for (c = 2; c <= cols; ++c) {
+        for (i = 1; i <= n; ++i) a[i] = v[c, i]
+        for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+        printf " %8.2f", (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+      }
+      printf "\n"
+    }'
+}
+if [[ ${1:-} == --median ]]; then
+  median_row <"$2"
+  exit 0
+fi
+
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-bench}
 ROUNDS=${ROUNDS:-7}
@@ -28,7 +48,7 @@ echo "# mailbox = 8-byte one-way latency / raw handoff, both pinned (target <= 2
 echo "# 16MiB   = all_reduce busbw N=2 / memcpy bandwidth at 16 MiB (target >= 0.5)"
 echo "# 1MiB    = OpenMPI time / dtsim time, all_reduce 1 MiB N=2 (target >= 5)"
 echo "# 8B Nn   = dtsim time / OpenMPI time, 8-byte all_reduce (target < 1)"
-printf "%-7s %8s %8s %8s %8s %8s %8s\n" round mailbox 16MiB 1MiB "8B N2" "8B N4" "8B N8"
+printf "%-8s %8s %8s %8s %8s %8s %8s\n" round mailbox 16MiB 1MiB "8B N2" "8B N4" "8B N8"
 rows=()
 for ((r = 1; r <= ROUNDS; ++r)); do
   mb=$("$B/bench_mailbox" '--benchmark_filter=^(handoff/pin:1|pingpong/bytes:8/pin:1)/' \
@@ -42,18 +62,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   small=()
   for n in 2 4 8; do small+=("$(ratio "$(dtsim_time "$n" 8)" "$(mpi_time "$n" 8)")"); done
   row="$(ratio "$pp" "$ho") $(ratio ${big:-0 0}) $mid ${small[*]}"
-  rows+=("$row")
-  printf "%-7s %8s %8s %8s %8s %8s %8s\n" "$r" $row
+  rows+=("$r $row")
+  printf "%-8s %8s %8s %8s %8s %8s %8s\n" "$r" $row
 done
-printf "%s\n" "${rows[@]}" | awk '
-  { for (c = 1; c <= NF; ++c) v[c, NR] = $c; cols = NF; n = NR }
-  END {
-    printf "%-7s", "median"
-    for (c = 1; c <= cols; ++c) {
-      m = 0
-      for (i = 1; i <= n; ++i) a[i] = v[c, i]
-      for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-      printf " %8.2f", (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    printf "\n"
-  }'
+printf "%s\n" "${rows[@]}" | median_row
