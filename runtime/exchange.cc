@@ -19,12 +19,7 @@ Exchange::Exchange(Communicator& comm, const Signature& sig)
 Exchange::~Exchange() {
   // An algorithm settles before it returns; this is for one that throws (or forgot): the
   // caller may free the buffer as soon as the call is over, so no peer may still read it.
-  if (lent_) {
-    for (size_t p = 0; p < comm_.lent_.size(); ++p) {
-      if (comm_.lent_[p]) ctx_.transport->settle(comm_.ranks_[p], site_, /*unwinding=*/true);
-      comm_.lent_[p] = 0;
-    }
-  }
+  settle_lends(/*unwinding=*/true);
   if (ctx_.recorder) {
     ctx_.recorder->end(
         std::uncaught_exceptions() > uncaught_ ? CallState::kFailed : CallState::kDone,
@@ -37,11 +32,11 @@ Exchange::~Exchange() {
 
 void Exchange::note_step(int step) { steps_ = std::max(steps_, step + 1); }
 
-void Exchange::settle() {
+void Exchange::settle_lends(bool unwinding) {
   if (!lent_) return;
   for (size_t p = 0; p < comm_.lent_.size(); ++p) {
     if (!comm_.lent_[p]) continue;
-    ctx_.transport->settle(comm_.ranks_[p], site_, /*unwinding=*/false);
+    ctx_.transport->settle(comm_.ranks_[p], site_, unwinding);
     comm_.lent_[p] = 0;
   }
   lent_ = false;

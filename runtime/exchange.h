@@ -44,7 +44,7 @@ class Exchange {
   }
   // Waits until every peer released what this call lent it. Algorithms that lend call it
   // before they write a lent element again and before they return.
-  void settle();
+  void settle() { settle_lends(/*unwinding=*/false); }
   // Receives step `step` from `peer`, which must hold exactly `count` elements. The caller
   // may modify the payload in place (unless Message::lent), then must release() it.
   Message recv(int peer, int step, size_t count);
@@ -69,6 +69,7 @@ class Exchange {
  private:
   void note_step(int step);
   void post(int peer, int step, const void* data, size_t count, int chunk, bool lend);
+  void settle_lends(bool unwinding);
   int phase() const { return base_ / kPhaseTagStride; }
 
   Communicator& comm_;

@@ -27,15 +27,24 @@ void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
   e.kind = PayloadKind::kLent;
   // A lent payload needs no capacity: that field carries the lend's number instead.
   e.payload.buf = {const_cast<std::byte*>(payload.data()), ++ch.lends_sent};
-  if (!ch.mail.push(e)) wait_for_space(ch, e, dst, site);
-  state_->bell(dst).ring();
-  jitter();
+  deliver(ch, e, dst, site);
 }
 
-void ThreadTransport::claim_lend(Channel& ch, const Envelope& e, int src, const WaitSite& site) {
+namespace {
+
+// Receiver: announces a read of lend `number`, then looks whether the sender withdrew it
+// (the receiver's half of the handshake above). On false nothing is claimed.
+bool try_claim(Channel& ch, uint64_t number) {
   ch.lends_reading.fetch_add(1, std::memory_order_seq_cst);
-  if (ch.lends_withdrawn.load(std::memory_order_seq_cst) < e.payload.buf.capacity) return;
+  if (ch.lends_withdrawn.load(std::memory_order_seq_cst) < number) return true;
   ch.lends_reading.fetch_sub(1, std::memory_order_release);
+  return false;
+}
+
+}  // namespace
+
+void ThreadTransport::claim_lend(Channel& ch, const Envelope& e, int src, const WaitSite& site) {
+  if (try_claim(ch, e.payload.buf.capacity)) return;
   state_->bell(src).ring();  // the sender may wait for claims in progress
   check_abort(site, src);
   throw AbortedError("rank " + std::to_string(rank_) + " aborted in " + describe(site.sig) +
@@ -55,12 +64,11 @@ void ThreadTransport::drop_lend(Channel& ch, const Envelope& e, int src) {
     ++ch.lends_written_off;
     return;
   }
-  ch.lends_reading.fetch_add(1, std::memory_order_seq_cst);
-  if (ch.lends_withdrawn.load(std::memory_order_seq_cst) < e.payload.buf.capacity) {
-    ch.lends_released.fetch_add(1, std::memory_order_release);  // released unread
+  if (try_claim(ch, e.payload.buf.capacity)) {
+    finish_lend(ch, src);  // released unread
+  } else {
+    state_->bell(src).ring();
   }
-  ch.lends_reading.fetch_sub(1, std::memory_order_release);
-  state_->bell(src).ring();
 }
 
 bool ThreadTransport::peer_gone(int peer) const {
@@ -102,15 +110,7 @@ void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
   const WaitingOn published(state_->recorder(rank_), dst);
   const auto timeout = state_->options().timeout;
   const auto deadline = Clock::now() + timeout;
-  for (int i = 0; i < spin_; ++i) {
-    if (settled()) return;
-    cpu_relax();
-  }
-  const auto yield_until = Clock::now() + std::chrono::microseconds(50);
-  for (int i = 0; !(i >= 4 && Clock::now() >= yield_until); ++i) {
-    if (settled()) return;
-    sched_yield();
-  }
+  if (spin_poll(spin_, settled) || yield_poll(settled)) return;
   Doorbell& bell = state_->bell(rank_);
   while (!settled()) {
     // A receiver that left its job reads no more; after an abort, or at the deadline, the

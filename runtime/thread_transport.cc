@@ -85,6 +85,10 @@ void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
     e.kind = PayloadKind::kPooled;
     e.payload.buf = {b.data, b.capacity};
   }
+  deliver(ch, e, dst, site);
+}
+
+void ThreadTransport::deliver(Channel& ch, const Envelope& e, int dst, const WaitSite& site) {
   if (!ch.mail.push(e)) wait_for_space(ch, e, dst, site);
   state_->bell(dst).ring();
   jitter();
@@ -204,22 +208,12 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
       break;
     }
   }
-  for (int i = 0; !found && i < spin_; ++i) {
-    if ((found = try_take(ch, src, key, site, &e))) break;
-    cpu_relax();
-  }
+  auto take = [&] { return try_take(ch, src, key, site, &e); };
+  if (!found) found = spin_poll(spin_, take);
   std::optional<WaitingOn> published;  // for the watchdog, from the first yield on
   if (!found) {
     published.emplace(state_->recorder(rank_), src);
-    // Yield-poll before sleeping: when the sender shares this core (more ranks than free
-    // cores, or other processes) a yield lets it run, and a futex sleep would cost a
-    // wake-up of tens of microseconds on every message.
-    const auto yield_until = Clock::now() + std::chrono::microseconds(50);
-    for (int i = 0;; ++i) {
-      if ((found = try_take(ch, src, key, site, &e))) break;
-      if (i >= 4 && Clock::now() >= yield_until) break;
-      sched_yield();
-    }
+    found = yield_poll(take);
   }
   if (!found) {
     const auto timeout = state_->options().timeout;

@@ -34,6 +34,9 @@ class ThreadTransport final : public Transport {
  private:
   bool try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);
   void wait_for_space(Channel& ch, const Envelope& e, int dst, const WaitSite& site);
+  // Pushes `e` (waiting for space if the mailbox is full) and wakes dst: the end of a
+  // send and of a lend.
+  void deliver(Channel& ch, const Envelope& e, int dst, const WaitSite& site);
   // Waits until `bytes` more large-payload bytes fit the channel's budget, then takes them.
   void reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site);
   // Frees an envelope that will not be delivered and returns its budget: the receiver's
