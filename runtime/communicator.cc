@@ -56,6 +56,10 @@ Communicator::Communicator(RankContext* ctx, uint64_t id, std::vector<int> ranks
   lent_.resize(ranks_.size());
 }
 
+std::vector<FlightEntry> Communicator::flight_record() const {
+  return ctx_->recorder != nullptr ? ctx_->recorder->entries() : std::vector<FlightEntry>{};
+}
+
 void Communicator::check_peer(int peer, const char* what) const {
   if (peer < 0 || peer >= size()) {
     usage(std::string(what) + ": rank " + std::to_string(peer) + " is not in " + name_ + " (size " +

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/counters.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/rank_context.h"
 #include "runtime/types.h"
 
@@ -43,8 +44,13 @@ class Communicator {
   const std::vector<int>& ranks() const { return ranks_; }
   const std::string& name() const { return name_; }
   uint64_t next_seq() const { return seq_; }
+  // Identifies this communicator in FlightEntry::comm.
+  uint64_t id() const { return id_; }
   // This rank's traffic over all of its communicators.
   const RankCounters& counters() const { return ctx_->counters; }
+  // This rank's last FlightRecorder::kDepth collectives over all of its communicators,
+  // oldest first (allocates: for reports).
+  std::vector<FlightEntry> flight_record() const;
 
   // Every rank ends with the element-wise reduction of all ranks' `data`.
   template <class T>

@@ -27,17 +27,6 @@ void RankTimeline::close() {
   open_.pop_back();
 }
 
-std::vector<double> LossBoard::losses(int global_batch) const {
-  std::vector<double> out;
-  out.reserve(sums_.size());
-  for (const auto& per_rank : sums_) {
-    double total = 0;
-    for (double s : per_rank) total += s;
-    out.push_back(total / global_batch);
-  }
-  return out;
-}
-
 double median_seconds(std::vector<double> seconds) {
   if (seconds.size() > 1) seconds.erase(seconds.begin());
   if (seconds.empty()) return 0.0;

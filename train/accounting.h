@@ -1,10 +1,8 @@
 // What every strategy measures the same way: peak memory by category, a rank's timeline of
-// phases and collectives (for --trace), step wall times, and the global loss assembled from
-// per-rank partial sums in rank order (a reporting side channel, not a collective, so it
-// never shows in the traffic counters).
+// phases and collectives (for --trace), and step wall times. The step runner
+// (step_runner.h) owns them for each rank.
 //
-// Thread safety: PeakMemory and RankTimeline belong to one rank thread; LossBoard is written
-// by every rank at disjoint slots and read after World::run returns.
+// Thread safety: PeakMemory and RankTimeline belong to one rank thread.
 #pragma once
 
 #include <array>
@@ -68,20 +66,6 @@ class RankTimeline {
  private:
   std::vector<PhaseEvent>* events_;
   std::vector<size_t> open_;  // indices of open phases in *events_
-};
-
-// Per step, per rank: the sum over that rank's micro-batches of loss * samples.
-class LossBoard {
- public:
-  LossBoard(int steps, int ranks) : sums_(steps, std::vector<double>(ranks, 0.0)) {}
-  void add(int step, int rank, float mean_loss, int samples) {
-    sums_[step][rank] += static_cast<double>(mean_loss) * samples;
-  }
-  // Global mean loss per step: rank sums added in rank order, divided by the global batch.
-  std::vector<double> losses(int global_batch) const;
-
- private:
-  std::vector<std::vector<double>> sums_;
 };
 
 // Median of per-step wall seconds over the steps after the first (all when only one).

@@ -49,9 +49,10 @@ struct TrainConfig {
   Pitfall pitfall = Pitfall::kNone;
   uint64_t seed = 1;
   bool trace = false;  // record per-rank phase and collective timings
-  // Called by rank 0 (the only rank of single/accum) after each optimizer step with the
-  // number of steps done, e.g. to draw a progress bar; may be empty.
-  std::function<void(int steps_done)> on_step;
+  // Called on global rank 0 (the only rank of single/accum) as each step finishes, with the
+  // number of steps done and that step's global mean loss (RunResult::losses[steps_done - 1]),
+  // e.g. to print the loss or draw a progress bar; may be empty.
+  std::function<void(int steps_done, double loss)> on_step;
   // kAccum only: sum the groups' gradients (and accumulate each group's micro-batches) in
   // reverse order. The same training in a different summation order: train/check.h measures
   // the reassociation floor of MoE and accumulation references with it.

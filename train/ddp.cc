@@ -18,14 +18,12 @@
 // on which tokens are batched together.
 #include "train/ddp.h"
 
-#include <chrono>
+#include <memory>
 #include <vector>
 
-#include "runtime/world.h"
 #include "train/accounting.h"
 #include "train/grad_ops.h"
-#include "train/intra_op.h"
-#include "train/run_frame.h"
+#include "train/launch.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -83,6 +81,7 @@ class DdpHooks : public PhaseHooks {
   }
 
   bool bucketed() const { return !buckets_.empty(); }
+  int rank() const { return comm_.rank(); }
 
  private:
   Communicator& comm_;
@@ -92,46 +91,61 @@ class DdpHooks : public PhaseHooks {
   bool sync_ = true;
 };
 
-void ddp_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
-  const int rank = comm.rank();
-  const MicroBatches micro(config, comm.size());
-  Trainee trainee(config);
-  RankFrame me(frame, config, rank);
-  RankTimeline& timeline = me.timeline();
-  model::ParamStore& store = trainee.store();
-  with_buffers(store, [&](auto params, auto grads) {
-    using T = typename decltype(grads)::value_type;
-    auto opt = make_slice_optimizer(config, params, &trainee.memory());
-    DdpHooks<T> hooks(&timeline, comm, config,
-                      ddp_buckets(store.layout(), sizeof(T), config.bucket_bytes), grads);
-    for (int step = 0; step < config.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      store.zero_grad();
-      for (int m = 0; m < micro.count; ++m) {
-        hooks.set_sync(m == micro.count - 1);
-        const float loss = trainee.forward_backward(step, micro.first(rank, m), micro.size,
-                                                    micro.grad_scale(), &hooks);
-        frame.board.add(step, rank, loss, micro.size);
-        hooks.finish();
-      }
-      if (!hooks.bucketed()) hooks.reduce(grads);
-      timeline.phase("optimizer", [&] { opt->step(params, grads); });
-      me.peak().observe(trainee.memory());
-      me.end_step(start);
-    }
-  });
-  me.finish();
-  if (rank == 0) frame.params = store.params_as_float();
-}
+// DDP on one rank: a full replica, its M micro-batches, the bucket hooks.
+template <class T>
+class DdpRank : public RankStrategy {
+ public:
+  DdpRank(const TrainConfig& config, Communicator& comm, Trainee& trainee, StepRunner& runner,
+          std::span<T> params, std::span<T> grads)
+      : trainee_(trainee),
+        params_(params),
+        grads_(grads),
+        opt_(make_slice_optimizer(config, params, &trainee.memory())),
+        hooks_(&runner.timeline(), comm, config,
+               ddp_buckets(trainee.store().layout(), sizeof(T), config.bucket_bytes), grads),
+        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {}
+
+  std::vector<MicroBatch> micro_batches() const override { return micro_; }
+  void begin_step() override { trainee_.store().zero_grad(); }
+  // Only the last micro-batch of a step synchronises (no_sync before it).
+  void before_micro_batch(int i) override { hooks_.set_sync(i == int(micro_.size()) - 1); }
+  float forward_backward(int step, const MicroBatch& mb) override {
+    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
+    hooks_.finish();
+    return loss;
+  }
+  void sync_gradients() override {
+    if (!hooks_.bucketed()) hooks_.reduce(grads_);
+  }
+  void optimizer_step() override { opt_->step(params_, grads_); }
+  void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
+  // Every replica holds the same parameters; rank 0's are the result.
+  std::vector<float> final_params() override {
+    return hooks_.rank() == 0 ? trainee_.store().params_as_float() : std::vector<float>{};
+  }
+
+ private:
+  Trainee& trainee_;
+  std::span<T> params_, grads_;
+  std::unique_ptr<SliceOptimizer> opt_;
+  DdpHooks<T> hooks_;
+  std::vector<MicroBatch> micro_;
+};
 
 }  // namespace
 
-RunResult run_ddp(const TrainConfig& config) {
-  RunFrame frame(config);
-  IntraOpLimit intra_op(config.ranks);
-  World world(config.ranks);
-  world.run([&](Communicator& comm) { ddp_rank(config, comm, frame); });
-  return collect(frame, world, config);
+std::optional<RunResult> run_ddp(const TrainConfig& config) {
+  return launch(
+      config,
+      [&](Communicator& comm, StepRunner& runner) {
+        Trainee trainee(config);
+        with_buffers(trainee.store(), [&](auto params, auto grads) {
+          using T = typename decltype(grads)::value_type;
+          DdpRank<T> rank(config, comm, trainee, runner, params, grads);
+          runner.run(rank);
+        });
+      },
+      params_of_rank0);
 }
 
 }  // namespace dtsim::train

@@ -40,6 +40,8 @@ TpGrid make_tp_grid(Communicator& world, int tp_size) {
   return grid;
 }
 
-RunResult run_dp_tp(const TrainConfig& config) { return run_tp_grid(config, config.tp_size); }
+std::optional<RunResult> run_dp_tp(const TrainConfig& config) {
+  return run_tp_grid(config, config.tp_size);
+}
 
 }  // namespace dtsim::train

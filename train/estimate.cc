@@ -36,9 +36,7 @@ Estimate estimate(const EstimateInput& in) {
     case 0:
       e.bytes_sent_per_step = 2 * share * g;
       break;
-    case 1:
-      e.bytes_sent_per_step = 2 * share * g + share * w;
-      break;
+    case 1:  // ZeRO section 7: reduce-scatter the gradients, all-gather the weights
     case 2:
       e.bytes_sent_per_step = share * (g + w);
       break;

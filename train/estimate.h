@@ -25,10 +25,9 @@ struct Estimate {
   double gradient_bytes = 0;   // one full gradient in its precision (what DDP all-reduces)
   double parameter_bytes = 0;  // one full set of weights in their precision
   // Bytes one device sends per step with ring collectives: stage 0 all-reduces the
-  // gradients, 2(N-1)/N G; stage 1 (as dtsim runs it) all-reduces them and all-gathers the
-  // weights, 2(N-1)/N G + (N-1)/N W; stage 2 reduce-scatters and all-gathers,
-  // (N-1)/N (G + W); stage 3 all-gathers the weights twice and reduce-scatters,
-  // (N-1)/N (2 W + G).
+  // gradients, 2(N-1)/N G; stages 1 and 2 reduce-scatter them and all-gather the updated
+  // weights, (N-1)/N (G + W), no more than DDP (ZeRO paper, section 7); stage 3 all-gathers
+  // the weights twice and reduce-scatters, (N-1)/N (2 W + G).
   double bytes_sent_per_step = 0;
 };
 

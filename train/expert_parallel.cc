@@ -19,17 +19,15 @@
 // Routing (which tokens share a capacity budget and an aux loss) depends on the batch a rank
 // routes, so the single-rank reference is run_accum with the same ranks and micro-batches:
 // it routes exactly the same per-rank micro-batches, one at a time.
-#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/data.h"
 #include "model/kernels.h"
-#include "runtime/world.h"
 #include "train/ep_moe.h"
 #include "train/grad_ops.h"
-#include "train/intra_op.h"
-#include "train/run_frame.h"
+#include "train/launch.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -197,50 +195,68 @@ std::vector<float> gather_params(const TrainConfig& config,
   return out;
 }
 
+// One expert-parallel rank: its experts and the replicated rest, fed its B/N samples.
+template <class T>
+class EpRank : public RankStrategy {
+ public:
+  EpRank(const TrainConfig& config, Communicator& comm, EpMoeModel& model, StepRunner& runner,
+         std::span<T> params, std::span<T> grads)
+      : config_(config),
+        comm_(comm),
+        model_(model),
+        ep_(comm, runner.timeline(), config.algo),
+        task_(config.moe.input_dim, config.moe.num_classes, task_seed(config)),
+        params_(params),
+        grads_(grads),
+        opt_(make_slice_optimizer(config, params, &model.memory())) {}
+
+  // Data parallel over the token batch; gradients carry 1/B, so sums are global means.
+  std::vector<MicroBatch> micro_batches() const override {
+    return data_parallel_micro_batches(config_, comm_.size(), comm_.rank(),
+                                       1.0f / static_cast<float>(config_.global_batch));
+  }
+  void begin_step() override { model_.store().zero_grad(); }
+  float forward_backward(int step, const MicroBatch& mb) override {
+    x_.resize(size_t(mb.size) * config_.moe.input_dim);
+    labels_.resize(mb.size);
+    task_.batch(step, mb.first, mb.size, x_, labels_);
+    return model_.forward_backward(x_, labels_, mb.size, mb.grad_scale, ep_);
+  }
+  // The replicated embed, head and router saw different tokens on every rank.
+  void sync_gradients() override { ep_.all_reduce(grads_.first(model_.replicated_size())); }
+  void optimizer_step() override { opt_->step(params_, grads_); }
+  void observe_memory(PeakMemory& peak) override { peak.observe(model_.memory()); }
+  std::vector<float> final_params() override { return model_.store().params_as_float(); }
+
+ private:
+  const TrainConfig& config_;
+  Communicator& comm_;
+  EpMoeModel& model_;
+  TracedComm ep_;
+  const model::ClassificationTask task_;
+  std::vector<float> x_;
+  std::vector<int32_t> labels_;
+  std::span<T> params_, grads_;
+  std::unique_ptr<SliceOptimizer> opt_;
+};
+
 }  // namespace
 
-RunResult run_ep(const TrainConfig& config) {
-  const int n = config.ranks;
-  const MicroBatches micro(config, n);  // data parallel over the token batch
-  const float scale = 1.0f / static_cast<float>(config.global_batch);
-  const int Din = config.moe.input_dim;
+std::optional<RunResult> run_ep(const TrainConfig& config) {
   const std::vector<float> init =
       model::init_params(model::moe_model_layout(config.moe), config.seed);  // MoeModel's bits
-
-  RunFrame frame(config);
-  std::vector<std::vector<float>> local(n);
-  IntraOpLimit intra_op(n);
-  World world(n);
-  world.run([&](Communicator& comm) {
-    const int rank = comm.rank();
-    RankFrame me(frame, config, rank);
-    TracedComm ep(comm, me.timeline(), config.algo);
-    EpMoeModel model(config.moe, rank, n, config.precision);
-    model.load_full(init);
-    const model::ClassificationTask task(Din, config.moe.num_classes, task_seed(config));
-    std::vector<float> x(size_t(micro.size) * Din);
-    std::vector<int32_t> labels(micro.size);
-    with_buffers(model.store(), [&](auto params, auto grads) {
-      auto opt = make_slice_optimizer(config, params, &model.memory());
-      for (int step = 0; step < config.steps; ++step) {
-        const auto start = std::chrono::steady_clock::now();
-        model.store().zero_grad();
-        for (int m = 0; m < micro.count; ++m) {
-          task.batch(step, micro.first(rank, m), micro.size, x, labels);
-          const float loss = model.forward_backward(x, labels, micro.size, scale, ep);
-          frame.board.add(step, rank, loss, micro.size);
-        }
-        ep.all_reduce(grads.first(model.replicated_size()));  // data parallel over tokens
-        me.timeline().phase("optimizer", [&] { opt->step(params, grads); });
-        me.peak().observe(model.memory());
-        me.end_step(start);
-      }
-    });
-    local[rank] = model.store().params_as_float();
-    me.finish();
-  });
-  frame.params = gather_params(config, local);
-  return collect(frame, world, config);
+  return launch(
+      config,
+      [&](Communicator& comm, StepRunner& runner) {
+        EpMoeModel model(config.moe, comm.rank(), comm.size(), config.precision);
+        model.load_full(init);
+        with_buffers(model.store(), [&](auto params, auto grads) {
+          using T = typename decltype(grads)::value_type;
+          EpRank<T> rank(config, comm, model, runner, params, grads);
+          runner.run(rank);
+        });
+      },
+      [&](std::vector<std::vector<float>>& parts) { return gather_params(config, parts); });
 }
 
 }  // namespace dtsim::train

@@ -16,11 +16,12 @@
 // a reference with the same per-rank micro-batches sees the same routing. With
 // config.reverse_accumulation the groups (and each group's micro-batches) are visited last
 // to first: the same micro-batches and routing, only the order of the sums differs.
-#include <chrono>
+#include <memory>
 #include <vector>
 
 #include "train/accounting.h"
 #include "train/grad_ops.h"
+#include "train/launch.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -28,92 +29,114 @@
 namespace dtsim::train {
 namespace {
 
-// Single-rank bookkeeping shared by both references.
-struct SoloRun {
-  explicit SoloRun(const TrainConfig& config)
-      : trainee(config), timeline(config.trace ? &report.timeline : nullptr), hooks(&timeline) {}
-  Trainee trainee;
-  RankReport report;
-  RankTimeline timeline;
-  PhaseHooks hooks;
-  PeakMemory peak;
-  std::vector<double> step_seconds;
+// What both references share: one model, its optimizer over everything, phase hooks.
+template <class T>
+class SoloRank : public RankStrategy {
+ public:
+  SoloRank(const TrainConfig& config, Trainee& trainee, StepRunner& runner, std::span<T> params,
+           std::span<T> grads)
+      : trainee_(trainee),
+        params_(params),
+        grads_(grads),
+        opt_(make_slice_optimizer(config, params, &trainee.memory())),
+        hooks_(&runner.timeline()) {}
+
+  float forward_backward(int step, const MicroBatch& mb) override {
+    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
+    hooks_.finish();
+    return loss;
+  }
+  void optimizer_step() override { opt_->step(params_, grads_); }
+  void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
+  std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
+
+ protected:
+  Trainee& trainee_;
+  std::span<T> params_, grads_;
+
+ private:
+  std::unique_ptr<SliceOptimizer> opt_;
+  PhaseHooks hooks_;
 };
 
-RunResult finish(SoloRun& run, std::vector<double> losses, int steps) {
-  RunResult result;
-  result.losses = std::move(losses);
-  result.params = run.trainee.store().params_as_float();
-  result.steps = steps;
-  result.seconds_per_step = median_seconds(run.step_seconds);
-  run.report.memory = run.peak.bytes();
-  result.ranks.push_back(std::move(run.report));
-  return result;
+// run_single: the whole global batch as one micro-batch.
+template <class T>
+class SingleRank : public SoloRank<T> {
+ public:
+  SingleRank(const TrainConfig& config, Trainee& trainee, StepRunner& runner, std::span<T> params,
+             std::span<T> grads)
+      : SoloRank<T>(config, trainee, runner, params, grads), batch_(config.global_batch) {}
+  std::vector<MicroBatch> micro_batches() const override {
+    return {{0, batch_, 1.0f / static_cast<float>(batch_)}};
+  }
+  void begin_step() override { this->trainee_.store().zero_grad(); }
+
+ private:
+  int batch_;
+};
+
+// run_accum: groups x micro-batches; each group accumulates into zeroed gradients, the group
+// gradients are summed in group order into `sum_`, then divided by the number of groups.
+template <class T>
+class AccumRank : public SoloRank<T> {
+ public:
+  AccumRank(const TrainConfig& config, Trainee& trainee, StepRunner& runner, std::span<T> params,
+            std::span<T> grads)
+      : SoloRank<T>(config, trainee, runner, params, grads),
+        groups_(config.ranks),
+        micro_(config.micro_batches),
+        sum_(grads.size()) {
+    const int size = config.global_batch / (groups_ * micro_);
+    const float scale = 1.0f / static_cast<float>(micro_ * size);
+    for (int i = 0; i < groups_; ++i) {
+      const int g = config.reverse_accumulation ? groups_ - 1 - i : i;
+      for (int j = 0; j < micro_; ++j) {
+        const int m = config.reverse_accumulation ? micro_ - 1 - j : j;
+        batches_.push_back({(g * micro_ + m) * size, size, scale, g});
+      }
+    }
+  }
+
+  std::vector<MicroBatch> micro_batches() const override { return batches_; }
+  void begin_step() override {}
+  void before_micro_batch(int index) override {
+    if (index % micro_ == 0) this->trainee_.store().zero_grad();  // a group starts
+  }
+  void after_micro_batch(int index) override {
+    if (index % micro_ != micro_ - 1) return;  // the group's last micro-batch
+    if (index / micro_ == 0) {
+      std::copy(this->grads_.begin(), this->grads_.end(), sum_.begin());
+    } else {
+      add_into(std::span<T>(sum_), std::span<const T>(this->grads_));
+    }
+  }
+  void sync_gradients() override {
+    std::copy(sum_.begin(), sum_.end(), this->grads_.begin());
+    divide(this->grads_, groups_);
+  }
+
+ private:
+  int groups_, micro_;
+  std::vector<T> sum_;
+  std::vector<MicroBatch> batches_;
+};
+
+template <template <class> class Rank>
+RunResult run_solo(const TrainConfig& config, int loss_slots) {
+  StepRunner runner(config, nullptr, loss_slots);
+  Trainee trainee(config);
+  with_buffers(trainee.store(), [&](auto params, auto grads) {
+    using T = typename decltype(grads)::value_type;
+    Rank<T> rank(config, trainee, runner, params, grads);
+    runner.run(rank);
+  });
+  return solo_result(config, runner.take_outcome());
 }
 
 }  // namespace
 
-RunResult run_single(const TrainConfig& config) {
-  SoloRun run(config);
-  std::vector<double> losses;
-  model::ParamStore& store = run.trainee.store();
-  with_buffers(store, [&](auto params, auto grads) {
-    auto opt = make_slice_optimizer(config, params, &run.trainee.memory());
-    for (int step = 0; step < config.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      store.zero_grad();
-      const float scale = 1.0f / static_cast<float>(config.global_batch);
-      losses.push_back(
-          run.trainee.forward_backward(step, 0, config.global_batch, scale, &run.hooks));
-      run.hooks.finish();
-      run.timeline.phase("optimizer", [&] { opt->step(params, grads); });
-      run.peak.observe(run.trainee.memory());
-      run.step_seconds.push_back(seconds_since(start));
-      if (config.on_step) config.on_step(step + 1);
-    }
-  });
-  return finish(run, std::move(losses), config.steps);
-}
+RunResult run_single(const TrainConfig& config) { return run_solo<SingleRank>(config, 1); }
 
-RunResult run_accum(const TrainConfig& config) {
-  SoloRun run(config);
-  const int groups = config.ranks, micro = config.micro_batches;
-  const int micro_size = config.global_batch / (groups * micro);
-  const float scale = 1.0f / static_cast<float>(micro * micro_size);
-  LossBoard board(config.steps, groups);
-  model::ParamStore& store = run.trainee.store();
-  with_buffers(store, [&](auto params, auto grads) {
-    using T = typename decltype(grads)::value_type;
-    auto opt = make_slice_optimizer(config, params, &run.trainee.memory());
-    std::vector<T> sum(grads.size());
-    for (int step = 0; step < config.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < groups; ++i) {
-        const int g = config.reverse_accumulation ? groups - 1 - i : i;
-        store.zero_grad();
-        for (int j = 0; j < micro; ++j) {
-          const int m = config.reverse_accumulation ? micro - 1 - j : j;
-          const int first = (g * micro + m) * micro_size;
-          board.add(step, g,
-                    run.trainee.forward_backward(step, first, micro_size, scale, &run.hooks),
-                    micro_size);
-          run.hooks.finish();
-        }
-        if (i == 0) {
-          std::copy(grads.begin(), grads.end(), sum.begin());
-        } else {
-          add_into(std::span<T>(sum), std::span<const T>(grads));
-        }
-      }
-      std::copy(sum.begin(), sum.end(), grads.begin());
-      divide(grads, groups);
-      run.timeline.phase("optimizer", [&] { opt->step(params, grads); });
-      run.peak.observe(run.trainee.memory());
-      run.step_seconds.push_back(seconds_since(start));
-      if (config.on_step) config.on_step(step + 1);
-    }
-  });
-  return finish(run, board.losses(config.global_batch), config.steps);
-}
+RunResult run_accum(const TrainConfig& config) { return run_solo<AccumRank>(config, config.ranks); }
 
 }  // namespace dtsim::train

@@ -27,8 +27,11 @@ struct RankReport {
   int rank = 0;
   // Static and activation bytes by model::MemoryCategory, as this rank holds them.
   std::array<int64_t, model::kNumMemoryCategories> memory{};
-  // Traffic of the whole run, by collective kind (runtime counters).
+  // Traffic of the whole run's training, by collective kind (runtime counters).
   RankCounters counters;
+  // Traffic of reporting: the per-step loss all_gather and, on ranks other than 0, sending
+  // their outcome to rank 0 (train/report_channel.h); not part of `counters`.
+  RankCounters reporting;
   // The rank's last collectives (runtime flight recorder), oldest first.
   std::vector<FlightEntry> flight;
   std::vector<PhaseEvent> timeline;  // filled when TrainConfig::trace

@@ -100,7 +100,7 @@ void validate(const TrainConfig& config) {
   validate_model_parallel(config);
 }
 
-RunResult run_training(const TrainConfig& config) {
+std::optional<RunResult> launch_training(const TrainConfig& config) {
   validate(config);
   switch (config.strategy) {
     case Strategy::kSingle:
@@ -121,6 +121,14 @@ RunResult run_training(const TrainConfig& config) {
       return run_dp_tp(config);
   }
   fail("--strategy has an unknown value");
+}
+
+RunResult run_training(const TrainConfig& config) {
+  std::optional<RunResult> result = launch_training(config);
+  if (!result) {
+    throw Error("run_training: global rank 0 is in another process; use launch_training");
+  }
+  return std::move(*result);
 }
 
 }  // namespace dtsim::train

@@ -1,6 +1,13 @@
 // One entry point per strategy, each in a file of its own that opens with the algorithm in
-// the paper's terms; run_training() validates the configuration and dispatches.
+// the paper's terms and runs through the one step runner (step_runner.h) on a World from
+// launch.h; launch_training() validates the configuration and dispatches.
+//
+// A multi-rank run's RunResult exists only in the process that holds global rank 0 (every
+// rank's outcome reaches it through collectives): the distributed entry points return
+// std::nullopt in any other process. The references run on the calling rank alone.
 #pragma once
+
+#include <optional>
 
 #include "train/config.h"
 #include "train/result.h"
@@ -12,15 +19,19 @@ namespace dtsim::train {
 // width, more expert ranks than experts, a strategy that does not fit the model, ...).
 void validate(const TrainConfig& config);
 
-// validate(), then the strategy's run.
+// validate(), then the strategy's run; empty in a process without global rank 0.
+std::optional<RunResult> launch_training(const TrainConfig& config);
+
+// launch_training() for callers that run where global rank 0 is (tests, check.h, the
+// thread world): throws Error in a process without it.
 RunResult run_training(const TrainConfig& config);
 
-RunResult run_single(const TrainConfig& config);  // reference.cc
-RunResult run_accum(const TrainConfig& config);   // reference.cc
-RunResult run_ddp(const TrainConfig& config);     // ddp.cc
-RunResult run_zero(const TrainConfig& config);    // zero.cc (stage from config.strategy)
-RunResult run_tp(const TrainConfig& config);      // tensor_parallel.cc
-RunResult run_ep(const TrainConfig& config);      // expert_parallel.cc
-RunResult run_dp_tp(const TrainConfig& config);   // dp_tp.cc
+RunResult run_single(const TrainConfig& config);                // reference.cc
+RunResult run_accum(const TrainConfig& config);                 // reference.cc
+std::optional<RunResult> run_ddp(const TrainConfig& config);    // ddp.cc
+std::optional<RunResult> run_zero(const TrainConfig& config);   // zero.cc (stage from strategy)
+std::optional<RunResult> run_tp(const TrainConfig& config);     // tensor_parallel.cc
+std::optional<RunResult> run_ep(const TrainConfig& config);     // expert_parallel.cc
+std::optional<RunResult> run_dp_tp(const TrainConfig& config);  // dp_tp.cc
 
 }  // namespace dtsim::train

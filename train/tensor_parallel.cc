@@ -15,15 +15,13 @@
 // (dp_tp.cc) the group's gradients are additionally all-reduced across the data-parallel
 // replicas, DDP style. Each rank holds 1/T of the block weights (and their gradients and
 // optimizer state) plus the whole head.
-#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/data.h"
-#include "runtime/world.h"
 #include "train/grad_ops.h"
-#include "train/intra_op.h"
-#include "train/run_frame.h"
+#include "train/launch.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/tp_mlp.h"
@@ -58,55 +56,83 @@ std::vector<float> gather_params(const TrainConfig& config, int tp_size,
   return full;
 }
 
+// One rank of the (dp, tp) grid: its TP shard of the MLP, fed its replica's samples.
+template <class T>
+class TpRank : public RankStrategy {
+ public:
+  TpRank(const TrainConfig& config, const TpGrid& grid, TpMlp& model, StepRunner& runner,
+         std::span<T> params, std::span<T> grads)
+      : config_(config),
+        grid_(grid),
+        model_(model),
+        timeline_(runner.timeline()),
+        tp_(*grid.tp, runner.timeline(), config.algo),
+        task_(config.mlp.input_dim, config.mlp.output_dim, task_seed(config)),
+        params_(params),
+        grads_(grads),
+        opt_(make_slice_optimizer(config, params, &model.memory())) {}
+
+  // Replica d takes data-parallel rank d's samples; gradients carry 1/B (the global mean).
+  // Every rank of a TP group computes the same loss: its rank 0 reports it.
+  std::vector<MicroBatch> micro_batches() const override {
+    const int dp_size = config_.ranks / grid_.tp->size();
+    std::vector<MicroBatch> micro = data_parallel_micro_batches(
+        config_, dp_size, grid_.dp_index, 1.0f / static_cast<float>(config_.global_batch));
+    for (MicroBatch& mb : micro) mb.reports_loss = grid_.tp->rank() == 0;
+    return micro;
+  }
+  void begin_step() override { model_.store().zero_grad(); }
+  float forward_backward(int step, const MicroBatch& mb) override {
+    x_.resize(size_t(mb.size) * config_.mlp.input_dim);
+    y_.resize(size_t(mb.size) * config_.mlp.output_dim);
+    task_.batch(step, mb.first, mb.size, x_, y_);
+    return model_.forward_backward(x_, y_, mb.size, mb.grad_scale, tp_);
+  }
+  void sync_gradients() override {
+    if (grid_.dp == nullptr) return;  // DDP across replicas: grads already carry 1/B
+    TracedComm dp(*grid_.dp, timeline_, config_.algo);
+    dp.all_reduce(grads_);
+  }
+  void optimizer_step() override { opt_->step(params_, grads_); }
+  void observe_memory(PeakMemory& peak) override { peak.observe(model_.memory()); }
+  std::vector<float> final_params() override { return model_.store().params_as_float(); }
+
+ private:
+  const TrainConfig& config_;
+  const TpGrid& grid_;
+  TpMlp& model_;
+  RankTimeline& timeline_;
+  TracedComm tp_;
+  const model::RegressionTask task_;
+  std::vector<float> x_, y_;
+  std::span<T> params_, grads_;
+  std::unique_ptr<SliceOptimizer> opt_;
+};
+
 }  // namespace
 
-RunResult run_tp_grid(const TrainConfig& config, int tp_size) {
-  const int n = config.ranks, dp_size = n / tp_size;
-  const MicroBatches micro(config, dp_size);  // replica r takes data-parallel rank r's samples
-  const float scale = 1.0f / static_cast<float>(config.global_batch);
-  const int D = config.mlp.input_dim, O = config.mlp.output_dim;
+std::optional<RunResult> run_tp_grid(const TrainConfig& config, int tp_size) {
   const std::vector<float> init =
       model::init_params(model::mlp_layout(config.mlp), config.seed);  // MlpModel's bits
-
-  RunFrame frame(config, dp_size);
-  std::vector<std::vector<float>> local(n);
-  IntraOpLimit intra_op(n);
-  World world(n);
-  world.run([&](Communicator& comm) {
-    const int rank = comm.rank();
-    RankFrame me(frame, config, rank);
-    TpGrid grid = make_tp_grid(comm, tp_size);
-    TracedComm tp(*grid.tp, me.timeline(), config.algo);
-    TpMlp model(config.mlp, grid.tp->rank(), tp_size, config.precision);
-    model.load_full(init);
-    const model::RegressionTask task(D, O, task_seed(config));
-    std::vector<float> x(size_t(micro.size) * D), y(size_t(micro.size) * O);
-    with_buffers(model.store(), [&](auto params, auto grads) {
-      auto opt = make_slice_optimizer(config, params, &model.memory());
-      for (int step = 0; step < config.steps; ++step) {
-        const auto start = std::chrono::steady_clock::now();
-        model.store().zero_grad();
-        for (int m = 0; m < micro.count; ++m) {
-          task.batch(step, micro.first(grid.dp_index, m), micro.size, x, y);
-          const float loss = model.forward_backward(x, y, micro.size, scale, tp);
-          if (grid.tp->rank() == 0) frame.board.add(step, grid.dp_index, loss, micro.size);
-        }
-        if (grid.dp != nullptr) {  // DDP across replicas: grads already carry 1/B
-          TracedComm dp(*grid.dp, me.timeline(), config.algo);
-          dp.all_reduce(grads);
-        }
-        me.timeline().phase("optimizer", [&] { opt->step(params, grads); });
-        me.peak().observe(model.memory());
-        me.end_step(start);
-      }
-    });
-    local[rank] = model.store().params_as_float();
-    me.finish();
-  });
-  frame.params = gather_params(config, tp_size, local);
-  return collect(frame, world, config);
+  return launch(
+      config,
+      [&](Communicator& comm, StepRunner& runner) {
+        const TpGrid grid = make_tp_grid(comm, tp_size);
+        TpMlp model(config.mlp, grid.tp->rank(), tp_size, config.precision);
+        model.load_full(init);
+        with_buffers(model.store(), [&](auto params, auto grads) {
+          using T = typename decltype(grads)::value_type;
+          TpRank<T> rank(config, grid, model, runner, params, grads);
+          runner.run(rank);
+        });
+      },
+      [&](std::vector<std::vector<float>>& parts) {
+        return gather_params(config, tp_size, parts);
+      });
 }
 
-RunResult run_tp(const TrainConfig& config) { return run_tp_grid(config, config.ranks); }
+std::optional<RunResult> run_tp(const TrainConfig& config) {
+  return run_tp_grid(config, config.ranks);
+}
 
 }  // namespace dtsim::train

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -90,7 +91,7 @@ std::vector<ParamSlice> tp_mlp_slices(const model::MlpConfig& config, int tp_ran
 // Tensor-parallel training of config.mlp on config.ranks ranks as config.ranks / tp_size
 // data-parallel replicas of tp_size-wide TP groups (tensor_parallel.cc); run_tp passes
 // tp_size = ranks, run_dp_tp config.tp_size.
-RunResult run_tp_grid(const TrainConfig& config, int tp_size);
+std::optional<RunResult> run_tp_grid(const TrainConfig& config, int tp_size);
 
 // A rank's two groups on the (dp, tp) grid: tp = tp_size consecutive ranks, dp = the ranks
 // with the same position in every TP group (dp_tp.cc). With one replica, tp is the world

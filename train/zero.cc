@@ -2,12 +2,14 @@
 // Models", SC 2020), stages 1 to 3, over N data-parallel ranks that each take B/N samples.
 //
 // Stage 1 (optimizer state sharded): forward and backward run on the full replica with no
-// collective until backward ends; then the gradients are all-reduced and divided by N, rank
-// r updates only its shard r of the parameters with the optimizer state (and, in mixed
-// precision, the fp32 master weights) it alone holds, and an all-gather of the updated
-// shards restores the full parameters on every rank.
-// Stage 2 (gradients sharded too): as stage 1, but backward's gradients are reduce-scattered,
-// so rank r receives only the summed gradient of its shard; the same all-gather follows.
+// collective until backward ends; then the gradients are reduce-scattered, so rank r
+// receives the summed gradient of its shard r only (it updates nothing else), divides it by
+// N, updates its shard of the parameters with the optimizer state (and, in mixed precision,
+// the fp32 master weights) it alone holds, and an all-gather of the updated shards restores
+// the full parameters on every rank. That is the paper's section 7: a reduce-scatter and an
+// all-gather, 2 Psi per step like DDP's all-reduce, not an all-reduce plus an all-gather.
+// Stage 2 (gradients sharded too): the same collectives; the difference is memory: stage 1
+// keeps the full gradient buffer for the whole step, stage 2 holds only its shard's.
 // Stages 1 and 2 shard the flat vector with the runtime's tensor_split chunks (sizes differ
 // by at most one element, the only padding they need). The full gradient buffer the model's
 // kernels write is not counted for stage 2: ZeRO-2 frees it bucket by bucket as the
@@ -21,14 +23,12 @@
 // is made honest: the elements a rank does not own are overwritten with NaN whenever the
 // layer is not gathered, so any read of an absent parameter poisons the loss. Memory is
 // accounted in the strategy's own ledger (shard plus the gathered layer), not the model's.
-#include <chrono>
+#include <memory>
 #include <vector>
 
 #include "model/memory.h"
-#include "runtime/world.h"
 #include "train/grad_ops.h"
-#include "train/intra_op.h"
-#include "train/run_frame.h"
+#include "train/launch.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -40,119 +40,175 @@ namespace {
 using model::MemoryCategory;
 
 // ZeRO-1 (stage 1) or ZeRO-2 (stage 2) on one rank.
-void zero12_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
-  const int rank = comm.rank(), n = comm.size();
-  const bool stage2 = config.strategy == Strategy::kZero2;
-  const MicroBatches micro(config, n);
-  Trainee trainee(config);
-  RankFrame me(frame, config, rank);
-  RankTimeline& timeline = me.timeline();
-  PhaseHooks hooks(&timeline);
-  model::MemoryLedger ledger;  // this rank's model state, as ZeRO holds it
-  model::ParamStore& store = trainee.store();
-  with_buffers(store, [&](auto params, auto grads) {
-    using T = typename decltype(grads)::value_type;
-    const model::ParamRange mine = model::shard_range(params.size(), n, rank);
-    const auto full_bytes = static_cast<int64_t>(params.size() * sizeof(T));
-    ledger.add(MemoryCategory::kWeights, full_bytes);
-    if (!stage2) ledger.add(MemoryCategory::kGradients, full_bytes);
-    model::TrackedBuffer<T> shard_grads(&ledger, MemoryCategory::kGradients,
-                                        stage2 ? mine.size() : 0);
-    std::span<T> my_params = params.subspan(mine.begin, mine.size());
-    auto opt = make_slice_optimizer(config, my_params, &ledger);
-    for (int step = 0; step < config.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      store.zero_grad();
-      for (int m = 0; m < micro.count; ++m) {
-        const float loss = trainee.forward_backward(step, micro.first(rank, m), micro.size,
-                                                    micro.grad_scale(), &hooks);
-        hooks.finish();
-        frame.board.add(step, rank, loss, micro.size);
-      }
-      std::span<T> my_grads = grads.subspan(mine.begin, mine.size());
-      if (stage2) {
-        timeline.collective("reduce_scatter", comm, [&] {
-          comm.reduce_scatter(std::span<const T>(grads), shard_grads.span(), ReduceOp::kSum,
-                              reduce_scatter_algo(config.algo));
-        });
-        my_grads = shard_grads.span();
-      } else {
-        timeline.collective("all_reduce", comm,
-                            [&] { comm.all_reduce(grads, ReduceOp::kSum, config.algo); });
-      }
-      if (config.pitfall != Pitfall::kForgetDivide) divide(my_grads, n);
-      timeline.phase("optimizer", [&] { opt->step(my_params, my_grads); });
-      timeline.collective("all_gather", comm, [&] {
-        comm.all_gather(std::span<const T>(my_params), params, all_gather_algo(config.algo));
-      });
-      me.peak().observe(ledger, trainee.memory());
-      me.end_step(start);
+template <class T>
+class Zero12Rank : public RankStrategy {
+ public:
+  Zero12Rank(const TrainConfig& config, Communicator& comm, Trainee& trainee, StepRunner& runner,
+             std::span<T> params, std::span<T> grads)
+      : config_(config),
+        comm_(comm),
+        trainee_(trainee),
+        timeline_(runner.timeline()),
+        hooks_(&runner.timeline()),
+        stage2_(config.strategy == Strategy::kZero2),
+        params_(params),
+        grads_(grads),
+        mine_(model::shard_range(params.size(), comm.size(), comm.rank())),
+        full_bytes_(static_cast<int64_t>(params.size() * sizeof(T))),
+        my_params_(params.subspan(mine_.begin, mine_.size())),
+        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {
+    ledger_.add(MemoryCategory::kWeights, full_bytes_);
+    if (!stage2_) ledger_.add(MemoryCategory::kGradients, full_bytes_);
+    // Stage 2 holds only its shard's summed gradient; stage 1's lands in the shard's slice
+    // of the full buffer it keeps (the reduce-scatter's output buffer is scratch, uncounted).
+    shard_grads_ = model::TrackedBuffer<T>(stage2_ ? &ledger_ : nullptr, MemoryCategory::kGradients,
+                                           mine_.size());
+    opt_ = make_slice_optimizer(config, my_params_, &ledger_);
+  }
+  ~Zero12Rank() override {
+    ledger_.add(MemoryCategory::kWeights, -full_bytes_);
+    if (!stage2_) ledger_.add(MemoryCategory::kGradients, -full_bytes_);
+  }
+
+  std::vector<MicroBatch> micro_batches() const override { return micro_; }
+  void begin_step() override { trainee_.store().zero_grad(); }
+  float forward_backward(int step, const MicroBatch& mb) override {
+    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
+    hooks_.finish();
+    return loss;
+  }
+  void sync_gradients() override {
+    timeline_.collective("reduce_scatter", comm_, [&] {
+      comm_.reduce_scatter(std::span<const T>(grads_), shard_grads_.span(), ReduceOp::kSum,
+                           reduce_scatter_algo(config_.algo));
+    });
+    my_grads_ = shard_grads_.span();
+    if (!stage2_) {  // stage 1 keeps the full gradient buffer: the shard's sum goes there
+      my_grads_ = grads_.subspan(mine_.begin, mine_.size());
+      std::copy(shard_grads_.data(), shard_grads_.data() + mine_.size(), my_grads_.begin());
     }
-    ledger.add(MemoryCategory::kWeights, -full_bytes);
-    if (!stage2) ledger.add(MemoryCategory::kGradients, -full_bytes);
-  });
-  me.finish();
-  if (rank == 0) frame.params = store.params_as_float();
-}
+    if (config_.pitfall != Pitfall::kForgetDivide) divide(my_grads_, comm_.size());
+  }
+  void optimizer_step() override { opt_->step(my_params_, my_grads_); }
+  void sync_params() override {
+    timeline_.collective("all_gather", comm_, [&] {
+      comm_.all_gather(std::span<const T>(my_params_), params_, all_gather_algo(config_.algo));
+    });
+  }
+  void observe_memory(PeakMemory& peak) override { peak.observe(ledger_, trainee_.memory()); }
+  // After the last all-gather every rank holds the full parameters; rank 0's are the result.
+  std::vector<float> final_params() override {
+    return comm_.rank() == 0 ? trainee_.store().params_as_float() : std::vector<float>{};
+  }
+
+ private:
+  const TrainConfig& config_;
+  Communicator& comm_;
+  Trainee& trainee_;
+  RankTimeline& timeline_;
+  PhaseHooks hooks_;
+  model::MemoryLedger ledger_;  // this rank's model state, as ZeRO holds it
+  const bool stage2_;
+  std::span<T> params_, grads_;
+  const model::ParamRange mine_;
+  const int64_t full_bytes_;
+  std::span<T> my_params_, my_grads_;
+  model::TrackedBuffer<T> shard_grads_;
+  std::unique_ptr<SliceOptimizer> opt_;
+  std::vector<MicroBatch> micro_;
+};
 
 // ZeRO-3 on one rank: the shard buffers, the hooks that gather and release layers, and
 // the optimizer over the shard.
-void zero3_rank(const TrainConfig& config, Communicator& comm, RunFrame& frame) {
-  const int rank = comm.rank();
-  const MicroBatches micro(config, comm.size());
-  Trainee trainee(config);
-  RankFrame me(frame, config, rank);
-  RankTimeline& timeline = me.timeline();
-  model::MemoryLedger ledger;
-  model::ParamStore& store = trainee.store();
-  const Zero3Layout layout(store.layout(), comm.size());
-  with_buffers(store, [&](auto params, auto grads) {
-    using T = typename decltype(grads)::value_type;
-    model::TrackedBuffer<T> shard_params(&ledger, MemoryCategory::kWeights, layout.shard_size());
-    model::TrackedBuffer<T> shard_grads(&ledger, MemoryCategory::kGradients, layout.shard_size());
-    layout.take_shard(rank, std::span<const T>(params), shard_params.span());
-    layout.poison_all(rank, params);
-    auto opt = make_slice_optimizer(config, shard_params.span(), &ledger);
-    Zero3Hooks<T> hooks(
-        {&timeline, &comm, &config, &layout, &ledger, &trainee.memory(), &me.peak()}, params, grads,
-        shard_params.span(), shard_grads.span());
-    for (int step = 0; step < config.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      std::fill(shard_grads.span().begin(), shard_grads.span().end(), T(0.0f));
-      for (int m = 0; m < micro.count; ++m) {
-        store.zero_grad();
-        const float loss = trainee.forward_backward(step, micro.first(rank, m), micro.size,
-                                                    micro.grad_scale(), &hooks);
-        hooks.finish();
-        frame.board.add(step, rank, loss, micro.size);
-      }
-      if (config.pitfall != Pitfall::kForgetDivide) divide(shard_grads.span(), comm.size());
-      timeline.phase("optimizer", [&] { opt->step(shard_params.span(), shard_grads.span()); });
-      me.peak().observe(ledger, trainee.memory());
-      me.end_step(start);
-    }
-    layout.put_shard(rank, std::span<const T>(shard_params.span()), frame.params);
-  });
-  me.finish();
-}
+template <class T>
+class Zero3Rank : public RankStrategy {
+ public:
+  Zero3Rank(const TrainConfig& config, Communicator& comm, Trainee& trainee, StepRunner& runner,
+            const Zero3Layout& layout, std::span<T> params, std::span<T> grads)
+      : config_(config),
+        comm_(comm),
+        trainee_(trainee),
+        shard_params_(&ledger_, MemoryCategory::kWeights, layout.shard_size()),
+        shard_grads_(&ledger_, MemoryCategory::kGradients, layout.shard_size()),
+        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {
+    layout.take_shard(comm.rank(), std::span<const T>(params), shard_params_.span());
+    layout.poison_all(comm.rank(), params);
+    opt_ = make_slice_optimizer(config, shard_params_.span(), &ledger_);
+    hooks_ =
+        std::make_unique<Zero3Hooks<T>>(Zero3Context{&runner.timeline(), &comm, &config, &layout,
+                                                     &ledger_, &trainee.memory(), &runner.peak()},
+                                        params, grads, shard_params_.span(), shard_grads_.span());
+  }
+
+  std::vector<MicroBatch> micro_batches() const override { return micro_; }
+  void begin_step() override {
+    std::fill(shard_grads_.span().begin(), shard_grads_.span().end(), T(0.0f));
+  }
+  // Each micro-batch's gradients are reduce-scattered layer by layer into the shard.
+  void before_micro_batch(int /*index*/) override { trainee_.store().zero_grad(); }
+  float forward_backward(int step, const MicroBatch& mb) override {
+    const float loss =
+        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, hooks_.get());
+    hooks_->finish();
+    return loss;
+  }
+  void sync_gradients() override {
+    if (config_.pitfall != Pitfall::kForgetDivide) divide(shard_grads_.span(), comm_.size());
+  }
+  void optimizer_step() override { opt_->step(shard_params_.span(), shard_grads_.span()); }
+  void observe_memory(PeakMemory& peak) override { peak.observe(ledger_, trainee_.memory()); }
+  // The shard, widened; rank 0 puts every rank's into place (Zero3Layout::put_shard).
+  std::vector<float> final_params() override {
+    std::vector<float> out(shard_params_.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = widen(shard_params_.data()[i]);
+    return out;
+  }
+
+ private:
+  const TrainConfig& config_;
+  Communicator& comm_;
+  Trainee& trainee_;
+  model::MemoryLedger ledger_;
+  model::TrackedBuffer<T> shard_params_, shard_grads_;
+  std::unique_ptr<SliceOptimizer> opt_;
+  std::unique_ptr<Zero3Hooks<T>> hooks_;
+  std::vector<MicroBatch> micro_;
+};
 
 }  // namespace
 
-RunResult run_zero(const TrainConfig& config) {
-  RunFrame frame(config);
-  if (config.strategy == Strategy::kZero3) {  // every rank writes its shards into it
-    frame.params.assign(model_layout(config).size(), 0.0f);
+std::optional<RunResult> run_zero(const TrainConfig& config) {
+  if (config.strategy != Strategy::kZero3) {
+    return launch(
+        config,
+        [&](Communicator& comm, StepRunner& runner) {
+          Trainee trainee(config);
+          with_buffers(trainee.store(), [&](auto params, auto grads) {
+            using T = typename decltype(grads)::value_type;
+            Zero12Rank<T> rank(config, comm, trainee, runner, params, grads);
+            runner.run(rank);
+          });
+        },
+        params_of_rank0);
   }
-  IntraOpLimit intra_op(config.ranks);
-  World world(config.ranks);
-  world.run([&](Communicator& comm) {
-    if (config.strategy == Strategy::kZero3) {
-      zero3_rank(config, comm, frame);
-    } else {
-      zero12_rank(config, comm, frame);
-    }
-  });
-  return collect(frame, world, config);
+  const Zero3Layout layout(model_layout(config), config.ranks);
+  return launch(
+      config,
+      [&](Communicator& comm, StepRunner& runner) {
+        Trainee trainee(config);
+        with_buffers(trainee.store(), [&](auto params, auto grads) {
+          using T = typename decltype(grads)::value_type;
+          Zero3Rank<T> rank(config, comm, trainee, runner, layout, params, grads);
+          runner.run(rank);
+        });
+      },
+      [&](std::vector<std::vector<float>>& shards) {
+        std::vector<float> full(model_layout(config).size());
+        for (int r = 0; r < static_cast<int>(shards.size()); ++r) {
+          layout.put_shard(r, std::span<const float>(shards[r]), full);
+        }
+        return full;
+      });
 }
 
 }  // namespace dtsim::train

@@ -17,7 +17,7 @@ namespace dtsim::train {
 namespace {
 
 RunResult run(const TrainConfig& c) {
-  return c.strategy == Strategy::kDdp ? run_ddp(c) : run_zero(c);
+  return c.strategy == Strategy::kDdp ? *run_ddp(c) : *run_zero(c);
 }
 
 void expect_matches_estimate(TrainConfig c, int stage) {

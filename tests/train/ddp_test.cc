@@ -25,7 +25,7 @@ TEST_P(DdpBitwise, EqualsAccumulationOverTheSameMicroBatches) {
   TrainConfig c = GetParam().config;
   c.algo = Algo::kDeterministic;
   c.bucket_bytes = 256;  // several buckets: bucketing must not change a bit
-  const RunResult ddp = run_ddp(c);
+  const RunResult ddp = *run_ddp(c);
   TrainConfig ref = c;
   ref.strategy = Strategy::kAccum;
   const Comparison cmp = compare(ddp, run_accum(ref), 0, 0);
@@ -54,7 +54,7 @@ TEST_P(DdpVsSingle, MatchesSingleRankWithinFp32Tolerance) {
   const TrainConfig c = mlp_config(Strategy::kDdp, GetParam());
   TrainConfig single = c;
   single.strategy = Strategy::kSingle;
-  const Comparison cmp = compare(run_ddp(c), run_single(single), kFp32Rtol, kFp32Atol);
+  const Comparison cmp = compare(*run_ddp(c), run_single(single), kFp32Rtol, kFp32Atol);
   EXPECT_TRUE(cmp.passed) << cmp;
   std::printf("DDP N=%d vs single (fp32 SGD): %s\n", GetParam(),
               ::testing::PrintToString(cmp.max_abs_diff).c_str());
@@ -66,7 +66,7 @@ TEST(Ddp, AdamFp32MatchesSingleRank) {
   const TrainConfig c = with_adam(mlp_config(Strategy::kDdp, 4));
   TrainConfig single = c;
   single.strategy = Strategy::kSingle;
-  const Comparison cmp = compare(run_ddp(c), run_single(single), kFp32Rtol, kFp32Atol);
+  const Comparison cmp = compare(*run_ddp(c), run_single(single), kFp32Rtol, kFp32Atol);
   EXPECT_TRUE(cmp.passed) << cmp;
 }
 
@@ -75,7 +75,7 @@ TEST(Ddp, MixedPrecisionMatchesSingleRankWithinBf16Tolerance) {
                         with_bf16(with_adam(mlp_config(Strategy::kDdp, 4)))}) {
     TrainConfig single = c;
     single.strategy = Strategy::kSingle;
-    const Comparison cmp = compare(run_ddp(c), run_single(single), kBf16Rtol, kBf16Atol);
+    const Comparison cmp = compare(*run_ddp(c), run_single(single), kBf16Rtol, kBf16Atol);
     EXPECT_TRUE(cmp.passed) << cmp;
   }
 }
@@ -85,7 +85,7 @@ TEST(Ddp, ForgottenDivisionFailsTheCheck) {
   c.pitfall = Pitfall::kForgetDivide;
   TrainConfig single = c;
   single.strategy = Strategy::kSingle;
-  const Comparison cmp = compare(run_ddp(c), run_single(single), kFp32Rtol, kFp32Atol);
+  const Comparison cmp = compare(*run_ddp(c), run_single(single), kFp32Rtol, kFp32Atol);
   EXPECT_FALSE(cmp.passed) << "DDP without the division by N matched single-rank training: "
                               "the check cannot see the lesson's first pitfall ("
                            << cmp << ")";
@@ -105,7 +105,7 @@ TEST(Ddp, OneAllReducePerBucket) {
   for (const Case k :
        {Case{1, static_cast<size_t>(layers)}, Case{size_t{1} << 30, 1}, Case{0, 1}}) {
     c.bucket_bytes = k.bucket_bytes;
-    const RunResult r = run_ddp(c);
+    const RunResult r = *run_ddp(c);
     EXPECT_EQ(ddp_buckets(layout, 4, k.bucket_bytes).size(), k.bucket_bytes ? k.expected : 0u);
     for (int rank = 0; rank < c.ranks; ++rank) {
       EXPECT_EQ(calls_per_step(r, OpKind::kAllReduce, rank), k.expected)
@@ -124,7 +124,7 @@ TEST(Ddp, MemoryIs16PsiPerRankAndTrafficIs2NMinus1OverNOfTheGradients) {
   TrainConfig c = with_bf16(with_adam(mlp_config(Strategy::kDdp, 4)));
   c.algo = Algo::kRing;
   c.bucket_bytes = 1024;
-  const RunResult r = run_ddp(c);
+  const RunResult r = *run_ddp(c);
   const double psi = static_cast<double>(model::mlp_layout(c.mlp).size());
   const double n = c.ranks;
   const double grad_bytes = 2 * psi;
@@ -147,7 +147,7 @@ TEST(Ddp, TraceRecordsPhasesAndCollectives) {
   TrainConfig c = mlp_config(Strategy::kDdp, 2);
   c.trace = true;
   c.bucket_bytes = 1;
-  const RunResult r = run_ddp(c);
+  const RunResult r = *run_ddp(c);
   int forward = 0, backward = 0, optimizer = 0, all_reduce = 0;
   for (const PhaseEvent& e : r.ranks[1].timeline) {
     EXPECT_LE(e.start, e.end) << e.name;

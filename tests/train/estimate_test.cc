@@ -42,7 +42,7 @@ TEST(Estimate, TrafficPerStage) {
   EXPECT_DOUBLE_EQ(sent(0), ddp);
   EXPECT_DOUBLE_EQ(sent(2), ddp) << "reduce-scatter + all-gather is an all-reduce";
   EXPECT_DOUBLE_EQ(sent(3), 1.5 * ddp);
-  EXPECT_DOUBLE_EQ(sent(1), 1.5 * ddp) << "dtsim's stage 1 all-reduces, then all-gathers";
+  EXPECT_DOUBLE_EQ(sent(1), ddp) << "stage 1 reduce-scatters, then all-gathers (ZeRO section 7)";
 }
 
 TEST(Estimate, Fp32AndOneRank) {

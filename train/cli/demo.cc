@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "train/cli/report_json.h"
 #include "train/cli/table.h"
 #include "train/estimate.h"
+#include "train/launch.h"
 #include "train/strategies.h"
 
 namespace dtsim::cli {
@@ -156,23 +158,30 @@ int demo_main(const Words& words) {
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
   const train::TrainConfig moe = base_config(ModelKind::kMoe, steps);
-  std::printf(
-      "dtsim demo: %d rank threads, %d steps, global batch %d, fp32 Adam lr "
-      "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
-      kRanks, steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
-      mlp.mlp.num_blocks, train::model_layout(mlp).size(), moe.moe.moe.d_model, moe.moe.moe.d_ff,
-      moe.moe.moe.num_experts, moe.moe.moe.top_k, train::model_layout(moe).size());
+  if (train::holds_global_rank0()) {
+    std::printf(
+        "dtsim demo: %d rank threads, %d steps, global batch %d, fp32 Adam lr "
+        "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
+        kRanks, steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
+        mlp.mlp.num_blocks, train::model_layout(mlp).size(), moe.moe.moe.d_model, moe.moe.moe.d_ff,
+        moe.moe.moe.num_experts, moe.moe.moe.top_k, train::model_layout(moe).size());
+  }
   std::fflush(stdout);
 
   Table t({"strategy", "model", "final loss", "max |dparam|", "check", "verdict",
            "KiB w/g/master/m/v", "sent/step", "step"},
           {false, false, true, true, false, false, true, true, true});
+  // Each row is printed as its run finishes, so the widths are fixed up front (the widest
+  // cells the rows make: "ddp forget-divide sgd", "rtol 1e-05 atol 1e-06 vs single", ...).
+  t.set_widths({21, 5, 10, 12, 31, 20, 21, 9, 7});
+  const bool root = train::holds_global_rank0();  // only its process prints
   std::map<std::string, train::RunResult> references;
   bool ok = true;
   std::array<int64_t, model::kNumMemoryCategories> ddp_memory{};
   size_t ddp_params = 1;
   {
-    Progress progress(static_cast<int>(plan.size()), !a.on("quiet"));
+    Progress progress(static_cast<int>(plan.size()), root && !a.on("quiet"));
+    if (root) progress.print_line(t.header_text());
     for (const Row& row : plan) {
       train::TrainConfig c = row.model == ModelKind::kMlp ? mlp : moe;
       c.strategy = row.strategy;
@@ -185,8 +194,12 @@ int demo_main(const Words& words) {
       const std::string name =
           std::string(train::to_string(c.strategy)) + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
-      c.on_step = [&progress, steps = c.steps](int done) { progress.set_steps(done, steps); };
-      const train::RunResult run = train::run_training(c);
+      c.on_step = [&progress, steps = c.steps](int done, double) {
+        progress.set_steps(done, steps);
+      };
+      const std::optional<train::RunResult> trained = train::launch_training(c);
+      if (!trained) continue;  // global rank 0 is in another process: it prints
+      const train::RunResult& run = *trained;
       const train::CheckPlan check = train::plan_check(c);
       std::vector<std::string> cells{name, train::to_string(c.model),
                                      format("%.4g", run.losses.back())};
@@ -210,14 +223,14 @@ int demo_main(const Words& words) {
       }
       cells.insert(cells.end(), {memory_text(run), bytes_text(run.bytes_sent_per_step()),
                                  seconds_text(run.seconds_per_step)});
-      t.add(cells);
+      progress.print_line(t.row_text(cells));
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
         ddp_memory = run.ranks[0].memory;
         ddp_params = train::model_layout(c).size();
       }
     }
   }
-  t.print(stdout);
+  if (!root) return 0;
   std::printf(
       "\nmemory: peak KiB per rank (largest over the ranks) of weights/gradients/fp32 master/"
       "Adam m/Adam v;\nsent/step: bytes one rank sends per step (largest over the ranks); "

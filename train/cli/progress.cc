@@ -36,6 +36,16 @@ void Progress::set_steps(int done, int total) {
   steps_total_ = total;
 }
 
+void Progress::print_line(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (drawn_) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 void Progress::render_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {

@@ -27,6 +27,9 @@ class Progress {
   void advance(const std::string& label);
   // Within the current unit: `done` of `total` training steps (any thread may call it).
   void set_steps(int done, int total);
+  // Prints `line` and a newline on stdout now, erasing the bar first (it is redrawn on its
+  // next tick), so that results appear as they are made (any thread may call it).
+  void print_line(const std::string& line);
 
  private:
   void render_loop();

@@ -73,12 +73,14 @@ json rank_json(const train::RankReport& r, int steps) {
          {"duration_us", std::chrono::duration<double, std::micro>(e.end - e.start).count()}});
   }
   const OpCounters t = r.counters.total();
+  const OpCounters rep = r.reporting.total();
   return {{"rank", r.rank},
           {"memory_bytes", memory},
           {"bytes_sent", t.bytes_sent},
           {"messages_sent", t.msgs_sent},
           {"bytes_sent_per_step", steps > 0 ? double(t.bytes_sent) / steps : 0.0},
           {"collectives", collectives},
+          {"reporting", {{"bytes_sent", rep.bytes_sent}, {"messages_sent", rep.msgs_sent}}},
           {"flight_recorder", flight}};
 }
 

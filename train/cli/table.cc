@@ -15,26 +15,42 @@ void Table::add(std::vector<std::string> row) {
   rows_.push_back(std::move(row));
 }
 
+void Table::set_widths(std::vector<size_t> widths) {
+  widths.resize(header_.size(), 0);
+  for (size_t i = 0; i < header_.size(); ++i) widths[i] = std::max(widths[i], header_[i].size());
+  width_ = std::move(widths);
+}
+
+std::string Table::line(const std::vector<std::string>& cells, const std::string& indent) const {
+  std::string s = indent;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const std::string pad(width_[i] - std::min(width_[i], cells[i].size()), ' ');
+    s += i ? "  " : "";
+    s += right_[i] ? pad + cells[i] : cells[i] + (i + 1 < cells.size() ? pad : "");
+  }
+  return s;
+}
+
+std::string Table::header_text(const std::string& indent) const {
+  size_t total = 0;
+  for (size_t w : width_) total += w + 2;
+  return line(header_, indent) + "\n" + indent + std::string(total - 2, '-');
+}
+
+std::string Table::row_text(std::vector<std::string> row, const std::string& indent) const {
+  row.resize(header_.size());
+  return line(row, indent);
+}
+
 void Table::print(std::FILE* out, const std::string& indent) const {
   std::vector<size_t> width(header_.size());
-  for (size_t i = 0; i < header_.size(); ++i) width[i] = header_[i].size();
   for (const auto& row : rows_) {
     for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
   }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s = indent;
-    for (size_t i = 0; i < cells.size(); ++i) {
-      const std::string pad(width[i] - cells[i].size(), ' ');
-      s += i ? "  " : "";
-      s += right_[i] ? pad + cells[i] : cells[i] + (i + 1 < cells.size() ? pad : "");
-    }
-    std::fprintf(out, "%s\n", s.c_str());
-  };
-  line(header_);
-  size_t total = 0;
-  for (size_t w : width) total += w + 2;
-  std::fprintf(out, "%s%s\n", indent.c_str(), std::string(total - 2, '-').c_str());
-  for (const auto& row : rows_) line(row);
+  Table sized = *this;
+  sized.set_widths(width);
+  std::fprintf(out, "%s\n", sized.header_text(indent).c_str());
+  for (const auto& row : rows_) std::fprintf(out, "%s\n", sized.line(row, indent).c_str());
 }
 
 std::string format(const char* fmt, ...) {

@@ -21,10 +21,20 @@ class Table {
   // Prints the header, a rule and the rows, each line prefixed by `indent`.
   void print(std::FILE* out, const std::string& indent = "") const;
 
+  // Streaming, for rows printed as they are made: `widths[i]` (at least the header's) fixes
+  // column i; a wider cell pushes the rest of its row out of line, never truncates.
+  void set_widths(std::vector<size_t> widths);
+  // The header and its rule (two lines, no final newline), and one row, at the set widths.
+  std::string header_text(const std::string& indent = "") const;
+  std::string row_text(std::vector<std::string> row, const std::string& indent = "") const;
+
  private:
+  std::string line(const std::vector<std::string>& cells, const std::string& indent) const;
+
   std::vector<std::string> header_;
   std::vector<bool> right_;
   std::vector<std::vector<std::string>> rows_;
+  std::vector<size_t> width_;
 };
 
 // printf into a std::string.

@@ -5,6 +5,7 @@
 // --report and --trace write JSON files that are either complete or absent. Exit code 0, 1 when the
 // check fails, 2 on bad input.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "model/moe_model.h"
@@ -16,6 +17,7 @@
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
 #include "train/cli/table.h"
+#include "train/launch.h"
 #include "train/strategies.h"
 
 namespace dtsim::cli {
@@ -122,13 +124,10 @@ std::string shape_text(const train::TrainConfig& c) {
                 c.moe.moe.num_experts, c.moe.moe.top_k);
 }
 
-void print_losses(const train::RunResult& run) {
-  const int n = static_cast<int>(run.losses.size());
-  const int every = n <= 10 ? 1 : (n + 9) / 10;
-  std::printf("\n  step  loss\n");
-  for (int s = 0; s < n; ++s) {
-    if (s % every == 0 || s == n - 1) std::printf("  %4d  %.6f\n", s, run.losses[s]);
-  }
+// Loss lines are printed for steps 0, every, 2 every, ... and the last (ten or so lines).
+bool prints_loss(int step, int steps) {
+  const int every = steps <= 10 ? 1 : (steps + 9) / 10;
+  return step % every == 0 || step == steps - 1;
 }
 
 void print_ranks(const train::RunResult& run) {
@@ -167,43 +166,56 @@ int train_main(const Words& words) {
     fail("train", e.what());
   }
   // Open the output files before any work: a bad path is a usage error, not a lost run.
+  // Only the process of global rank 0 prints and writes files (all of them, with threads).
+  const bool root = train::holds_global_rank0();
   OutputFile report, trace;
-  if (a.has("report")) report = OutputFile("train", "report", a.str("report", ""));
-  if (a.has("trace")) trace = OutputFile("train", "trace", a.str("trace", ""));
-  config.trace = trace.open();
+  if (root && a.has("report")) report = OutputFile("train", "report", a.str("report", ""));
+  if (root && a.has("trace")) trace = OutputFile("train", "trace", a.str("trace", ""));
+  config.trace = a.has("trace");  // every rank records its timeline; rank 0 writes the file
   const bool check = a.on("check");
   const train::CheckPlan plan = train::plan_check(config);
 
-  std::printf("dtsim train: %s, %s (%zu params), %d ranks, %d steps, batch %d",
-              train::to_string(config.strategy), shape_text(config).c_str(),
-              train::model_layout(config).size(), config.ranks, config.steps, config.global_batch);
-  if (config.micro_batches > 1) std::printf(" in %d micro-batches", config.micro_batches);
-  std::printf(", %s lr %g, %s, algo %s%s\n", optimizer_name(config.optimizer), config.lr,
-              precision_name(config.precision), to_string(config.algo),
-              config.pitfall == train::Pitfall::kForgetDivide ? ", PITFALL forget-divide" : "");
-  std::fflush(stdout);
+  if (root) {
+    std::printf("dtsim train: %s, %s (%zu params), %d ranks, %d steps, batch %d",
+                train::to_string(config.strategy), shape_text(config).c_str(),
+                train::model_layout(config).size(), config.ranks, config.steps,
+                config.global_batch);
+    if (config.micro_batches > 1) std::printf(" in %d micro-batches", config.micro_batches);
+    std::printf(", %s lr %g, %s, algo %s%s\n", optimizer_name(config.optimizer), config.lr,
+                precision_name(config.precision), to_string(config.algo),
+                config.pitfall == train::Pitfall::kForgetDivide ? ", PITFALL forget-divide" : "");
+    std::printf("\n  step  loss\n");
+    std::fflush(stdout);
+  }
 
-  train::RunResult run;
+  std::optional<train::RunResult> trained;
   train::CheckResult result;
   {
-    // The run, its reference, and the floor partner when the tolerance alone fails.
-    Progress progress(check ? 3 : 1, !a.on("quiet"));
-    auto on_step = [&](int done) { progress.set_steps(done, config.steps); };
+    // The run, its reference, and the floor partner when the tolerance alone fails. Each
+    // loss line is printed as its step finishes.
+    Progress progress(check ? 3 : 1, root && !a.on("quiet"));
+    auto on_step = [&](int done, double) { progress.set_steps(done, config.steps); };
     progress.advance(std::string("training ") + train::to_string(config.strategy));
-    config.on_step = on_step;
-    run = train::run_training(config);
+    config.on_step = [&](int done, double loss) {
+      on_step(done, loss);
+      if (prints_loss(done - 1, config.steps)) {
+        progress.print_line(format("  %4d  %.6f", done - 1, loss));
+      }
+    };
+    trained = train::launch_training(config);
+    if (!trained) return 0;  // global rank 0 is in another process: it reports
     if (check) {
       progress.advance(std::string("reference ") + train::to_string(plan.reference.strategy));
       train::TrainConfig reference_config = plan.reference;
       reference_config.on_step = on_step;
       const train::RunResult reference = train::run_training(reference_config);
-      result = train::judge(plan, run, reference, [&](const train::TrainConfig& c) {
+      result = train::judge(plan, *trained, reference, [&](const train::TrainConfig& c) {
         progress.advance("reassociation floor");
         return train::run_training(c);
       });
     }
   }
-  print_losses(run);
+  const train::RunResult& run = *trained;
   print_ranks(run);
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());

@@ -1,0 +1,64 @@
+#include "train/launch.h"
+
+#include <utility>
+
+#include "train/intra_op.h"
+#include "train/report_channel.h"
+
+namespace dtsim::train {
+namespace {
+
+RunResult build_result(const TrainConfig& config, std::vector<RankOutcome>& outcomes,
+                       const AssembleParams& assemble) {
+  RunResult result;
+  result.steps = config.steps;
+  result.losses = std::move(outcomes[0].losses);
+  result.seconds_per_step = median_seconds(outcomes[0].step_seconds);
+  std::vector<std::vector<float>> parts;
+  for (RankOutcome& o : outcomes) {
+    parts.push_back(std::move(o.params));
+    result.ranks.push_back(std::move(o.report));
+  }
+  result.params = assemble(parts);
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<World> make_world(const TrainConfig& config) {
+  return std::make_unique<World>(config.ranks);
+}
+
+bool holds_global_rank0() { return true; }
+
+std::optional<RunResult> launch(const TrainConfig& config, const RankJob& job,
+                                const AssembleParams& assemble, int loss_slots) {
+  IntraOpLimit intra_op(config.ranks);
+  std::unique_ptr<World> world = make_world(config);
+  std::optional<RunResult> result;
+  world->run([&](Communicator& comm) {
+    ReportChannel channel(comm);
+    StepRunner runner(config, &channel, loss_slots);
+    job(comm, runner);
+    RankOutcome mine = runner.take_outcome();
+    // Snapshot before the gather, so that it describes training only.
+    mine.report.counters = channel.training_counters();
+    mine.report.reporting = channel.reporting_counters();
+    mine.report.flight = channel.training_flight_record();
+    std::vector<RankOutcome> all = channel.gather_to_root(mine);
+    if (comm.rank() == 0) result = build_result(config, all, assemble);  // rank 0's process
+  });
+  return result;
+}
+
+RunResult solo_result(const TrainConfig& config, RankOutcome outcome) {
+  std::vector<RankOutcome> one;
+  one.push_back(std::move(outcome));
+  return build_result(config, one, params_of_rank0);
+}
+
+std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts) {
+  return std::move(parts.at(0));
+}
+
+}  // namespace dtsim::train

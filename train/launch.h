@@ -1,0 +1,45 @@
+// Where every multi-rank training run starts: make_world() creates its World (the one place
+// that decides the process model), and launch() runs a rank job on it and brings every rank's
+// outcome to global rank 0 through collectives, where the RunResult is built. A process that
+// does not hold global rank 0 gets no RunResult and prints nothing.
+//
+// Thread safety: call from one (non-rank) thread; the job runs on every rank thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "runtime/world.h"
+#include "train/config.h"
+#include "train/result.h"
+#include "train/step_runner.h"
+
+namespace dtsim::train {
+
+// The World of config.ranks ranks that a training run of `config` runs on.
+std::unique_ptr<World> make_world(const TrainConfig& config);
+
+// Whether this process holds global rank 0 of the worlds make_world() creates, so that it
+// alone prints and writes files (always true with every rank a thread of this process).
+bool holds_global_rank0();
+
+// One rank's part of a run: build the strategy around `world` and run it with `runner`.
+using RankJob = std::function<void(Communicator& world, StepRunner& runner)>;
+// On global rank 0: the full fp32 parameter vector from every rank's final_params(), in rank
+// order; may throw Error when the parts disagree (replicas that diverged).
+using AssembleParams = std::function<std::vector<float>(std::vector<std::vector<float>>& parts)>;
+
+// Runs `job` on every rank of make_world(config) with `loss_slots` loss slots per rank;
+// returns the RunResult in the process of global rank 0, nothing elsewhere.
+std::optional<RunResult> launch(const TrainConfig& config, const RankJob& job,
+                                const AssembleParams& assemble, int loss_slots = 1);
+
+// The result of a single-rank run (run_single, run_accum) from its runner's outcome.
+RunResult solo_result(const TrainConfig& config, RankOutcome outcome);
+
+// Rank 0's part of the parameters, for strategies whose rank 0 holds all of them.
+std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts);
+
+}  // namespace dtsim::train

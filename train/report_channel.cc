@@ -1,0 +1,79 @@
+#include "train/report_channel.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+
+namespace dtsim::train {
+namespace {
+
+// a - b, per collective kind (b was taken earlier from the same counters).
+RankCounters minus(const RankCounters& a, const RankCounters& b) {
+  RankCounters d;
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const OpCounters &x = a.by_op[k], &y = b.by_op[k];
+    d.by_op[k] = {x.calls - y.calls,         x.steps - y.steps,
+                  x.msgs_sent - y.msgs_sent, x.bytes_sent - y.bytes_sent,
+                  x.msgs_recv - y.msgs_recv, x.bytes_recv - y.bytes_recv};
+  }
+  return d;
+}
+
+constexpr int kSizeTag = 1, kBytesTag = 2;
+
+}  // namespace
+
+template <class F>
+void ReportChannel::booked(F&& fn) {
+  const RankCounters before = world_.counters();
+  fn();
+  const RankCounters spent = minus(world_.counters(), before);
+  for (int k = 0; k < kNumOpKinds; ++k) overhead_.by_op[k] += spent.by_op[k];
+}
+
+ReportChannel::ReportChannel(Communicator& world) : world_(world) {
+  std::vector<int> all(world.size());
+  std::iota(all.begin(), all.end(), 0);
+  booked([&] { comm_ = world.new_group(all); });
+}
+
+void ReportChannel::all_gather(std::span<const double> in, std::span<double> out) {
+  booked([&] { comm_->all_gather(in, out, Algo::kRing); });
+}
+
+RankCounters ReportChannel::training_counters() const {
+  return minus(world_.counters(), overhead_);
+}
+
+std::vector<FlightEntry> ReportChannel::training_flight_record() const {
+  std::vector<FlightEntry> calls = world_.flight_record();
+  // The group's creation runs on the parent (world) communicator; it happened before
+  // training, so only entries of the channel's own communicator need to go.
+  std::erase_if(calls, [&](const FlightEntry& e) { return e.comm == comm_->id(); });
+  return calls;
+}
+
+std::vector<RankOutcome> ReportChannel::gather_to_root(const RankOutcome& mine) {
+  std::vector<RankOutcome> all;
+  booked([&] {
+    if (comm_->rank() != 0) {
+      const std::vector<std::byte> bytes = encode(mine);
+      const auto size = static_cast<int64_t>(bytes.size());
+      comm_->send(std::span<const int64_t>(&size, 1), 0, kSizeTag);
+      comm_->send(std::span<const std::byte>(bytes), 0, kBytesTag);
+      return;
+    }
+    all.push_back(mine);
+    std::vector<std::byte> bytes;
+    for (int r = 1; r < comm_->size(); ++r) {
+      int64_t size = 0;
+      comm_->recv(std::span<int64_t>(&size, 1), r, kSizeTag);
+      bytes.resize(size);
+      comm_->recv(std::span<std::byte>(bytes), r, kBytesTag);
+      all.push_back(decode(bytes));
+    }
+  });
+  return all;
+}
+
+}  // namespace dtsim::train

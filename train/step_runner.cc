@@ -1,0 +1,66 @@
+#include "train/step_runner.h"
+
+#include <chrono>
+
+namespace dtsim::train {
+
+std::vector<MicroBatch> data_parallel_micro_batches(const TrainConfig& config, int ranks, int rank,
+                                                    float grad_scale) {
+  const int count = config.micro_batches, size = config.global_batch / (ranks * count);
+  if (grad_scale == 0) grad_scale = 1.0f / static_cast<float>(count * size);
+  std::vector<MicroBatch> out;
+  for (int m = 0; m < count; ++m) out.push_back({(rank * count + m) * size, size, grad_scale});
+  return out;
+}
+
+StepRunner::StepRunner(const TrainConfig& config, ReportChannel* channel, int loss_slots)
+    : config_(config),
+      channel_(channel),
+      loss_slots_(loss_slots),
+      timeline_(config.trace ? &outcome_.report.timeline : nullptr) {
+  outcome_.report.rank = channel != nullptr ? channel->rank() : 0;
+}
+
+void StepRunner::run(RankStrategy& s) {
+  const std::vector<MicroBatch> micro = s.micro_batches();
+  std::vector<double> sums(loss_slots_);
+  for (int step = 0; step < config_.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    std::fill(sums.begin(), sums.end(), 0.0);
+    s.begin_step();
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const MicroBatch& mb = micro[i];
+      s.before_micro_batch(static_cast<int>(i));
+      const float loss = s.forward_backward(step, mb);
+      s.after_micro_batch(static_cast<int>(i));
+      if (mb.reports_loss) sums[mb.loss_slot] += static_cast<double>(loss) * mb.size;
+    }
+    s.sync_gradients();
+    timeline_.phase("optimizer", [&] { s.optimizer_step(); });
+    s.sync_params();
+    s.observe_memory(peak_);
+    outcome_.step_seconds.push_back(seconds_since(start));
+    const double loss = step_loss(sums);
+    outcome_.losses.push_back(loss);
+    const bool root = channel_ == nullptr || channel_->rank() == 0;
+    if (root && config_.on_step) config_.on_step(step + 1, loss);
+  }
+  outcome_.params = s.final_params();
+  outcome_.report.memory = peak_.bytes();
+}
+
+double StepRunner::step_loss(std::vector<double>& sums) {
+  const std::vector<double>* all = &sums;
+  if (channel_ != nullptr && channel_->size() > 1) {
+    gathered_.resize(sums.size() * channel_->size());
+    channel_->all_gather(sums, gathered_);
+    all = &gathered_;
+  }
+  double total = 0;  // rank order, then slot order
+  for (double s : *all) total += s;
+  return total / config_.global_batch;
+}
+
+RankOutcome StepRunner::take_outcome() { return std::move(outcome_); }
+
+}  // namespace dtsim::train
