@@ -1,5 +1,5 @@
 // validate() turns every configuration a strategy cannot run into one line naming the CLI
-// flag and the constraint; run_training() validates, then dispatches on the strategy.
+// flag and the constraint; launch_training() validates, then dispatches on the strategy.
 #include <string>
 
 #include "runtime/types.h"
