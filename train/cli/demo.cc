@@ -18,6 +18,8 @@
 #include "train/check.h"
 #include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/html_report.h"
+#include "train/cli/output_file.h"
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
 #include "train/cli/table.h"
@@ -32,7 +34,7 @@ using train::ModelKind;
 using train::Strategy;
 
 const char* kHelp =
-    "usage: dtsim demo [--steps S] [--quiet]\n"
+    "usage: dtsim demo [--steps S] [--html FILE] [--quiet]\n"
     "\n"
     "Trains a small MLP and a small MoE under every strategy that fits each on 4 rank\n"
     "threads (fp32 Adam) and checks each against single-rank training with\n"
@@ -42,8 +44,10 @@ const char* kHelp =
     "Prints one table, then the lesson's numbers from the analytical estimator.\n"
     "Exit code 0 when every check passes and the pitfall fails as expected.\n"
     "\n"
-    "  --steps  optimizer steps per run (default 200)\n"
-    "  --quiet  no progress bar\n"
+    "  --steps      optimizer steps per run (default 200)\n"
+    "  --html FILE  write a self-contained HTML page: the table, then per run its loss\n"
+    "               curve, memory, traffic and collective time (README, \"Pictures\")\n"
+    "  --quiet      no progress bar\n"
     "\n"
     "example: dtsim demo\n";
 
@@ -148,12 +152,16 @@ void print_lesson() {
 }  // namespace
 
 int demo_main(const Words& words) {
-  Args a("demo", words, {"steps"}, {"help", "quiet"});
+  Args a("demo", words, {"steps", "html"}, {"help", "quiet"});
   if (a.on("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
   const int steps = static_cast<int>(a.integer("steps", kSteps, 1, 10000));
+  OutputFile html;
+  if (a.has("html") && train::holds_global_rank0()) {  // only rank 0's process writes it
+    html = OutputFile("demo", "html", a.str("html", ""));
+  }
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
@@ -168,13 +176,16 @@ int demo_main(const Words& words) {
   }
   std::fflush(stdout);
 
-  Table t({"strategy", "model", "final loss", "max |dparam|", "check", "verdict",
-           "KiB w/g/master/m/v", "sent/step", "step"},
-          {false, false, true, true, false, false, true, true, true});
+  const std::vector<std::string> header{"strategy",           "model",     "final loss",
+                                        "max |dparam|",       "check",     "verdict",
+                                        "KiB w/g/master/m/v", "sent/step", "step"};
+  Table t(header, {false, false, true, true, false, false, true, true, true});
   // Each row is printed as its run finishes, so the widths are fixed up front (the widest
   // cells the rows make: "ddp forget-divide sgd", "rtol 1e-05 atol 1e-06 vs single", ...).
   t.set_widths({21, 5, 10, 12, 31, 20, 21, 9, 7});
   const bool root = train::holds_global_rank0();  // only its process prints
+  HtmlTable html_table{header, {}, /*links=*/true};
+  std::vector<HtmlPanel> panels;
   std::map<std::string, train::RunResult> references;
   bool ok = true;
   std::array<int64_t, model::kNumMemoryCategories> ddp_memory{};
@@ -203,7 +214,9 @@ int demo_main(const Words& words) {
       const train::CheckPlan check = train::plan_check(c);
       std::vector<std::string> cells{name, train::to_string(c.model),
                                      format("%.4g", run.losses.back())};
-      if (check.reference.strategy == c.strategy) {  // a reference itself
+      train::CheckResult judged;
+      const bool judging = check.reference.strategy != c.strategy;
+      if (!judging) {  // a reference itself
         references[reference_key(c)] = run;
         cells.insert(cells.end(), {"-", "reference", ""});
       } else {
@@ -212,7 +225,8 @@ int demo_main(const Words& words) {
           if (!references.count(key)) references[key] = train::run_training(ref);
           return references[key];
         };
-        const train::CheckResult r = train::judge(check, run, cached(check.reference), cached);
+        const train::CheckResult& r = judged =
+            train::judge(check, run, cached(check.reference), cached);
         const bool good = row.pitfall ? !r.passed : r.passed;
         ok = ok && good;
         std::string verdict = r.verdict_text;
@@ -223,6 +237,12 @@ int demo_main(const Words& words) {
       }
       cells.insert(cells.end(), {memory_text(run), bytes_text(run.bytes_sent_per_step()),
                                  seconds_text(run.seconds_per_step)});
+      if (html.open()) {
+        html_table.rows.push_back(cells);
+        panels.push_back(
+            {name + " " + train::to_string(c.model),
+             report_object(c, train::model_layout(c).size(), run, judging ? &judged : nullptr)});
+      }
       progress.print_line(t.row_text(cells));
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
         ddp_memory = run.ranks[0].memory;
@@ -237,6 +257,14 @@ int demo_main(const Words& words) {
       "step: median wall time.\n");
   print_bytes_per_param(ddp_memory, ddp_params);
   print_lesson();
+  if (html.open()) {
+    html.commit(html_page("dtsim demo",
+                          format("%d rank threads, %d steps per run; the table as printed, then "
+                                 "one panel per run",
+                                 kRanks, steps),
+                          panels, &html_table));
+    std::printf("\nhtml: %s\n", html.path().c_str());
+  }
   std::printf("\n%s (%.1f s)\n",
               ok ? "every check passed; the forgotten division failed as expected"
                  : "SOME CHECKS DID NOT GO AS EXPECTED",

@@ -13,6 +13,7 @@
 #include "train/check.h"
 #include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/html_report.h"
 #include "train/cli/output_file.h"
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
@@ -29,7 +30,7 @@ const char* kHelp =
     "                   [--precision fp32|bf16] [--dim D] [--hidden H] [--layers L]\n"
     "                   [--experts E] [--top-k K] [--tp T] [--algo A] [--seed S]\n"
     "                   [--pitfall forget-divide] [--check] [--report FILE] [--trace FILE]\n"
-    "                   [--quiet]\n"
+    "                   [--html FILE] [--quiet]\n"
     "\n"
     "Trains a small model with one strategy, every rank a thread, and prints the loss every\n"
     "few steps, then per rank the memory it holds by category and the bytes it sends per\n"
@@ -59,6 +60,8 @@ const char* kHelp =
     "                   also the reassociation floor); exit 1 on a mismatch\n"
     "  --report FILE    write a JSON report (see README, \"Report fields\")\n"
     "  --trace FILE     write a Chrome trace (open in ui.perfetto.dev): one track per rank\n"
+    "  --html FILE      write a self-contained HTML page: loss curve, memory per rank,\n"
+    "                   traffic per group, time per collective (README, \"Pictures\")\n"
     "  --quiet          no progress bar\n"
     "\n"
     "example: dtsim train --strategy zero2 --model mlp --ranks 4 --optimizer adam --check\n";
@@ -153,7 +156,7 @@ int train_main(const Words& words) {
   Args a("train", words,
          {"strategy", "model",     "ranks", "steps",   "batch",  "micro-batches", "optimizer",
           "lr",       "precision", "dim",   "hidden",  "layers", "experts",       "top-k",
-          "tp",       "algo",      "seed",  "pitfall", "report", "trace"},
+          "tp",       "algo",      "seed",  "pitfall", "report", "trace",         "html"},
          {"help", "check", "quiet"});
   if (a.on("help")) {
     std::fputs(kHelp, stdout);
@@ -168,8 +171,9 @@ int train_main(const Words& words) {
   // Open the output files before any work: a bad path is a usage error, not a lost run.
   // Only the process of global rank 0 prints and writes files (all of them, with threads).
   const bool root = train::holds_global_rank0();
-  OutputFile report, trace;
+  OutputFile report, trace, html;
   if (root && a.has("report")) report = OutputFile("train", "report", a.str("report", ""));
+  if (root && a.has("html")) html = OutputFile("train", "html", a.str("html", ""));
   if (root && a.has("trace")) trace = OutputFile("train", "trace", a.str("trace", ""));
   config.trace = a.has("trace");  // every rank records its timeline; rank 0 writes the file
   const bool check = a.on("check");
@@ -234,6 +238,16 @@ int train_main(const Words& words) {
     report.commit(
         report_json(config, train::model_layout(config).size(), run, check ? &result : nullptr));
     std::printf("report: %s\n", report.path().c_str());
+  }
+  if (html.open()) {
+    const nlohmann::json r =
+        report_object(config, train::model_layout(config).size(), run, check ? &result : nullptr);
+    const std::string title = std::string(train::to_string(config.strategy)) + " " +
+                              train::to_string(config.model) + " on " +
+                              std::to_string(config.ranks) + " ranks";
+    html.commit(
+        html_page("dtsim train", "one run; hover a mark for its value", {{title, r}}, nullptr));
+    std::printf("html: %s\n", html.path().c_str());
   }
   if (trace.open()) {
     trace.commit(trace_json(config, run));
