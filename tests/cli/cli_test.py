@@ -213,6 +213,11 @@ def case_no_partial_files():
         # The trace path fails after the report's FILE.tmp was opened: that one is removed.
         rc, _, _ = run("train", "--report", "r.json", "--trace", "/nonexistent-dir/t", cwd=d)
         expect(rc == 2 and os.listdir(d) == [], f"exit {rc}, left {os.listdir(d)}")
+        # Likewise --html, on train and on demo (before any run).
+        rc, _, _ = run("train", "--report", "r.json", "--html", "/nonexistent-dir/p.html", cwd=d)
+        expect(rc == 2 and os.listdir(d) == [], f"train --html: exit {rc}, left {os.listdir(d)}")
+        rc, out, _ = run("demo", "--html", "/nonexistent-dir/p.html", cwd=d)
+        expect(rc == 2 and out == "" and os.listdir(d) == [], f"demo --html: exit {rc}")
 
 
 def case_demo():
