@@ -191,10 +191,12 @@ TEST_P(PeerTrafficTest, RingSendsOnlyToTheNextRankAndGroupsAreNamed) {
       const PeerTraffic& t = world.peers[p];
       const bool next = n > 1 && p == (r + 1) % n;
       const bool prev = n > 1 && p == (r + n - 1) % n;
-      // 2(N-1) chunks of 6 floats go to the next rank, and come from the previous one.
-      EXPECT_EQ(t.bytes_sent, next ? 2 * (n - 1) * 6 * kF : 0) << r << "->" << p;
-      EXPECT_EQ(t.msgs_sent, next ? 2u * (n - 1) : 0u) << r << "->" << p;
-      EXPECT_EQ(t.bytes_recv, prev ? 2 * (n - 1) * 6 * kF : 0) << p << "->" << r;
+      // The ring all_reduce: 2(N-1) chunks of 6 floats to the next rank (and from the
+      // previous one); split's ring all_gather of (color, key): N-1 chunks of 2 int64.
+      const size_t bytes = 2 * (n - 1) * 6 * kF + (n - 1) * 2 * sizeof(int64_t);
+      EXPECT_EQ(t.bytes_sent, next ? bytes : 0) << r << "->" << p;
+      EXPECT_EQ(t.msgs_sent, next ? 3u * (n - 1) : 0u) << r << "->" << p;
+      EXPECT_EQ(t.bytes_recv, prev ? bytes : 0) << p << "->" << r;
     }
     const GroupTraffic& dp = rc.groups[1];
     std::string members;
@@ -212,7 +214,9 @@ TEST_P(PeerTrafficTest, RingSendsOnlyToTheNextRankAndGroupsAreNamed) {
     EXPECT_EQ(sent, total.bytes_sent);
     EXPECT_EQ(msgs, total.msgs_sent);
     EXPECT_EQ(recv, total.bytes_recv);
-    if (n > 1) EXPECT_GT(rc[OpKind::kAllReduce].nanos, 0u);
+    if (n > 1) {
+      EXPECT_GT(rc[OpKind::kAllReduce].nanos, 0u);
+    }
   }
 }
 
