@@ -18,7 +18,7 @@
     single: 'one rank', accum: 'one rank', ddp: 'the data-parallel (dp) group',
     zero1: 'the data-parallel (dp) group', zero2: 'the data-parallel (dp) group',
     zero3: 'the data-parallel (dp) group', tp: 'the tensor-parallel (tp) group',
-    ep: 'the expert-parallel (ep) group', 'dp-tp': 'only for setting up the dp and tp groups',
+    ep: 'both the expert-parallel group (the token all_to_alls) and the data-parallel group of the replicated weights (their all_reduce)', 'dp-tp': 'only for setting up the dp and tp groups',
   };
 
   function svg(tag, attrs, parent) {
