@@ -83,6 +83,8 @@ def case_train():
     rc, out, _ = run("train", "--strategy", "ep", "--model", "moe", "--experts", "4",
                      "--optimizer", "adam", "--precision", "bf16", "--steps", "3", "--quiet")
     expect(rc == 0 and "moe D 16 F 32 E 4 top-2" in out, "ep moe bf16 run:\n" + out)
+    rc, out, err = run("train", "--ranks=2", "--steps", "3e0", "--batch", "1.6e1", "--quiet")
+    expect(rc == 0 and ", 2 ranks, 3 steps, batch 16," in out, f"3e0 is 3: {rc} {err}\n{out}")
 
 
 def case_check_exit_codes():
@@ -178,6 +180,7 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     ([], "--ranks must be between 1 and 256 (got 0) (--ranks falls back to $WORLD_SIZE",
      {"env": {"WORLD_SIZE": "0"}, "args": ["train"]}),
     (["train", "--steps", "0"], "--steps must be between 1"),
+    (["train", "--steps", "1e9"], "--steps must be between 1 and 100000 (got 1000000000)"),
     (["train", "--lr", "-1"], "--lr must be between"),
     (["train", "--lr", "nan"], "--lr must be a number"),
     (["train", "--optimizer", "rmsprop"], "--optimizer must be one of sgd, adam"),

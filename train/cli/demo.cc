@@ -246,7 +246,7 @@ Command add_demo(CLI::App& dtsim) {
   app->fallthrough();  // --config belongs to dtsim
   auto steps = std::make_shared<int>(kSteps);
   auto quiet = std::make_shared<bool>(false);
-  app->add_option("--steps", *steps, "optimizer steps per run")->check(Integer(1, 10000));
+  app->add_option("--steps", *steps, "optimizer steps per run")->transform(Integer(1, 10000));
   app->add_flag("--quiet", *quiet, "no progress bar");
   app->footer("example: dtsim demo");
   return {app, [steps, quiet] { return run_demo(*steps, *quiet); }};

@@ -100,9 +100,9 @@ Command add_estimate(CLI::App& dtsim) {
       ->check(Number(1, 1e15))
       ->required()
       ->default_str("");
-  app->add_option("--ranks", f->ranks, "data-parallel devices N")->check(Integer(1, 1000000));
+  app->add_option("--ranks", f->ranks, "data-parallel devices N")->transform(Integer(1, 1000000));
   app->add_option("--stage", f->stage, "ZeRO stage [default: all four]")
-      ->check(Integer(0, 3))
+      ->transform(Integer(0, 3))
       ->default_str("");
   app->add_option("--precision", f->precision,
                   "bf16: mixed, bf16 weights and gradients with an fp32 master copy")

@@ -144,8 +144,13 @@ std::string one_line(const CLI::ParseError& e, const std::string& command, const
     if (what.rfind("Could not convert: ", 0) == 0) {
       const std::string rest = what.substr(19);  // "--check = banana"
       const size_t eq = rest.find(" = ");
-      return prefix + rest.substr(0, eq) + " is a switch: give it alone or as =true/=false (got '" +
-             rest.substr(eq + 3) + "')";
+      const std::string flag = rest.substr(0, eq), value = rest.substr(eq + 3);
+      const CLI::Option* o = app.get_option_no_throw(flag);
+      if (o != nullptr && o->get_expected_min() == 0) {
+        return prefix + flag + " is a switch: give it alone or as =true/=false (got '" + value +
+               "')";
+      }
+      return prefix + flag + " cannot take '" + value + "' (" + help + ")";
     }
     return prefix + what + " (" + help + ")";
   }

@@ -120,19 +120,20 @@ Command add_stress(CLI::App& dtsim) {
   app->fallthrough();  // --config belongs to dtsim
   auto f = std::make_shared<StressFlags>();
   app->add_option("--ranks", f->ranks, "rank threads (falls back to $WORLD_SIZE)")
-      ->check(Integer(1, 256))
+      ->transform(Integer(1, 256))
       ->envname("WORLD_SIZE");
-  app->add_option("--iterations", f->iterations, "iterations to run")->check(Integer(1, 100000000));
-  app->add_option("--seed", f->seed, "plan and jitter seed")->check(Integer(0, INT64_MAX));
+  app->add_option("--iterations", f->iterations, "iterations to run")
+      ->transform(Integer(1, 100000000));
+  app->add_option("--seed", f->seed, "plan and jitter seed")->transform(Integer(0, INT64_MAX));
   app->add_option("--start", f->start, "first iteration, to reproduce a failure")
-      ->check(Integer(0, 1000000000));
+      ->transform(Integer(0, 1000000000));
   app->add_option("--jitter-us", f->jitter_us, "max injected sleep in microseconds, 0 = none")
-      ->check(Integer(0, 100000));
-  app->add_option("--calls", f->calls, "collectives per iteration")->check(Integer(1, 100000));
+      ->transform(Integer(0, 100000));
+  app->add_option("--calls", f->calls, "collectives per iteration")->transform(Integer(1, 100000));
   app->add_option("--max-numel", f->max_numel, "typical max length; one call in ten is up to 8x")
-      ->check(Integer(1, 1 << 24));
+      ->transform(Integer(1, 1 << 24));
   app->add_option("--timeout-ms", f->timeout_ms, "deadline of a blocked collective")
-      ->check(Integer(1, 3600000));
+      ->transform(Integer(1, 3600000));
   app->add_flag("--unsafe-live-sends", f->unsafe_live_sends,
                 "break the snapshot rule on purpose: stress must catch it");
   app->add_flag("--keep-going", f->keep_going, "continue after a failing iteration");

@@ -48,14 +48,14 @@ void declare(CLI::App* app, TrainFlags& f) {
                     "state but keeps whole weights)"));
   app->add_option("--model", f.model)->check(OneOf({"mlp", "moe"}));
   app->add_option("--ranks", f.ranks, "rank threads (falls back to $WORLD_SIZE, as torchrun sets)")
-      ->check(Integer(1, 256))
+      ->transform(Integer(1, 256))
       ->envname("WORLD_SIZE");
-  app->add_option("--steps", f.steps, "optimizer steps")->check(Integer(1, 100000));
+  app->add_option("--steps", f.steps, "optimizer steps")->transform(Integer(1, 100000));
   app->add_option("--batch", f.batch, "global batch: samples per step over all ranks")
-      ->check(Integer(1, 1 << 20));
+      ->transform(Integer(1, 1 << 20));
   app->add_option("--micro-batches", f.micro_batches,
                   "micro-batches per rank per step, accumulated")
-      ->check(Integer(1, 4096));
+      ->transform(Integer(1, 4096));
   app->add_option("--optimizer", f.optimizer)->check(OneOf({"sgd", "adam"}));
   app->add_option("--lr", f.lr, "learning rate [default: 0.05 for sgd, 0.01 for adam]")
       ->check(Number(1e-12, 100))
@@ -63,21 +63,22 @@ void declare(CLI::App* app, TrainFlags& f) {
   app->add_option("--precision", f.precision,
                   "bf16: bf16 weights and gradients with an fp32 master copy")
       ->check(OneOf({"fp32", "bf16"}));
-  app->add_option("--dim", f.dim, "model width D")->check(Integer(1, 4096));
+  app->add_option("--dim", f.dim, "model width D")->transform(Integer(1, 4096));
   app->add_option("--hidden", f.hidden, "MLP hidden width / expert hidden width [default: 64 / 32]")
-      ->check(Integer(1, 65536))
+      ->transform(Integer(1, 65536))
       ->default_str("");
-  app->add_option("--layers", f.layers, "MLP blocks (mlp only)")->check(Integer(1, 64));
+  app->add_option("--layers", f.layers, "MLP blocks (mlp only)")->transform(Integer(1, 64));
   app->add_option("--experts", f.experts, "experts of the MoE layer (moe only)")
-      ->check(Integer(1, 1024));
-  app->add_option("--top-k", f.top_k, "experts per token (moe only)")->check(Integer(1, 2));
+      ->transform(Integer(1, 1024));
+  app->add_option("--top-k", f.top_k, "experts per token (moe only)")->transform(Integer(1, 2));
   app->add_option("--tp", f.tp, "tensor-parallel width of dp-tp (tp uses every rank)")
-      ->check(Integer(1, 256));
+      ->transform(Integer(1, 256));
   app->add_option("--algo", f.algo,
                   "all_reduce algorithm; deterministic makes ddp and zero bitwise equal to "
                   "accumulation")
       ->check(OneOf(algo_names()));
-  app->add_option("--seed", f.seed, "initialisation and data seed")->check(Integer(0, INT64_MAX));
+  app->add_option("--seed", f.seed, "initialisation and data seed")
+      ->transform(Integer(0, INT64_MAX));
   app->add_option("--pitfall", f.pitfall,
                   "forget-divide: skip the division by N (ddp, zero1-3), so --check fails")
       ->check(OneOf({"forget-divide"}))

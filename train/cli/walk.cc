@@ -245,13 +245,13 @@ Command add_walk(CLI::App& dtsim) {
       ->check(OneOf(
           {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"}))
       ->required();
-  app->add_option("--ranks", f->ranks, "number of rank threads")->check(Integer(1, 16));
-  app->add_option("--numel", f->numel, "elements per rank")->check(Integer(0, 64));
+  app->add_option("--ranks", f->ranks, "number of rank threads")->transform(Integer(1, 16));
+  app->add_option("--numel", f->numel, "elements per rank")->transform(Integer(0, 64));
   app->add_option("--algo", f->algo, "[default: the op's usual one]")
       ->check(OneOf(algo_names()))
       ->default_str("");
   app->add_option("--root", f->root, "source of broadcast / destination of reduce")
-      ->check(Integer(0, 15));
+      ->transform(Integer(0, 15));
   app->footer("example: dtsim walk --op all_reduce --ranks 4 --numel 8");
   return {app, [f] { return run_walk(*f); }};
 }
