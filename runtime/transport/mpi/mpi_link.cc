@@ -62,7 +62,9 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
   const uint64_t e = epoch();
   finish_epoch_.store(e, std::memory_order_release);
   progress_bell_->ring_always();
-  const auto wait = failed ? std::min<std::chrono::milliseconds>(timeout_, kFailedRunGrace) : timeout_;
+  // A live process still in the run fails at its deadline at the latest, then reports.
+  const auto wait = failed ? std::min<std::chrono::milliseconds>(timeout_, kFailedRunGrace)
+                           : timeout_ + kFailedRunGrace;
   const auto deadline = std::chrono::steady_clock::now() + wait;
   auto nap = std::chrono::microseconds(2);
   for (;;) {

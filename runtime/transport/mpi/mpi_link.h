@@ -73,8 +73,9 @@ class MpiLink {
   // World's owner, before the rank threads start a run.
   void begin_run();
   // World's owner, after every local rank left the run: tells every other process and
-  // waits for all of them: up to the deadline, or a few seconds when this run already
-  // failed (the others then only have to see the abort). Returns "" or a one-line error
+  // waits for all of them: up to the deadline plus a few seconds (a peer blocked on a
+  // missing message fails at its deadline, then reports), or a few seconds when this run
+  // already failed (the others then only have to see the abort). Returns "" or a one-line error
   // naming the processes (and their ranks) that did not report; *lost_rank: the first
   // rank of the first of them.
   std::string finish_run(bool failed, int* lost_rank);
