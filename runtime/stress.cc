@@ -212,6 +212,8 @@ StressResult run_stress(const StressOptions& o,
     try {
       world.run([&](Communicator& c) { run_rank(c, o, it, want, slots[c.rank()]); });
     } catch (const std::exception& e) {
+      // Across processes a failed run may mean a lost process: stop, with the error.
+      if (o.process.mpi) throw;
       failed = true;
       ++res.failures;
       if (res.messages.size() < kMaxMessages) {

@@ -66,6 +66,7 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
   const auto wait = failed ? std::min<std::chrono::milliseconds>(timeout_, kFailedRunGrace)
                            : timeout_ + kFailedRunGrace;
   const auto deadline = std::chrono::steady_clock::now() + wait;
+  if (MpiProcess::instance().terminating()) return "";  // the job is ending: nobody reports
   auto nap = std::chrono::microseconds(2);
   for (;;) {
     // Our own kDone must be out too: the next run's epoch would make it unsendable.

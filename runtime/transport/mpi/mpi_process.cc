@@ -1,11 +1,17 @@
 #include "runtime/transport/mpi/mpi_process.h"
 
 #include <sched.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "runtime/transport/mpi/mpi_link.h"
 #include "runtime/types.h"
+#include "runtime/world_state.h"
 
 namespace dtsim::mpi {
 namespace {
@@ -15,6 +21,13 @@ namespace {
 constexpr int kSpinRounds = 200;
 constexpr auto kYieldFor = std::chrono::microseconds(200);
 constexpr auto kIdleNap = std::chrono::microseconds(50);
+
+sem_t g_signal_sem;
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  sem_post(&g_signal_sem);  // async-signal-safe
+}
 }  // namespace
 
 MpiProcess& MpiProcess::instance() {
@@ -24,6 +37,13 @@ MpiProcess& MpiProcess::instance() {
 
 MpiProcess::MpiProcess() {
   Doorbell::enable_asymmetric_fences();
+  sem_init(&g_signal_sem, 0, 0);
+  signal_thread_ = std::thread([this] { watch_signals(); });
+  struct sigaction sa = {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   thread_ = std::thread([this] { main(); });
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return started_; });
@@ -35,6 +55,8 @@ MpiProcess::MpiProcess() {
 
 MpiProcess::~MpiProcess() {
   stop_.store(true);
+  sem_post(&g_signal_sem);
+  if (signal_thread_.joinable()) signal_thread_.join();
   bell_.ring_always();
   if (thread_.joinable()) thread_.join();
 }
@@ -63,6 +85,50 @@ bool MpiProcess::detach(MpiLink* link, std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
+}
+
+void MpiProcess::watch_signals() {
+  while (sem_wait(&g_signal_sem) != 0) {
+  }
+  if (stop_.load()) return;
+  const char* name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
+  terminating_.store(true, std::memory_order_release);
+  MpiLink* link = link_.load(std::memory_order_acquire);
+  std::string where;
+  int blamed = -1;
+  if (link != nullptr) {
+    const ProcessModel& m = link->model();
+    WorldState& state = *link->state();
+    for (int r = m.first_rank(); r < m.first_rank() + m.threads; ++r) {
+      const FlightRecorder& rec = state.recorder(r);
+      if (rec.phase() != RankPhase::kRunning) continue;
+      FlightEntry e;
+      if (!rec.current(&e)) continue;
+      if (blamed < 0) blamed = r;
+      where += (where.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " in " +
+               e.comm_name + "#" + std::to_string(e.seq) + " " + describe(e.sig);
+      const int peer = rec.waiting_on();
+      if (peer >= 0) where += " waiting for rank " + std::to_string(peer);
+    }
+  }
+  const std::string text =
+      std::string("process ") + std::to_string(rank_) + " stopped by " + name +
+      (where.empty() ? " outside any collective" : " while " + where) +
+      (g_signal == SIGINT ? "" : " (mpirun sends SIGTERM when another process of the job died; "
+                                 "its message above names that rank)");
+  if (link == nullptr || blamed < 0) {
+    std::fprintf(stderr, "dtsim: %s\n", text.c_str());
+    _exit(128 + (g_signal == SIGINT ? SIGINT : SIGTERM));
+  }
+  // Ranks abort and unwind (output files are discarded); the process exits from main.
+  peer_lost_.store(true);  // the others are going away: finalizing could hang
+  link->state()->fail(blamed, std::make_exception_ptr(Error(text)));
+  for (int i = 0; i < 50; ++i) {
+    if (stop_.load()) return;  // the process is exiting normally
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::fprintf(stderr, "dtsim: %s; ranks did not stop within 5 s\n", text.c_str());
+  _exit(1);
 }
 
 void MpiProcess::main() {

@@ -7,6 +7,12 @@
 // MPI starts on the first MPI World and ends (MPI_Finalize) when the process exits,
 // unless a peer process was lost, in which case finalizing could hang and is skipped.
 //
+// Termination: mpirun ends a job whose process died by sending SIGTERM to the others
+// (then SIGKILL about a second later). In an MPI process a handler turns SIGTERM and
+// SIGINT into a failure of the running World, naming where each local rank was and whom
+// it waited for, so that ranks abort, output files are discarded as the stack unwinds,
+// and the process exits non-zero with that one line; between runs it exits at once.
+//
 // Thread safety: instance(), attach(), detach() and the accessors are safe from any thread.
 #pragma once
 
@@ -46,6 +52,8 @@ class MpiProcess {
   // A peer process is gone: skip MPI_Finalize at exit.
   void mark_peer_lost() { peer_lost_.store(true); }
   bool peer_lost() const { return peer_lost_.load(); }
+  // A termination signal arrived: runs end without waiting for the other processes.
+  bool terminating() const { return terminating_.load(std::memory_order_acquire); }
   // Rank threads ring it after queueing work for the progress thread.
   Doorbell& bell() { return bell_; }
 
@@ -53,6 +61,8 @@ class MpiProcess {
   MpiProcess();
   ~MpiProcess();
   void main();
+  // Waits for SIGTERM / SIGINT (posted by the handler) and fails the running World.
+  void watch_signals();
 
   std::thread thread_;
   std::mutex mu_;
@@ -60,6 +70,8 @@ class MpiProcess {
   bool started_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<bool> peer_lost_{false};
+  std::atomic<bool> terminating_{false};
+  std::thread signal_thread_;
   std::atomic<MpiLink*> link_{nullptr};
   std::atomic<MpiLink*> detaching_{nullptr};
   std::atomic<bool> detached_{false};
