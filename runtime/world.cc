@@ -8,6 +8,7 @@
 #include "runtime/communicator.h"
 #include "runtime/rank_context.h"
 #include "runtime/thread_transport.h"
+#include "runtime/transport/mpi/mpi_collectives.h"
 #include "runtime/transport/mpi/mpi_link.h"
 #include "runtime/transport/mpi/mpi_process.h"
 #include "runtime/transport/mpi/mpi_transport.h"
@@ -69,6 +70,9 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
           std::make_unique<mpi::MpiTransport>(link_.get(), r));
     } else {
       ctx->transport = std::make_unique<ThreadTransport>(state_.get(), r);
+    }
+    if (link_ && model_.threads == 1) {
+      ctx->native = std::make_unique<mpi::MpiCollectives>(link_.get(), r);
     }
     ctx->tracing = options.trace;
     ctx->lend_bytes = options.lend_bytes;

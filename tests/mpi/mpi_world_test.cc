@@ -247,6 +247,80 @@ TEST_F(MpiWorldTest, SubgroupsAcrossProcessesMatchReference) {
       "split by parity, ring all_reduce");
 }
 
+// Algo::kMpi: MPI's own collectives, on integer data (exact in any summation order).
+TEST_F(MpiWorldTest, MpiAlgorithmMatchesReferenceOrIsRefusedInTheHybrid) {
+  World w(job_model());
+  const int n = w.size();
+  if (w.model().threads > 1) {
+    try {
+      w.run([&](Communicator& c) {
+        int x = 1;
+        c.all_reduce(std::span<int>(&x, 1), ReduceOp::kSum, Algo::kMpi);
+      });
+      ADD_FAILURE() << "no RankFailure";
+    } catch (const RankFailure& f) {
+      EXPECT_NE(std::string(f.what()).find("one rank per process"), std::string::npos)
+          << f.what();
+    }
+    return;
+  }
+  for (size_t len : sweep_lengths(n)) {
+    for (ReduceOp op : kOps) {
+      const Ranks<int64_t> xs = int_data<int64_t>(n, len, 37 * n + len, int64_t{1} << 40);
+      expect_ranks_get<int64_t>(
+          w, ref_all_reduce(xs, op),
+          [&](Communicator& c) {
+            std::vector<int64_t> x = xs[c.rank()];
+            c.all_reduce(std::span<int64_t>(x), op, Algo::kMpi);
+            return x;
+          },
+          describe_case(n, len, "mpi all_reduce") + " " + to_string(op));
+      expect_ranks_get<int64_t>(
+          w, ref_reduce_scatter(xs, op),
+          [&](Communicator& c) {
+            std::vector<int64_t> out(split_size(len, n, c.rank()));
+            c.reduce_scatter(std::span<const int64_t>(xs[c.rank()]), std::span<int64_t>(out), op,
+                             Algo::kMpi);
+            return out;
+          },
+          describe_case(n, len, "mpi reduce_scatter") + " " + to_string(op));
+      for (int root = 0; root < n; ++root) {
+        expect_ranks_get<int64_t>(
+            w, ref_reduce(xs, root, op),
+            [&](Communicator& c) {
+              std::vector<int64_t> x = xs[c.rank()];
+              c.reduce(std::span<int64_t>(x), root, op, Algo::kMpi);
+              return x;
+            },
+            describe_case(n, len, "mpi reduce") + " root " + std::to_string(root));
+      }
+    }
+    const Ranks<float> fs = float_data<float>(n, len, 41 * n + len);
+    for (int root = 0; root < n; ++root) {
+      expect_ranks_get<float>(
+          w, ref_broadcast(fs, root),
+          [&](Communicator& c) {
+            std::vector<float> x = fs[c.rank()];
+            c.broadcast(std::span<float>(x), root, Algo::kMpi);
+            return x;
+          },
+          describe_case(n, len, "mpi broadcast") + " root " + std::to_string(root));
+    }
+    const Ranks<int32_t> full = int_data<int32_t>(1, len, 43 * n + len, 1000);
+    Ranks<int32_t> chunks;
+    for (int r = 0; r < n; ++r) chunks.push_back(chunk_of(full[0], n, r));
+    expect_ranks_get<int32_t>(
+        w, ref_all_gather(chunks),
+        [&](Communicator& c) {
+          std::vector<int32_t> out(len);
+          c.all_gather(std::span<const int32_t>(chunks[c.rank()]), std::span<int32_t>(out),
+                       Algo::kMpi);
+          return out;
+        },
+        describe_case(n, len, "mpi all_gather"));
+  }
+}
+
 TEST_F(MpiWorldTest, ARankThatThrowsFailsEveryProcessWithItsRankAndError) {
   World w(job_model());
   const int last = w.size() - 1;  // in the last process

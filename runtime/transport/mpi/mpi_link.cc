@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "runtime/split.h"
 #include "runtime/transport/mpi/mpi_process.h"
 #include "runtime/world_state.h"
 
@@ -154,8 +155,87 @@ void MpiLink::dispatch(WireBuf b) {
   }
 }
 
+namespace {
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kFloat64:
+      return MPI_DOUBLE;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    default:
+      return MPI_BYTE;  // bfloat16 is refused before it gets here
+  }
+}
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    default:
+      return MPI_SUM;  // kAvg: the communicator divides afterwards
+  }
+}
+}  // namespace
+
+void MpiLink::post_native(const NativeCall* call) {
+  native_call_.store(call, std::memory_order_relaxed);
+  native_state_.store(kPosted, std::memory_order_release);
+  progress_bell_->ring();
+}
+
+bool MpiLink::progress_native(MPI_Comm comm) {
+  const int state = native_state_.load(std::memory_order_acquire);
+  if (state == kRunning) {
+    int done = 0;
+    MPI_Test(&native_req_, &done, MPI_STATUS_IGNORE);
+    if (!done) return false;
+    native_state_.store(kDone, std::memory_order_release);
+    state_->bell(model_.first_rank()).ring();
+    return true;
+  }
+  if (state != kPosted) return false;
+  const NativeCall& c = *native_call_.load(std::memory_order_relaxed);
+  const MPI_Datatype type = mpi_type(c.dtype);
+  const int n = static_cast<int>(c.count);
+  const size_t p = static_cast<size_t>(model_.processes);
+  native_counts_.resize(p);
+  native_displs_.resize(p);
+  for (size_t i = 0; i < p; ++i) {
+    native_counts_[i] = static_cast<int>(split_size(c.count, p, i));
+    native_displs_[i] = static_cast<int>(split_offset(c.count, p, i));
+  }
+  const int me = model_.process;
+  switch (c.op) {
+    case OpKind::kAllReduce:
+      MPI_Iallreduce(MPI_IN_PLACE, c.data, n, type, mpi_op(c.reduce), comm, &native_req_);
+      break;
+    case OpKind::kReduceScatter:
+      MPI_Ireduce_scatter(c.in, c.data, native_counts_.data(), type, mpi_op(c.reduce), comm,
+                          &native_req_);
+      break;
+    case OpKind::kAllGather:
+      MPI_Iallgatherv(c.in, native_counts_[me], type, c.data, native_counts_.data(),
+                      native_displs_.data(), type, comm, &native_req_);
+      break;
+    case OpKind::kBroadcast:
+      MPI_Ibcast(c.data, n, type, c.root, comm, &native_req_);
+      break;
+    default:  // kReduce
+      MPI_Ireduce(c.root == me ? MPI_IN_PLACE : c.data, c.root == me ? c.data : nullptr, n, type,
+                  mpi_op(c.reduce), c.root, comm, &native_req_);
+      break;
+  }
+  native_state_.store(kRunning, std::memory_order_release);
+  return true;
+}
+
 bool MpiLink::progress(MPI_Comm comm) {
-  bool busy = false;
+  bool busy = progress_native(comm);
   const uint64_t now = epoch();
   if (now != seen_epoch_) {  // a new run: messages that arrived early are due now
     seen_epoch_ = now;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "runtime/doorbell.h"
+#include "runtime/native_collectives.h"
 #include "runtime/process_model.h"
 #include "runtime/transport/mpi/wire.h"
 #include "runtime/transport/mpi/wire_pool.h"
@@ -80,6 +81,13 @@ class MpiLink {
   // rank of the first of them.
   std::string finish_run(bool failed, int* lost_rank);
 
+  // Algo::kMpi (one rank per process): the rank posts one call at a time; the progress
+  // thread starts it as a nonblocking MPI collective and marks it done.
+  enum NativeState : int { kIdle, kPosted, kRunning, kDone };
+  void post_native(const NativeCall* call);
+  int native_state() const { return native_state_.load(std::memory_order_acquire); }
+  void clear_native() { native_state_.store(kIdle, std::memory_order_release); }
+
   // ---- progress thread ----
   // One round of work: sends, completions, receives, aborts, end-of-run messages.
   // Returns true if it did anything.
@@ -95,6 +103,7 @@ class MpiLink {
  private:
   void post_send(MPI_Comm comm, WireBuf b, int owner);
   void send_control(MPI_Comm comm, WireKind kind, int src, const std::string& text);
+  bool progress_native(MPI_Comm comm);
 
   WorldState* state_;
   ProcessModel model_;
@@ -122,6 +131,10 @@ class MpiLink {
   uint64_t seen_epoch_ = 0;
   uint64_t abort_sent_epoch_ = 0;
   WirePool control_pool_;
+  std::atomic<const NativeCall*> native_call_{nullptr};
+  std::atomic<int> native_state_{kIdle};
+  MPI_Request native_req_ = MPI_REQUEST_NULL;
+  std::vector<int> native_counts_, native_displs_;
 };
 
 }  // namespace dtsim::mpi
