@@ -16,9 +16,9 @@ namespace dtsim {
 
 struct ProcessModel {
   bool mpi = false;
-  int processes = 1;          // P
-  int threads = 1;            // T, rank threads per process
-  int process = 0;            // this process's index, 0..P-1 (MPI_COMM_WORLD rank)
+  int processes = 1;  // P
+  int threads = 1;    // T, rank threads per process
+  int process = 0;    // this process's index, 0..P-1 (MPI_COMM_WORLD rank)
 
   // N rank threads in this process, no MPI.
   static ProcessModel threads_only(int ranks);

@@ -60,7 +60,8 @@ TEST_F(MpiWorldTest, LaysRanksOutByProcessAndThread) {
 
 TEST_F(MpiWorldTest, AllReduceEveryAlgorithmAndOpMatchesReference) {
   WorldOptions o;
-  if (std::getenv("DTSIM_TEST_TIMEOUT_MS")) o.timeout = std::chrono::milliseconds(std::atoi(std::getenv("DTSIM_TEST_TIMEOUT_MS")));
+  if (std::getenv("DTSIM_TEST_TIMEOUT_MS"))
+    o.timeout = std::chrono::milliseconds(std::atoi(std::getenv("DTSIM_TEST_TIMEOUT_MS")));
   World w(job_model(), o);
   const int n = w.size();
   for (size_t len : sweep_lengths(n)) {
@@ -111,8 +112,8 @@ TEST_F(MpiWorldTest, ReduceScatterAndAllGatherMatchReference) {
             w, ref_reduce_scatter(xs, op),
             [&](Communicator& c) {
               std::vector<int64_t> out(split_size(len, n, c.rank()));
-              c.reduce_scatter(std::span<const int64_t>(xs[c.rank()]), std::span<int64_t>(out),
-                               op, a);
+              c.reduce_scatter(std::span<const int64_t>(xs[c.rank()]), std::span<int64_t>(out), op,
+                               a);
               return out;
             },
             describe_case(n, len, "reduce_scatter") + " " + to_string(a) + "/" + to_string(op));
@@ -201,9 +202,8 @@ TEST_F(MpiWorldTest, AllToAllAndBarrierAndPointToPointMatchReference) {
           std::vector<size_t> recv(n);
           for (int i = 0; i < n; ++i) recv[i] = counts[i][r];
           std::vector<int32_t> out(want_single[r].size());
-          c.all_to_all_single(std::span<const int32_t>(ys[r]),
-                              std::span<const size_t>(counts[r]), std::span<int32_t>(out),
-                              std::span<const size_t>(recv));
+          c.all_to_all_single(std::span<const int32_t>(ys[r]), std::span<const size_t>(counts[r]),
+                              std::span<int32_t>(out), std::span<const size_t>(recv));
           return out;
         },
         describe_case(n, len, "all_to_all_single"));
@@ -259,8 +259,7 @@ TEST_F(MpiWorldTest, MpiAlgorithmMatchesReferenceOrIsRefusedInTheHybrid) {
       });
       ADD_FAILURE() << "no RankFailure";
     } catch (const RankFailure& f) {
-      EXPECT_NE(std::string(f.what()).find("one rank per process"), std::string::npos)
-          << f.what();
+      EXPECT_NE(std::string(f.what()).find("one rank per process"), std::string::npos) << f.what();
     }
     return;
   }

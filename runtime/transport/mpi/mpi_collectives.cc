@@ -36,9 +36,9 @@ void MpiCollectives::run(const NativeCall& call, const WaitSite& site) {
                            ": a process did not join the collective (lost, stuck, or it called "
                            "another one)");
       }
-      bell.sleep_until([&] { return done() || state.aborted(); },
-                       std::min<std::chrono::nanoseconds>(deadline - now,
-                                                          std::chrono::milliseconds(100)));
+      bell.sleep_until(
+          [&] { return done() || state.aborted(); },
+          std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(100)));
     }
   }
   link_->clear_native();

@@ -1,9 +1,9 @@
 #include "runtime/transport/mpi/mpi_link.h"
 
 #include <algorithm>
-#include <functional>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "runtime/split.h"
@@ -100,8 +100,8 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
 }
 
 void MpiLink::post_send(MPI_Comm comm, WireBuf b, int owner) {
-  const int dst_process = b.header().kind == WireKind::kData ? model_.process_of(b.header().dst)
-                                                              : b.header().dst;
+  const int dst_process =
+      b.header().kind == WireKind::kData ? model_.process_of(b.header().dst) : b.header().dst;
   MPI_Request req;
   MPI_Isend(b.data, static_cast<int>(b.wire_bytes()), MPI_BYTE, dst_process, 0, comm, &req);
   requests_.push_back(req);
@@ -293,8 +293,7 @@ bool MpiLink::progress(MPI_Comm comm) {
     abort_sent_epoch_ = now;
     const std::string reason = state_->abort_reason();  // "rank R failed: what"
     int failed = -1;
-    if (std::sscanf(reason.c_str(), "rank %d failed: ", &failed) == 1 &&
-        model_.is_local(failed)) {
+    if (std::sscanf(reason.c_str(), "rank %d failed: ", &failed) == 1 && model_.is_local(failed)) {
       const std::string prefix = "rank " + std::to_string(failed) + " failed: ";
       send_control(comm, WireKind::kAbort, failed, reason.substr(prefix.size()));
     }

@@ -114,8 +114,9 @@ void MpiProcess::watch_signals() {
   const std::string text =
       std::string("process ") + std::to_string(rank_) + " stopped by " + name +
       (where.empty() ? " outside any collective" : " while " + where) +
-      (g_signal == SIGINT ? "" : " (mpirun sends SIGTERM when another process of the job died; "
-                                 "its message above names that rank)");
+      (g_signal == SIGINT ? ""
+                          : " (mpirun sends SIGTERM when another process of the job died; "
+                            "its message above names that rank)");
   if (link == nullptr || blamed < 0) {
     std::fprintf(stderr, "dtsim: %s\n", text.c_str());
     _exit(128 + (g_signal == SIGINT ? SIGINT : SIGTERM));

@@ -38,7 +38,7 @@ class MpiProcess {
   // Starts MPI on first use (blocks until MPI_Init_thread returned).
   static MpiProcess& instance();
 
-  int rank() const { return rank_; }    // in MPI_COMM_WORLD
+  int rank() const { return rank_; }  // in MPI_COMM_WORLD
   int size() const { return size_; }
   int thread_level() const { return provided_; }
   // Each MPI World gets the next number; every process builds its Worlds in the same order.

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "runtime/transport_wait.h"
 #include "runtime/watchdog.h"
@@ -63,9 +63,9 @@ void MpiTransport::send(int dst, const MessageKey& key, const Signature& sig,
       if (Clock::now() >= deadline) {
         free_wire(b);
         throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
-                           seconds_text(link_->timeout()) + " in " + describe(site.sig) +
-                           " (seq " + std::to_string(site.seq) + ", communicator " +
-                           site.comm_name + ") sending to rank " + std::to_string(dst) +
+                           seconds_text(link_->timeout()) + " in " + describe(site.sig) + " (seq " +
+                           std::to_string(site.seq) + ", communicator " + site.comm_name +
+                           ") sending to rank " + std::to_string(dst) +
                            ": this process's MPI progress thread stopped taking sends");
       }
       std::this_thread::sleep_for(nap);
@@ -94,7 +94,8 @@ bool MpiTransport::screen(WireBuf b, const MessageKey& key, const WaitSite& site
     give_back(b);
     return true;
   }
-  if (is_collective(key) && h.key.comm == key.comm && h.key.seq == key.seq && !(h.sig == site.sig)) {
+  if (is_collective(key) && h.key.comm == key.comm && h.key.seq == key.seq &&
+      !(h.sig == site.sig)) {
     const int src = h.src;
     const Signature theirs = h.sig;
     give_back(b);
@@ -153,16 +154,16 @@ Message MpiTransport::recv(int src, const MessageKey& key, const WaitSite& site)
       if (now >= deadline) {
         const ProcessModel& m = link_->model();
         throw TimeoutError(
-            "rank " + std::to_string(rank_) + " timed out after " +
-            seconds_text(link_->timeout()) + " in " + describe(site.sig) + " (seq " +
-            std::to_string(site.seq) + ", communicator " + site.comm_name + ") waiting for rank " +
-            std::to_string(src) + " in MPI process " + std::to_string(m.process_of(src)) +
+            "rank " + std::to_string(rank_) + " timed out after " + seconds_text(link_->timeout()) +
+            " in " + describe(site.sig) + " (seq " + std::to_string(site.seq) + ", communicator " +
+            site.comm_name + ") waiting for rank " + std::to_string(src) + " in MPI process " +
+            std::to_string(m.process_of(src)) +
             ": that process was lost (killed or crashed), is stuck, or skipped or reordered a "
             "collective; raise the timeout if it is only slow");
       }
-      bell.sleep_until([&] { return queues_.in.read_available() > 0 || state.aborted(); },
-                       std::min<std::chrono::nanoseconds>(deadline - now,
-                                                          std::chrono::milliseconds(100)));
+      bell.sleep_until(
+          [&] { return queues_.in.read_available() > 0 || state.aborted(); },
+          std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(100)));
     }
   }
   Message m;
