@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "runtime/process_model.h"
 #include "runtime/stress.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
@@ -21,7 +22,7 @@ namespace dtsim::cli {
 namespace {
 
 struct StressFlags {
-  int ranks = 8, iterations = 20, calls = 16;
+  int ranks = 8, iterations = 20, calls = 16, threads_per_process = 1;
   int64_t seed = 1, start = 0, jitter_us = 50, max_numel = 2048, timeout_ms = 10000;
   bool unsafe_live_sends = false, keep_going = false;
   std::string report;
@@ -65,7 +66,22 @@ std::string report_text(const StressOptions& o, const StressResult& r, double se
 
 int run_stress(const CLI::App& app, const StressFlags& f) {
   StressOptions o;
+  // Under mpirun the world is processes x --threads-per-process ranks; --ranks defaults to
+  // that and must agree with it. Only process 0 prints the summary.
+  o.process = ProcessModel::from_environment(0, f.threads_per_process);
+  if (!o.process.mpi && given(app, "--threads-per-process")) {
+    fail("stress", "--threads-per-process needs mpirun; without it use --ranks N");
+  }
   o.ranks = f.ranks;
+  if (o.process.mpi) {
+    if (given(app, "--ranks") && f.ranks != o.process.world_size()) {
+      fail("stress", fmt::format("--ranks {} but mpirun started {} = {} ranks; drop --ranks or "
+                                 "make them match",
+                                 f.ranks, o.process.describe(), o.process.world_size()));
+    }
+    o.ranks = o.process.world_size();
+  }
+  const bool lead = o.process.process == 0;
   o.iterations = f.iterations;
   o.seed = static_cast<uint64_t>(f.seed);
   o.first_iteration = static_cast<int>(f.start);
@@ -76,23 +92,26 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
   o.unsafe_live_sends = f.unsafe_live_sends;
   o.keep_going = f.keep_going;
   OutputFile report;
-  if (given(app, "--report")) report = OutputFile("stress", "report", f.report);
+  if (lead && given(app, "--report")) report = OutputFile("stress", "report", f.report);
 
-  std::printf("dtsim stress: %d ranks, iterations %d..%d, seed %llu, jitter %u us%s\n", o.ranks,
-              o.first_iteration, o.first_iteration + o.iterations - 1,
-              static_cast<unsigned long long>(o.seed), o.jitter_us,
-              o.unsafe_live_sends ? ", UNSAFE live sends (snapshot rule broken on purpose)" : "");
+  const std::string layout = o.process.mpi ? " (" + o.process.describe() + ")" : std::string();
+  if (lead)
+    std::printf("dtsim stress: %d ranks%s, iterations %d..%d, seed %llu, jitter %u us%s\n", o.ranks,
+                layout.c_str(), o.first_iteration, o.first_iteration + o.iterations - 1,
+                static_cast<unsigned long long>(o.seed), o.jitter_us,
+                o.unsafe_live_sends ? ", UNSAFE live sends (snapshot rule broken on purpose)" : "");
   const auto t0 = std::chrono::steady_clock::now();
   const StressResult r = run_stress(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf(
-      "iterations: %d\ncollectives checked: %llu (%llu per-rank results)\nfailures: %llu\n"
-      "time: %.2f s\n",
-      r.iterations, static_cast<unsigned long long>(r.collectives),
-      static_cast<unsigned long long>(r.results_checked),
-      static_cast<unsigned long long>(r.failures), secs);
+  if (lead)
+    std::printf(
+        "iterations: %d\ncollectives checked: %llu (%llu per-rank results)\nfailures: %llu\n"
+        "time: %.2f s\n",
+        r.iterations, static_cast<unsigned long long>(r.collectives),
+        static_cast<unsigned long long>(r.results_checked),
+        static_cast<unsigned long long>(r.failures), secs);
   for (const auto& m : r.messages) std::printf("FAIL %s\n", m.c_str());
-  if (!r.ok()) {
+  if (lead && !r.ok()) {
     std::printf("reproduce: %s\n", reproduce_command(o, r.first_failed_iteration).c_str());
   }
   if (report.open()) {
@@ -122,6 +141,9 @@ Command add_stress(CLI::App& dtsim) {
   app->add_option("--ranks", f->ranks, "rank threads (falls back to $WORLD_SIZE)")
       ->transform(Integer(1, 256))
       ->envname("WORLD_SIZE");
+  app->add_option("--threads-per-process", f->threads_per_process,
+                  "under mpirun: rank threads per process; the world is processes x this")
+      ->transform(Integer(1, 256));
   app->add_option("--iterations", f->iterations, "iterations to run")
       ->transform(Integer(1, 100000000));
   app->add_option("--seed", f->seed, "plan and jitter seed")->transform(Integer(0, INT64_MAX));

@@ -14,6 +14,7 @@
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "runtime/process_model.h"
 #include "train/check.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
@@ -35,7 +36,7 @@ struct TrainFlags {
   std::string strategy = "ddp", model = "mlp", optimizer = "sgd", precision = "fp32";
   std::string algo = "auto", pitfall, report, trace;
   int ranks = 4, steps = 20, batch = 32, micro_batches = 1, dim = 16, hidden = 64, layers = 2;
-  int experts = 4, top_k = 2, tp = 2;
+  int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
   double lr = 0.05;
   int64_t seed = 1;
   bool check = false, quiet = false;
@@ -50,6 +51,10 @@ void declare(CLI::App* app, TrainFlags& f) {
   app->add_option("--ranks", f.ranks, "rank threads (falls back to $WORLD_SIZE, as torchrun sets)")
       ->transform(Integer(1, 256))
       ->envname("WORLD_SIZE");
+  app->add_option("--threads-per-process", f.threads_per_process,
+                  "under mpirun: rank threads per process; the world is processes x this, and "
+                  "--ranks defaults to it")
+      ->transform(Integer(1, 256));
   app->add_option("--steps", f.steps, "optimizer steps")->transform(Integer(1, 100000));
   app->add_option("--batch", f.batch, "global batch: samples per step over all ranks")
       ->transform(Integer(1, 1 << 20));
@@ -102,6 +107,21 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   train::parse_strategy(f.strategy, &c.strategy);
   c.model = f.model == "mlp" ? train::ModelKind::kMlp : train::ModelKind::kMoe;
   c.ranks = f.ranks;
+  // Under mpirun the world is processes x --threads-per-process ranks (README, "Across
+  // processes and machines"); --ranks defaults to that and must agree with it.
+  c.threads_per_process = f.threads_per_process;
+  const ProcessModel job = ProcessModel::from_environment(0, c.threads_per_process);
+  if (!job.mpi && given(a, "--threads-per-process")) {
+    fail("train", "--threads-per-process needs mpirun; without it use --ranks N");
+  }
+  if (job.mpi) {
+    if (given(a, "--ranks") && f.ranks != job.world_size()) {
+      fail("train", fmt::format("--ranks {} but mpirun started {} = {} ranks; drop --ranks or "
+                                "make them match",
+                                f.ranks, job.describe(), job.world_size()));
+    }
+    c.ranks = job.world_size();
+  }
   if (c.strategy == train::Strategy::kSingle) {
     if (given(a, "--ranks") && f.ranks != 1) {
       fail("train", "--strategy single trains on one rank, not --ranks " + std::to_string(f.ranks) +
