@@ -21,6 +21,7 @@ class Exchange {
   Exchange& operator=(const Exchange&) = delete;
 
   int rank() const { return comm_.rank_; }
+  const WaitSite& site() const { return site_; }
   int size() const { return comm_.size(); }
   size_t esize() const { return esize_; }
   // Byte address of element `i` of a buffer of this call's element type.

@@ -8,6 +8,7 @@
 
 #include "runtime/counters.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/native_collectives.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 
@@ -22,6 +23,8 @@ struct RankContext {
   size_t lend_bytes = SIZE_MAX;  // Exchange::send_or_lend lends payloads this large
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
+  // Algo::kMpi, where the world has one (an MPI world of one rank per process).
+  std::unique_ptr<NativeCollectives> native;
 };
 
 }  // namespace dtsim
