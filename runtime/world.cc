@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <string>
+#include <system_error>
 
 #include "runtime/communicator.h"
 #include "runtime/rank_context.h"
@@ -38,9 +39,9 @@ RankFailure::RankFailure(int rank, std::exception_ptr cause, const std::string& 
     : Error("rank " + std::to_string(rank) + ": " + what), rank_(rank), cause_(std::move(cause)) {}
 
 World::World(int size, WorldOptions options) : size_(size) {
-  if (size < 1 || size > 4096) {
-    throw UsageError("world size " + std::to_string(size) +
-                     " is out of range; use 1 to 4096 ranks");
+  if (size < 1 || size > kMaxRanks) {
+    throw UsageError("world size " + std::to_string(size) + " is out of range; use 1 to " +
+                     std::to_string(kMaxRanks) + " ranks");
   }
   state_ = std::make_unique<WorldState>(size, options);
   for (int r = 0; r < size; ++r) {
@@ -54,17 +55,30 @@ World::World(int size, WorldOptions options) : size_(size) {
   }
   watchdog_ = std::make_unique<Watchdog>(state_.get());
   threads_.reserve(size);
-  for (int r = 0; r < size; ++r) threads_.emplace_back([this, r] { rank_main(r); });
+  try {
+    for (int r = 0; r < size; ++r) threads_.emplace_back([this, r] { rank_main(r); });
+  } catch (const std::system_error& e) {
+    const size_t started = threads_.size();
+    stop_threads();
+    throw Error("could not start rank thread " + std::to_string(started) + " of " +
+                std::to_string(size) + " (" + e.what() +
+                "); use fewer ranks or raise the process's thread or memory limit (ulimit -u, "
+                "ulimit -v)");
+  }
 }
 
-World::~World() {
+World::~World() { stop_threads(); }
+
+void World::stop_threads() {
   stopping_ = true;
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
 }
 
 const WorldOptions& World::options() const { return state_->options(); }
+size_t World::payload_bytes() const { return state_->payload_bytes(); }
 const RankCounters& World::counters(int rank) const { return contexts_.at(rank)->counters; }
 const RankTrace& World::trace(int rank) const { return contexts_.at(rank)->trace; }
 std::vector<FlightEntry> World::flight_record(int rank) const {
@@ -132,11 +146,22 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     pending_.wait(left, std::memory_order_acquire);
   }
   watchdog_->set_active(false);
-  const int failed = state_->failed_rank();
+  int failed = state_->failed_rank();
   std::exception_ptr cause = state_->failure();
   std::string what;
   std::string flight;
-  if (cause) {
+  if (!cause) {
+    // A message left unreceived means a rank skipped or changed a call that only sent to
+    // it, which no receive could notice: the run is wrong even though every rank returned.
+    int receiver = -1;
+    std::string undelivered = state_->undelivered_report(&receiver);
+    if (!undelivered.empty()) {
+      failed = receiver;
+      cause = std::make_exception_ptr(MismatchError(undelivered));
+      what = std::to_string(receiver) + " failed: " + undelivered;
+      flight = flight_report(kFailureReportCalls);
+    }
+  } else {
     what = state_->abort_reason().substr(std::string("rank ").size());
     flight = flight_report(kFailureReportCalls);
   }
