@@ -231,7 +231,9 @@ TEST(Reliability, ACommunicatorIsUnusableAfterACaughtTimeout) {
 // ---- 6. payload buffers are returned between runs ----
 
 TEST(Reliability, PayloadBuffersAreReturnedAfterEveryRun) {
-  World w(16);
+  WorldOptions o;
+  o.lend_bytes = SIZE_MAX;  // copy every payload into pooled buffers
+  World w(16, o);
   w.run([](Communicator& c) {
     std::vector<float> x(1 << 18, 1.0f);  // 1 MiB
     for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kDirect);
