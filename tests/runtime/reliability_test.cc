@@ -166,17 +166,19 @@ TEST(Reliability, SendsBeyondTheBudgetWaitForTheReceiverInsteadOfFailing) {
 }
 
 TEST(Reliability, ACollectiveThatCannotFitTheBudgetFailsNamingIt) {
-  // A direct all_reduce sends everything before it receives: 3 x 1 MiB per rank on 4
-  // ranks cannot fit 4 MiB.
+  // Without lending, a direct all_reduce copies everything before it receives: 3 x 1 MiB
+  // per rank on 4 ranks cannot fit 4 MiB.
   WorldOptions o = with_timeout(milliseconds(500));
   o.max_bytes_in_flight = size_t{4} << 20;
+  o.lend_bytes = SIZE_MAX;
   World w(4, o);
   const std::string what = failure_of(w, [](Communicator& c) {
     std::vector<float> x(1 << 18, 1.0f);
     c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kDirect);
   });
   EXPECT_TRUE(has(what, "world-wide budget of 4194304 bytes of payloads in flight")) << what;
-  // The World still works, with an algorithm that keeps less in flight.
+  // The World still works, with an algorithm that keeps less in flight (copied ring chunks
+  // of 256 KiB).
   w.run([](Communicator& c) {
     std::vector<float> x(1 << 18, 1.0f);
     c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kRing);
