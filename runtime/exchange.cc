@@ -9,6 +9,7 @@ namespace dtsim {
 
 Exchange::Exchange(Communicator& comm, const Signature& sig)
     : comm_(comm), ctx_(*comm.ctx_), sig_(sig), esize_(dtype_size(sig.dtype)) {
+  comm_.check_usable(describe(sig).c_str());
   site_.comm_name = comm_.name_.c_str();
   site_.seq = comm_.seq_++;
   site_.sig = sig;
@@ -20,11 +21,10 @@ Exchange::~Exchange() {
   // An algorithm settles before it returns; this is for one that throws (or forgot): the
   // caller may free the buffer as soon as the call is over, so no peer may still read it.
   settle_lends(/*unwinding=*/true);
-  if (ctx_.recorder) {
-    ctx_.recorder->end(
-        std::uncaught_exceptions() > uncaught_ ? CallState::kFailed : CallState::kDone,
-        bytes_sent_);
-  }
+  const bool failed = std::uncaught_exceptions() > uncaught_;
+  if (ctx_.recorder)
+    ctx_.recorder->end(failed ? CallState::kFailed : CallState::kDone, bytes_sent_);
+  if (failed) comm_.broken_ = describe(sig_) + " at seq " + std::to_string(site_.seq);
   OpCounters& c = ctx_.counters[sig_.op];
   c.calls += 1;
   c.steps += static_cast<uint64_t>(done_steps_ + steps_);

@@ -111,6 +111,7 @@ void FlightRecorder::end(CallState state, uint64_t bytes_sent) {
   s.end_ns.store(FastClock::now_ns(), kPublish);
   s.state.store(static_cast<uint8_t>(state), kPublish);
   s.version.store(v + 2, std::memory_order_release);
+  if (state == CallState::kFailed) note_failure();
 }
 
 bool FlightRecorder::read(uint64_t index, FlightEntry* out, bool with_name) const {
@@ -177,6 +178,7 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
 void FlightRecorder::reset() {
   head_.store(0, std::memory_order_release);
   waiting_on_.store(-1, kRelaxed);
+  failures_.store(0, kRelaxed);
   phase_.store(RankPhase::kIdle, std::memory_order_release);
 }
 
