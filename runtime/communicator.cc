@@ -273,15 +273,43 @@ uint64_t& Communicator::p2p_counter(std::vector<std::vector<std::pair<int, uint6
   return v.back().second;
 }
 
+void Communicator::check_tag(int tag, const char* what) const {
+  if (tag < 0) {
+    usage(std::string(what) + ": tag " + std::to_string(tag) +
+          " is out of range; use a tag in [0, " + std::to_string(kMaxTag) + "]");
+  }
+}
+
+void Communicator::check_usable(const char* call) const {
+  if (broken_.empty()) return;
+  throw AbortedError(std::string(call) + " on communicator " + name_ + " (rank " +
+                     std::to_string(rank_) + "): the communicator is unusable since its " +
+                     broken_ +
+                     " failed on this rank; after an error a communicator is not used again "
+                     "(as in NCCL): return from the job, or use another communicator");
+}
+
+void Communicator::mark_broken(const std::string& call) {
+  if (broken_.empty()) broken_ = call;
+  if (ctx_->recorder) ctx_->recorder->note_failure();
+}
+
 void Communicator::send_raw(const void* data, size_t count, DType t, int dst, int tag) {
   check_peer(dst, "send");
+  check_tag(tag, "send");
   const uint64_t n = p2p_counter(sent_, dst, tag)++;
   const size_t bytes = count * dtype_size(t);
   WaitSite site{name_.c_str(), n, sig(OpKind::kSend, t, ReduceOp::kSum, Algo::kAuto, -1, count)};
   const MessageKey key{id_, (1ull << 63) | (uint64_t(uint32_t(tag)) << 32) | (n & 0xffffffffu),
                        static_cast<uint32_t>(rank_)};
-  ctx_->transport->send(ranks_[dst], key, site.sig, {static_cast<const std::byte*>(data), bytes},
-                        site);
+  check_usable("send");
+  try {
+    ctx_->transport->send(ranks_[dst], key, site.sig, {static_cast<const std::byte*>(data), bytes},
+                          site);
+  } catch (...) {
+    mark_broken("send to rank " + std::to_string(dst) + " on tag " + std::to_string(tag));
+    throw;
+  }
   OpCounters& c = ctx_->counters[OpKind::kSend];
   c.calls += 1;
   c.steps += 1;
@@ -294,11 +322,19 @@ void Communicator::send_raw(const void* data, size_t count, DType t, int dst, in
 
 void Communicator::recv_raw(void* data, size_t count, DType t, int src, int tag) {
   check_peer(src, "recv");
+  check_tag(tag, "recv");
   const uint64_t n = p2p_counter(received_, src, tag)++;
   WaitSite site{name_.c_str(), n, sig(OpKind::kRecv, t, ReduceOp::kSum, Algo::kAuto, -1, count)};
   const MessageKey key{id_, (1ull << 63) | (uint64_t(uint32_t(tag)) << 32) | (n & 0xffffffffu),
                        static_cast<uint32_t>(src)};
-  Message m = ctx_->transport->recv(ranks_[src], key, site);
+  check_usable("recv");
+  Message m;
+  try {
+    m = ctx_->transport->recv(ranks_[src], key, site);
+  } catch (...) {
+    mark_broken("recv from rank " + std::to_string(src) + " on tag " + std::to_string(tag));
+    throw;
+  }
   const size_t bytes = count * dtype_size(t);
   if (m.size != bytes) {
     const size_t got = m.size;

@@ -15,6 +15,7 @@ Exchange::Exchange(Communicator& comm, const Signature& sig)
       sig_(sig),
       esize_(dtype_size(sig.dtype)),
       peers_(ctx_.counters.groups[comm.traffic_].peers.data()) {
+  comm_.check_usable(describe(sig).c_str());
   site_.comm_name = comm_.name_.c_str();
   site_.seq = comm_.seq_++;
   site_.sig = sig;
@@ -27,11 +28,12 @@ Exchange::~Exchange() {
   // An algorithm settles before it returns; this is for one that throws (or forgot): the
   // caller may free the buffer as soon as the call is over, so no peer may still read it.
   settle_lends(/*unwinding=*/true);
+  const bool failed = std::uncaught_exceptions() > uncaught_;
   const int64_t end_ns =
-      ctx_.recorder ? ctx_.recorder->end(std::uncaught_exceptions() > uncaught_ ? CallState::kFailed
-                                                                                : CallState::kDone,
-                                         bytes_sent_)
-                    : FastClock::now_ns();
+      ctx_.recorder
+          ? ctx_.recorder->end(failed ? CallState::kFailed : CallState::kDone, bytes_sent_)
+          : FastClock::now_ns();
+  if (failed) comm_.broken_ = describe(sig_) + " at seq " + std::to_string(site_.seq);
   OpCounters& c = ctx_.counters[sig_.op];
   c.calls += 1;
   c.steps += static_cast<uint64_t>(done_steps_ + steps_);

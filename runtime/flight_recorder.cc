@@ -114,6 +114,7 @@ int64_t FlightRecorder::end(CallState state, uint64_t bytes_sent) {
   s.end_ns.store(now, kPublish);
   s.state.store(static_cast<uint8_t>(state), kPublish);
   s.version.store(v + 2, std::memory_order_release);
+  if (state == CallState::kFailed) note_failure();
   return now;
 }
 
@@ -181,6 +182,7 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
 void FlightRecorder::reset() {
   head_.store(0, std::memory_order_release);
   waiting_on_.store(-1, kRelaxed);
+  failures_.store(0, kRelaxed);
   phase_.store(RankPhase::kIdle, std::memory_order_release);
 }
 

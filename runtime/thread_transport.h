@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "runtime/transport.h"
 #include "runtime/world_state.h"
@@ -50,9 +51,17 @@ class ThreadTransport final : public Transport {
   void drop_lend(Channel& ch, const Envelope& e, int src);
   void withdraw_lends(Channel& ch, int dst);
   bool peer_gone(int peer) const;
-  // Polls `ready` with backoff until it holds; TimeoutError (the peer `why`) at the deadline.
+  // Polls `ready` with backoff until it holds. TimeoutError at the deadline ("timed out
+  // after 1.0 s <why>"), or at once if `dst` (when >= 0) has returned from its job.
   void wait_as_sender(const std::function<bool()>& ready, int dst, const WaitSite& site,
-                      const char* why);
+                      const std::string& why);
+  // A pooled buffer of at least `size` bytes for a send to `dst`: from the channel's cache,
+  // or newly allocated within the world-wide budget (waiting for room, flow control).
+  PayloadBuffer take_buffer(Channel& ch, size_t size, int dst, const WaitSite& site);
+  // Keeps `e` from `src` in this rank's stash; MismatchError if its key is already there.
+  void stash_or_fail(int src, const Envelope& e, const WaitSite& site);
+  // MismatchError for a message of a collective this rank has already finished.
+  [[noreturn]] void fail_stale(const Envelope& e, int src, const WaitSite& site);
   void check_abort(const WaitSite& site, int peer);
   // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
   // (and frees its payload).

@@ -1,12 +1,12 @@
 // The watchdog: a runtime service thread, owned by World, running a Boost.Asio io_context
 // whose steady_timer ticks a few times per deadline. While a run is active each tick reads
 // every rank's flight recorder (atomics only; nothing on the message path) and fails the
-// world when
-//   - two ranks are in the same collective (communicator, sequence number) with different
-//     fingerprints: MismatchError naming both calls, or
-//   - a collective has been running past the deadline (WorldOptions::timeout): a
-//     TimeoutError carrying the desync report.
-// WorldState::fail() then wakes every rank, which aborts cleanly.
+// world when two ranks are in the same collective (communicator, sequence number) with
+// different fingerprints: MismatchError naming both calls. WorldState::fail() then wakes
+// every rank, which aborts cleanly. It does not time calls: deadlines belong to each
+// blocking wait (a wait without progress for WorldOptions::timeout throws TimeoutError on
+// the waiting rank, with the desync report below), so a slow call that keeps making
+// progress is never stopped, and a caught TimeoutError never races a second one.
 //
 // Thread safety: set_active() may be called from any thread; ticks run on the service
 // thread and hold a mutex that set_active() also takes, so a tick never fails a world
