@@ -2,18 +2,16 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "model/check.h"
+#include "model/gemm.h"
 #include "model/parallel.h"
 
 namespace dtsim::model {
 namespace {
 
-using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Map = Eigen::Map<MatR>;
-using CMap = Eigen::Map<const MatR>;
-using CRowVec = Eigen::Map<const Eigen::RowVectorXf>;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
@@ -74,17 +72,24 @@ Pack gelu_exp(const Pack& v) { return ((-2.0f * kSqrt2OverPi) * (v + kGeluC * v.
 
 }  // namespace
 
+// GEMMs are cut along the output's larger weight dimension into kGemmBlock slices (fixed
+// by the shape, so the bits never depend on the thread count); each slice is one sgemm.
 void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b,
                     std::span<float> y, int batch, int in, int out) {
   DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   DTSIM_CHECK(y.size() >= size_t(batch) * out && (b.empty() || b.size() == size_t(out)));
-  const CMap X(x.data(), batch, in);  // (B, in)
-  const CMap W(w.data(), out, in);    // (out, in)
-  Map Y(y.data(), batch, out);        // (B, out)
-  for_row_blocks(batch, int64_t{in} * out, [&](int r0, int r1) {
-    auto y_blk = Y.middleRows(r0, r1 - r0);
-    y_blk.noalias() = X.middleRows(r0, r1 - r0) * W.transpose();
-    if (!b.empty()) y_blk.rowwise() += CRowVec(b.data(), out);
+  // Bias fused: y starts as the broadcast bias and the GEMM accumulates onto it.
+  for_blocks(out, kGemmBlock, int64_t{batch} * in, [&](int c0, int c1) {
+    float beta = 0.0f;
+    if (!b.empty()) {
+      for (int r = 0; r < batch; ++r) {
+        std::copy(b.data() + c0, b.data() + c1, y.data() + size_t(r) * out + c0);
+      }
+      beta = 1.0f;
+    }
+    // y[:, c0:c1] (B, c) = x (B, in) * w[c0:c1, :]^T
+    sgemm(false, true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in, beta,
+          y.data() + c0, out);
   });
 }
 
@@ -93,23 +98,29 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                      int in, int out) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
   DTSIM_CHECK(w.size() == size_t(out) * in);
-  const CMap dY(dy.data(), batch, out);  // (B, out)
-  const CMap X(x.data(), batch, in);     // (B, in)
-  const CMap W(w.data(), out, in);       // (out, in)
   if (!dx.empty()) {
     DTSIM_CHECK(dx.size() >= size_t(batch) * in);
-    Map dX(dx.data(), batch, in);  // (B, in)
-    for_row_blocks(batch, int64_t{in} * out, [&](int r0, int r1) {
-      dX.middleRows(r0, r1 - r0).noalias() += dY.middleRows(r0, r1 - r0) * W;
+    // dx[:, c0:c1] (B, c) += dy (B, out) * w[:, c0:c1] (out, c)
+    for_blocks(in, kGemmBlock, int64_t{batch} * out, [&](int c0, int c1) {
+      sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, 1.0f,
+            dx.data() + c0, in);
     });
   }
   if (!dw.empty()) {
     DTSIM_CHECK(dw.size() == size_t(out) * in);
-    Map dW(dw.data(), out, in);  // (out, in)
-    // Each block owns rows [o0, o1) of dW; the reduction over the batch stays in one task.
-    for_row_blocks(out, int64_t{batch} * in, [&](int o0, int o1) {
-      dW.middleRows(o0, o1 - o0).noalias() += dY.middleCols(o0, o1 - o0).transpose() * X;
-    });
+    // dw (out, in) += dy^T (out, B) * x (B, in), sliced along its larger side; the reduction
+    // over the batch stays inside one sgemm.
+    if (out >= in) {
+      for_blocks(out, kGemmBlock, int64_t{batch} * in, [&](int o0, int o1) {
+        sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, 1.0f,
+              dw.data() + size_t(o0) * in, in);
+      });
+    } else {
+      for_blocks(in, kGemmBlock, int64_t{batch} * out, [&](int c0, int c1) {
+        sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, 1.0f,
+              dw.data() + c0, in);
+      });
+    }
   }
   if (!db.empty()) {
     DTSIM_CHECK(db.size() == size_t(out));
@@ -226,6 +237,27 @@ void softmax_cross_entropy_backward(std::span<const float> probs, std::span<cons
     for (int c = 0; c < classes; ++c) {
       dz[c] += grad_scale * (p[c] - (c == labels[r] ? 1.0f : 0.0f));
     }
+  }
+}
+
+void bf16_widen(std::span<const BFloat16> in, std::span<float> out) {
+  DTSIM_CHECK(out.size() >= in.size());
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(in.data());
+  uint32_t* dst = reinterpret_cast<uint32_t*>(out.data());
+  for (size_t i = 0; i < in.size(); ++i) dst[i] = uint32_t{src[i]} << 16;
+}
+
+void bf16_accumulate(std::span<BFloat16> acc, std::span<const float> add) {
+  DTSIM_CHECK(add.size() >= acc.size());
+  static_assert(sizeof(BFloat16) == sizeof(uint16_t));
+  uint16_t* a = reinterpret_cast<uint16_t*>(acc.data());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    const float sum = std::bit_cast<float>(uint32_t{a[i]} << 16) + add[i];
+    const uint32_t u = std::bit_cast<uint32_t>(sum);
+    // BFloat16::round_from_float without the branch, so the loop vectorises.
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16) | 0x0040u;
+    a[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
   }
 }
 
