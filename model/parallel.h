@@ -18,7 +18,7 @@ namespace dtsim::model {
 inline constexpr int kRowBlock = 32;
 // Output columns (or rows) per block of a GEMM: a block packs only its own slice of the
 // large operand (W), so blocking costs a repack of the small one (the batch) per block.
-inline constexpr int kGemmBlock = 128;
+inline constexpr int kGemmBlock = 256;
 // Below this many multiply-adds a kernel stays on the calling thread.
 inline constexpr int64_t kParallelWork = int64_t{1} << 18;
 
