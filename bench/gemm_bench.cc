@@ -1,6 +1,7 @@
 // Eigen against OpenBLAS (CBLAS, one thread) on the five GEMMs of one MLP block step
-// (D = 256, H = 1024) at batch 64 (N = 1) and 16 (N = 4's micro-batch), each whole and cut
-// into the 32-row blocks of model/parallel.h (dW: blocks of 32 output rows). Prints GFLOP/s.
+// (D = 256, H = 1024) at batch 64 (N = 1) and 16 (N = 4's micro-batch): whole, cut into
+// 32-row blocks of C (what dtsim did with Eigen), and cut as model/kernels.cc now does
+// (slices of kGemmBlock along C's larger weight dimension). Prints GFLOP/s (CPU time).
 //
 //   fwd1   Y (B, H) = X (B, D) W1^T        fwd2   Y (B, D) = A (B, H) W2^T
 //   dx2    dA (B, H) += dY (B, D) W2       dw2    dW2 (D, H) += dY^T A
@@ -64,8 +65,10 @@ std::vector<Case> cases(int B) {
           {"dw1", {true, false, true, kH, kD, B, kH, kD}}};
 }
 
+enum class Mode { kWhole, kRows32, kSlices };
+
 template <bool kBlas>
-void bm_gemm(benchmark::State& state, Gemm g, bool blocked) {
+void bm_gemm(benchmark::State& state, Gemm g, Mode mode) {
   const size_t rows_a = g.ta ? g.k : g.m, rows_b = g.tb ? g.n : g.k;
   std::vector<float> a(rows_a * g.lda, 0.5f), b(rows_b * g.ldb, 0.25f), c(size_t(g.m) * g.n);
   auto call = [&](int r0, int r1) {
@@ -85,10 +88,31 @@ void bm_gemm(benchmark::State& state, Gemm g, bool blocked) {
       eigen_gemm(s, a0, b.data(), c.data() + size_t(r0) * g.n);
     }
   };
+  // Column slice [c0, c1) of C: columns of op(B), i.e. rows of B when transposed.
+  auto call_cols = [&](int c0, int c1) {
+    Gemm s = g;
+    s.n = c1 - c0;
+    const float* b0 = g.tb ? b.data() + size_t(c0) * g.ldb : b.data() + c0;
+    float* c_0 = c.data() + c0;
+    if (kBlas) {
+      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
+                  g.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data(), g.lda, b0,
+                  g.ldb, g.accumulate ? 1.0f : 0.0f, c_0, g.n);
+    } else {
+      state.SkipWithError("column slices: OpenBLAS only");
+    }
+  };
+  const int slice = dtsim::model::kGemmBlock;
   for (auto _ : state) {
-    if (blocked) {
+    if (mode == Mode::kRows32) {
       for (int r0 = 0; r0 < g.m; r0 += dtsim::model::kRowBlock) {
         call(r0, std::min(g.m, r0 + dtsim::model::kRowBlock));
+      }
+    } else if (mode == Mode::kSlices) {  // as model/kernels.cc: along C's larger side
+      if (g.ta && g.m >= g.n) {
+        for (int r0 = 0; r0 < g.m; r0 += slice) call(r0, std::min(g.m, r0 + slice));
+      } else {
+        for (int c0 = 0; c0 < g.n; c0 += slice) call_cols(c0, std::min(g.n, c0 + slice));
       }
     } else {
       call(0, g.m);
@@ -103,14 +127,15 @@ void bm_gemm(benchmark::State& state, Gemm g, bool blocked) {
 void register_all() {
   for (int B : {64, 16}) {
     for (const Case& c : cases(B)) {
-      for (bool blocked : {false, true}) {
-        const std::string suffix = std::string("/B:") + std::to_string(B) + "/" +
-                                   c.name + (blocked ? "/blocked32" : "/whole");
-        benchmark::RegisterBenchmark(("eigen" + suffix).c_str(), bm_gemm<false>, c.g, blocked)
+      const std::string base = std::string("/B:") + std::to_string(B) + "/" + c.name;
+      auto add = [&](const char* lib, auto fn, Mode mode, const char* how) {
+        benchmark::RegisterBenchmark((lib + base + how).c_str(), fn, c.g, mode)
             ->Unit(benchmark::kMicrosecond);
-        benchmark::RegisterBenchmark(("openblas" + suffix).c_str(), bm_gemm<true>, c.g, blocked)
-            ->Unit(benchmark::kMicrosecond);
-      }
+      };
+      add("eigen", bm_gemm<false>, Mode::kWhole, "/whole");
+      add("eigen", bm_gemm<false>, Mode::kRows32, "/rows32");
+      add("openblas", bm_gemm<true>, Mode::kWhole, "/whole");
+      add("openblas", bm_gemm<true>, Mode::kSlices, "/slices256");
     }
   }
 }
