@@ -9,6 +9,9 @@
 # two so load drifts hit both. N = 1 runs on one core (taskset -c 0) for both. Each run
 # reports the median step time over its steps; the table gives the median over rounds, the
 # ratio torch / dtsim, and the one-core FMA floor (bench/fma_floor.cc) of the same run.
+# A last row compares the N = 1 step's CPU time (torch's main thread with one intra-op
+# thread; dtsim's bench/mlp_step.cc on one thread): on a shared machine wall time also
+# counts the waits for the core, CPU time only the step's own work.
 #
 # Installs python3-torch and libopenblas0-pthread (Debian, apt-get) if missing: PyTorch is
 # a yardstick here only, never a dependency of dtsim or its tests. Builds build/ (configured
@@ -38,10 +41,11 @@ python=/usr/bin/python3 # Debian's python3, where python3-torch lives
 if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build build --target dtsim fma_floor >/dev/null
+cmake --build build --target dtsim fma_floor mlp_step >/dev/null
 
 model=(--dim 256 --hidden 1024 --layers 1 --batch 64 --optimizer sgd --steps "$steps")
 declare -A torch_ms dtsim_ms
+torch_cpu="" dtsim_cpu=""
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u '+%F %H:%M UTC');" \
   "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -49,8 +53,9 @@ for ((r = 1; r <= rounds; r++)); do
   for n in 1 2 4; do
     pin=()
     ((n == 1)) && pin=(taskset -c 0)
-    t=$("${pin[@]}" "$python" bench/torch_mlp.py --ranks "$n" --steps "$steps" \
-      --port $((29500 + r * 10 + n)) | awk '/^torch ranks/ {print $5}')
+    tout=$("${pin[@]}" "$python" bench/torch_mlp.py --ranks "$n" --steps "$steps" \
+      --port $((29500 + r * 10 + n)))
+    t=$(awk '/^torch ranks/ {print $5}' <<<"$tout")
     strategy=ddp
     ((n == 1)) && strategy=single
     d=$("${pin[@]}" build/dtsim train --strategy "$strategy" --ranks "$n" "${model[@]}" --quiet |
@@ -58,6 +63,12 @@ for ((r = 1; r <= rounds; r++)); do
     torch_ms[$n]+="$t "
     dtsim_ms[$n]+="$d "
     echo "round $r N=$n: torch $t ms, dtsim $d ms" >&2
+    if ((n == 1)); then
+      tc=$(awk '/^torch ranks/ {print $7}' <<<"$tout")
+      dc=$(taskset -c 0 build/bench/mlp_step --steps "$steps" | awk '{print $5}')
+      torch_cpu+="$tc " dtsim_cpu+="$dc "
+      echo "round $r N=1 CPU time: torch $tc ms, dtsim $dc ms" >&2
+    fi
   done
 done
 floor=$(build/bench/fma_floor --dim 256 --hidden 1024 --out 4 --batch 64)
@@ -76,4 +87,9 @@ for n in 1 2 4; do
     fl = (n == 1) ? sprintf("%.2f", d / f) : "-";
     printf "%6d %14.2f %14.2f %14.2f %16s\n", n, t, d, t / d, fl }'
 done
-echo "(N = 1: one core for both, taskset -c 0; N > 1: both cores; torch: 1 intra-op thread per rank)"
+t=$(median <<<"$torch_cpu")
+d=$(median <<<"$dtsim_cpu")
+awk -v t="$t" -v d="$d" -v f="$floor_ms" 'BEGIN {
+  printf "%6s %14.2f %14.2f %14.2f %16.2f\n", "1 cpu", t, d, t / d, d / f }'
+echo "(N = 1: one core for both, taskset -c 0; N > 1: both cores; torch: 1 intra-op thread per rank;"
+echo " 1 cpu: CPU time of the N = 1 step, torch's main thread vs bench/mlp_step.cc)"

@@ -3,8 +3,9 @@
 
 One residual block  x1 = x + W2 gelu_tanh(W1 x + b1) + b2,  head  y = Wo x1 + bo,  MSE loss,
 SGD, fp32; global batch split over N processes (gloo DDP for N > 1), one intra-op thread
-per process. Prints one line: `torch ranks N step_ms M` (M: median over the steps after
-the warm-up ones, rank 0's wall clock, synchronised by the DDP all-reduce).
+per process. Prints one line: `torch ranks N step_ms M cpu_ms C` (medians over the steps
+after the warm-up ones of rank 0's wall clock, synchronised by the DDP all-reduce, and of
+its main thread's CPU time, which with one intra-op thread is the step's CPU cost at N = 1).
 
 PyTorch is only a yardstick here: nothing in dtsim or its tests uses it.
 """
@@ -64,17 +65,19 @@ def worker(rank, a):
     g = torch.Generator().manual_seed(100 + rank)
     xs = [torch.rand(local, a.dim, generator=g) * 2 - 1 for _ in range(4)]
     ts = [torch.rand(local, a.out, generator=g) * 2 - 1 for _ in range(4)]
-    times = []
+    times, cpu = [], []
     for step in range(a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         opt.zero_grad(set_to_none=False)
         loss = nn.functional.mse_loss(model(xs[step % 4]), ts[step % 4])
         loss.backward()  # DDP all-reduces the gradients (mean) here
         opt.step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
     if rank == 0:
         ms = statistics.median(times[a.warmup:]) * 1e3
-        print(f"torch ranks {a.ranks} step_ms {ms:.3f}", flush=True)
+        cpu_ms = statistics.median(cpu[a.warmup:]) * 1e3
+        print(f"torch ranks {a.ranks} step_ms {ms:.3f} cpu_ms {cpu_ms:.3f}", flush=True)
     if a.ranks > 1:
         import torch.distributed as dist
 
