@@ -1,7 +1,7 @@
 // Eigen against OpenBLAS (CBLAS, one thread) on the five GEMMs of one MLP block step
 // (D = 256, H = 1024) at batch 64 (N = 1) and 16 (N = 4's micro-batch): whole, cut into
 // 32-row blocks of C (what dtsim did with Eigen), and cut as model/kernels.cc now does
-// (slices of kGemmBlock along C's larger weight dimension). Prints GFLOP/s (CPU time).
+// (gemm_slice_width slices along C's larger weight dimension). Prints GFLOP/s (CPU time).
 //
 //   fwd1   Y (B, H) = X (B, D) W1^T        fwd2   Y (B, D) = A (B, H) W2^T
 //   dx2    dA (B, H) += dY (B, D) W2       dw2    dW2 (D, H) += dY^T A
@@ -102,7 +102,8 @@ void bm_gemm(benchmark::State& state, Gemm g, Mode mode) {
       state.SkipWithError("column slices: OpenBLAS only");
     }
   };
-  const int slice = dtsim::model::kGemmBlock;
+  const int64_t work = int64_t{g.m} * g.n * g.k;
+  const int slice = dtsim::model::gemm_slice_width(g.ta && g.m >= g.n ? g.m : g.n, work);
   for (auto _ : state) {
     if (mode == Mode::kRows32) {
       for (int r0 = 0; r0 < g.m; r0 += dtsim::model::kRowBlock) {
@@ -135,7 +136,7 @@ void register_all() {
       add("eigen", bm_gemm<false>, Mode::kWhole, "/whole");
       add("eigen", bm_gemm<false>, Mode::kRows32, "/rows32");
       add("openblas", bm_gemm<true>, Mode::kWhole, "/whole");
-      add("openblas", bm_gemm<true>, Mode::kSlices, "/slices256");
+      add("openblas", bm_gemm<true>, Mode::kSlices, "/slices");
     }
   }
 }

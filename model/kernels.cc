@@ -72,14 +72,15 @@ Pack gelu_exp(const Pack& v) { return ((-2.0f * kSqrt2OverPi) * (v + kGeluC * v.
 
 }  // namespace
 
-// GEMMs are cut along the output's larger weight dimension into kGemmBlock slices (fixed
-// by the shape, so the bits never depend on the thread count); each slice is one sgemm.
+// GEMMs are cut along a weight dimension into gemm_slice_width slices (fixed by the shape,
+// so the bits never depend on the thread count); each slice is one sgemm.
 void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b,
                     std::span<float> y, int batch, int in, int out) {
   DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   DTSIM_CHECK(y.size() >= size_t(batch) * out && (b.empty() || b.size() == size_t(out)));
   // Bias fused: y starts as the broadcast bias and the GEMM accumulates onto it.
-  for_blocks(out, kGemmBlock, int64_t{batch} * in, [&](int c0, int c1) {
+  const int64_t work = int64_t{batch} * in * out;
+  for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int c0, int c1) {
     float beta = 0.0f;
     if (!b.empty()) {
       for (int r = 0; r < batch; ++r) {
@@ -98,10 +99,11 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                      int in, int out) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
   DTSIM_CHECK(w.size() == size_t(out) * in);
+  const int64_t work = int64_t{batch} * in * out;
   if (!dx.empty()) {
     DTSIM_CHECK(dx.size() >= size_t(batch) * in);
     // dx[:, c0:c1] (B, c) += dy (B, out) * w[:, c0:c1] (out, c)
-    for_blocks(in, kGemmBlock, int64_t{batch} * out, [&](int c0, int c1) {
+    for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
       sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, 1.0f,
             dx.data() + c0, in);
     });
@@ -111,12 +113,12 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
     // dw (out, in) += dy^T (out, B) * x (B, in), sliced along its larger side; the reduction
     // over the batch stays inside one sgemm.
     if (out >= in) {
-      for_blocks(out, kGemmBlock, int64_t{batch} * in, [&](int o0, int o1) {
+      for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
         sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, 1.0f,
               dw.data() + size_t(o0) * in, in);
       });
     } else {
-      for_blocks(in, kGemmBlock, int64_t{batch} * out, [&](int c0, int c1) {
+      for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
         sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, 1.0f,
               dw.data() + c0, in);
       });

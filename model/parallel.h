@@ -16,9 +16,18 @@ namespace dtsim::model {
 
 // Rows per block of the elementwise kernels, fixed so results never depend on scheduling.
 inline constexpr int kRowBlock = 32;
-// Output columns (or rows) per block of a GEMM: a block packs only its own slice of the
-// large operand (W), so blocking costs a repack of the small one (the batch) per block.
-inline constexpr int kGemmBlock = 256;
+// A GEMM is cut into slices along one weight dimension: a slice packs only its own part of
+// W, but repacks the small batch operand, so a slice must carry enough multiply-adds.
+inline constexpr int64_t kGemmSliceWork = int64_t{1} << 23;
+
+// Slice width along a GEMM dimension of `dim` for `work` multiply-adds in all: as many
+// slices as keep each at >= kGemmSliceWork (at least one), widths a multiple of 64. A
+// function of the shape only, so the bits never depend on the thread count.
+inline int gemm_slice_width(int dim, int64_t work) {
+  const int64_t slices = std::clamp<int64_t>(work / kGemmSliceWork, 1, std::max(1, dim / 64));
+  const int width = static_cast<int>((dim + slices - 1) / slices);
+  return (width + 63) / 64 * 64;
+}
 // Below this many multiply-adds a kernel stays on the calling thread.
 inline constexpr int64_t kParallelWork = int64_t{1} << 18;
 
