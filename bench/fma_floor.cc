@@ -8,10 +8,10 @@
 // The MLP step (one block, input gradient of block 0 not needed) is
 //   B (10 D H + 6 D O) FLOP: forward 2B(2DH + DO), backward 2B(2DH) + 2B(DH) + 2B(2DO).
 #include <algorithm>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #if defined(__FMA__) && defined(__AVX__)
@@ -97,8 +97,9 @@ int main(int argc, char** argv) {
   const double flop = double(iters) * kAcc * kLanes * kFlopPerOp;
   const double gflops = flop / best / 1e9;
   const double step_flop = double(batch) * (10.0 * dim * hidden + 6.0 * dim * out);
-  std::printf("fma_floor: %.1f GFLOP/s on one thread, %s (thread CPU time, best of 7, checksum %.3g)\n", gflops,
-              kIsa, double(sink));
+  std::printf(
+      "fma_floor: %.1f GFLOP/s on one thread, %s (thread CPU time, best of 7, checksum %.3g)\n",
+      gflops, kIsa, double(sink));
   std::printf("fma_floor: MLP step D %ld H %ld O %ld B %ld = %.1f MFLOP -> floor %.3f ms\n", dim,
               hidden, out, batch, step_flop / 1e6, step_flop / (gflops * 1e9) * 1e3);
   return 0;

@@ -95,9 +95,9 @@ void bm_gemm(benchmark::State& state, Gemm g, Mode mode) {
     const float* b0 = g.tb ? b.data() + size_t(c0) * g.ldb : b.data() + c0;
     float* c_0 = c.data() + c0;
     if (kBlas) {
-      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
-                  g.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data(), g.lda, b0,
-                  g.ldb, g.accumulate ? 1.0f : 0.0f, c_0, g.n);
+      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+                  s.m, s.n, s.k, 1.0f, a.data(), g.lda, b0, g.ldb, g.accumulate ? 1.0f : 0.0f, c_0,
+                  g.n);
     } else {
       state.SkipWithError("column slices: OpenBLAS only");
     }
@@ -121,8 +121,8 @@ void bm_gemm(benchmark::State& state, Gemm g, Mode mode) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOPs"] = benchmark::Counter(2.0 * g.m * g.n * g.k * state.iterations(),
-                                                benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * g.m * g.n * g.k * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 void register_all() {

@@ -17,14 +17,15 @@ bool pin_one_blas_thread() {
 
 }  // namespace
 
-void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
-           const float* b, int ldb, float beta, float* c, int ldc) {
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
+           int ldb, float beta, float* c, int ldc) {
   static const bool pinned = pin_one_blas_thread();
   (void)pinned;
   if (m == 0 || n == 0) return;
   if (k == 0) {  // no product: C = beta * C (CBLAS would reject a zero leading dimension)
     for (int i = 0; i < m; ++i) {
-      for (int j = 0; j < n; ++j) c[size_t(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * c[size_t(i) * ldc + j];
+      for (int j = 0; j < n; ++j)
+        c[size_t(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * c[size_t(i) * ldc + j];
     }
     return;
   }

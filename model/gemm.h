@@ -12,7 +12,7 @@
 
 namespace dtsim::model {
 
-void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
-           const float* b, int ldb, float beta, float* c, int ldc);
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
+           int ldb, float beta, float* c, int ldc);
 
 }  // namespace dtsim::model

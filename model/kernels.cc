@@ -12,7 +12,6 @@
 namespace dtsim::model {
 namespace {
 
-
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
 
