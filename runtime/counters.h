@@ -16,6 +16,8 @@ struct OpCounters {
   uint64_t bytes_sent = 0;
   uint64_t msgs_recv = 0;
   uint64_t bytes_recv = 0;
+  uint32_t algos = 0;       // bit 1 << Algo for each algorithm these calls ran
+  uint32_t auto_algos = 0;  // of those, the ones kAuto picked (the rest were asked for)
 
   OpCounters& operator+=(const OpCounters& o) {
     calls += o.calls;
@@ -24,6 +26,8 @@ struct OpCounters {
     bytes_sent += o.bytes_sent;
     msgs_recv += o.msgs_recv;
     bytes_recv += o.bytes_recv;
+    algos |= o.algos;
+    auto_algos |= o.auto_algos;
     return *this;
   }
 };

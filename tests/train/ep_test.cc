@@ -109,27 +109,25 @@ TEST_P(EpLayer, ShardsMatchMoeLayerOnEachRanksTokensOutputsAndEveryGradient) {
 INSTANTIATE_TEST_SUITE_P(Cases, EpLayer,
                          ::testing::Values(LayerCase{1, 1, 1.25f}, LayerCase{2, 1, 1.0f},
                                            LayerCase{4, 2, 1.0f}, LayerCase{8, 2, 0.0f},
-                                           LayerCase{4, 1, 0.0f}));
+                                           LayerCase{4, 1, 0.0f}),
+                         [](const auto& info) {
+                           const LayerCase& p = info.param;
+                           return "ranks" + std::to_string(p.ranks) + "_top" +
+                                  std::to_string(p.top_k) + "_capacity" +
+                                  std::to_string(static_cast<int>(p.capacity_factor * 100));
+                         });
 
 TrainConfig ep_config(int ranks, model::OptimizerKind opt, model::Precision precision) {
-  TrainConfig c;
-  c.strategy = Strategy::kEp;
-  c.model = ModelKind::kMoe;
-  c.ranks = ranks;
-  c.steps = 8;
-  c.global_batch = 32;
-  c.optimizer = opt;
-  c.lr = opt == model::OptimizerKind::kAdam ? 1e-2f : 1e-1f;
-  c.precision = precision;
-  c.moe.input_dim = 8;
-  c.moe.num_classes = 4;
-  c.moe.moe = {.d_model = 8,
-               .d_ff = 16,
-               .num_experts = 8,
-               .top_k = 2,
-               .capacity_factor = 1.0f,
-               .aux_alpha = 0.01f};
-  return c;
+  return make_config({.strategy = Strategy::kEp,
+                      .model = ModelKind::kMoe,
+                      .ranks = ranks,
+                      .steps = 8,
+                      .batch = 32,
+                      .opt = opt,
+                      .lr = opt == model::OptimizerKind::kAdam ? 1e-2f : 1e-1f,
+                      .precision = precision,
+                      .experts = 8,
+                      .capacity = 1.0f});
 }
 
 struct EpCase {
@@ -171,7 +169,12 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{8, 1, model::OptimizerKind::kAdam, model::Precision::kFp32},
                       EpCase{1, 1, model::OptimizerKind::kSgd, model::Precision::kFp32},
                       EpCase{4, 1, model::OptimizerKind::kAdam, model::Precision::kMixedBf16},
-                      EpCase{2, 1, model::OptimizerKind::kSgd, model::Precision::kMixedBf16}));
+                      EpCase{2, 1, model::OptimizerKind::kSgd, model::Precision::kMixedBf16}),
+    [](const auto& info) {
+      const EpCase& p = info.param;
+      return "ranks" + std::to_string(p.ranks) + "_micro" + std::to_string(p.micro) + "_" +
+             opt_name(p.opt) + "_" + precision_name(p.precision);
+    });
 
 TEST(EpAccounting, EachRankHoldsItsExpertsAndTheReplicatedRest) {
   TrainConfig c = ep_config(4, model::OptimizerKind::kAdam, model::Precision::kFp32);

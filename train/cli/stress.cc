@@ -1,12 +1,12 @@
 // dtsim stress: shakes race conditions out of the collectives. Runs random sequences of
-// collectives (runtime/stress.h) on N rank threads with seeded jitter, checks every result
+// collectives (runtime/stress/stress.h) on N rank threads with seeded jitter, checks every result
 // against a single-threaded reference, and on a failure prints the seed and iteration
 // that reproduce it. Exit code 0 when clean, 1 on any failure.
 #include <chrono>
 #include <cstdio>
 #include <string>
 
-#include "runtime/stress.h"
+#include "runtime/stress/stress.h"
 #include "train/cli/args.h"
 #include "train/cli/commands.h"
 

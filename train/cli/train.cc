@@ -10,6 +10,7 @@
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "runtime/algorithms/registry.h"
 #include "train/check.h"
 #include "train/cli/args.h"
 #include "train/cli/commands.h"
@@ -51,7 +52,8 @@ const char* kHelp =
     "  --experts        experts of the MoE layer (default 4; moe only)\n"
     "  --top-k          experts per token, 1 or 2 (default 2; moe only)\n"
     "  --tp             tensor-parallel width of dp-tp (default 2)\n"
-    "  --algo           all_reduce algorithm: auto | ring | rd | tree | direct | deterministic\n"
+    "  --algo           all_reduce algorithm (listed below); the other collectives\n"
+    "                   follow it where they have it, else run their auto one\n"
     "                   (deterministic makes ddp and zero bitwise equal to accumulation)\n"
     "  --seed           initialisation and data seed (default 1)\n"
     "  --pitfall        forget-divide: skip the division by N (ddp, zero1-3): --check fails\n"
@@ -104,9 +106,9 @@ train::TrainConfig parse_config(const Args& a) {
   }
   c.tp_size = static_cast<int>(a.integer("tp", 2, 1, 256));
   const std::string algo = a.str("algo", "auto");
-  if (!parse_algo(algo, &c.algo)) {
-    fail("train",
-         "--algo must be one of auto, ring, rd, tree, direct, deterministic (got '" + algo + "')");
+  // --algo names the all-reduce algorithm (the others follow it where they have it).
+  if (!parse_algo(algo, &c.algo) || !has_algorithm(OpKind::kAllReduce, c.algo)) {
+    fail("train", "--algo must be " + algorithm_list(OpKind::kAllReduce) + " (got '" + algo + "')");
   }
   c.seed = static_cast<uint64_t>(a.integer("seed", 1, 0, INT64_MAX));
   if (a.has("pitfall")) {
@@ -157,6 +159,11 @@ int train_main(const Words& words) {
          {"help", "check", "quiet"});
   if (a.on("help")) {
     std::fputs(kHelp, stdout);
+    std::printf("\n--algo (from the algorithm registry; auto: %s):\n",
+                auto_rule(OpKind::kAllReduce).c_str());
+    for (const AlgoRow* row : algorithms_of(OpKind::kAllReduce)) {
+      std::printf("  %-14s %s\n", to_string(row->algo), row->how);
+    }
     return 0;
   }
   train::TrainConfig config = parse_config(a);
@@ -217,6 +224,7 @@ int train_main(const Words& words) {
   }
   const train::RunResult& run = *trained;
   print_ranks(run);
+  std::printf("\ncollectives ran: %s\n", algorithms_ran_text(run).c_str());
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());
 

@@ -3,7 +3,7 @@
 // step, and bitwise equal to a sequential sum on every rank.
 #include <cstring>
 
-#include "runtime/exchange.h"
+#include "runtime/algorithms/algorithms.h"
 
 namespace dtsim {
 
@@ -30,6 +30,7 @@ void all_reduce_direct(Exchange& ex, void* data, size_t count, const Reducer& re
       red.reduce(acc, m.data, count);
     }
     ex.release(i, m);
+    ex.snapshot(acc, count);
   }
   std::memcpy(data, acc, count * ex.esize());
 }
