@@ -4,82 +4,82 @@
 
 #include <string>
 
-include "train/strategies.h"
+#include "train/strategies.h"
 #include "train_test_util.h"
 
-    namespace dtsim::train {
-  namespace {
+namespace dtsim::train {
+namespace {
 
-  TrainConfig small_mlp() { return make_config({.batch = 16, .hidden = 16}); }
+TrainConfig small_mlp() { return make_config({.batch = 16, .hidden = 16}); }
 
-  TEST(Reference, AccumulationOverOneMicroBatchIsPlainTrainingBitwise) {
-    TrainConfig c = small_mlp();
-    c.strategy = Strategy::kAccum;
-    const RunResult accum = run_accum(c);
-    const RunResult single = run_single(c);
-    const Comparison cmp = compare(accum, single, 0, 0);
-    EXPECT_TRUE(cmp.bitwise_equal) << "max abs diff " << cmp.max_abs_diff;
+TEST(Reference, AccumulationOverOneMicroBatchIsPlainTrainingBitwise) {
+  TrainConfig c = small_mlp();
+  c.strategy = Strategy::kAccum;
+  const RunResult accum = run_accum(c);
+  const RunResult single = run_single(c);
+  const Comparison cmp = compare(accum, single, 0, 0);
+  EXPECT_TRUE(cmp.bitwise_equal) << "max abs diff " << cmp.max_abs_diff;
+}
+
+TEST(Reference, AccumulationOverFourMicroBatchesMatchesWithinFp32) {
+  TrainConfig c = small_mlp();
+  c.micro_batches = 4;
+  const RunResult accum = run_accum(c);
+  const RunResult single = run_single(c);
+  const Comparison cmp = compare(accum, single, 1e-5, 1e-6);
+  EXPECT_TRUE(cmp.passed) << "max abs diff " << cmp.max_abs_diff << " max loss diff "
+                          << cmp.max_loss_diff;
+  EXPECT_LT(single.losses.back(), single.losses.front());
+}
+
+// validate() names the flag and the constraint in one line.
+std::string usage_error(const TrainConfig& c) {
+  try {
+    validate(c);
+  } catch (const UsageError& e) {
+    return e.what();
   }
+  return "";
+}
 
-  TEST(Reference, AccumulationOverFourMicroBatchesMatchesWithinFp32) {
-    TrainConfig c = small_mlp();
-    c.micro_batches = 4;
-    const RunResult accum = run_accum(c);
-    const RunResult single = run_single(c);
-    const Comparison cmp = compare(accum, single, 1e-5, 1e-6);
-    EXPECT_TRUE(cmp.passed) << "max abs diff " << cmp.max_abs_diff << " max loss diff "
-                            << cmp.max_loss_diff;
-    EXPECT_LT(single.losses.back(), single.losses.front());
-  }
+TEST(Validate, NamesTheFlagAndTheConstraint) {
+  TrainConfig c = small_mlp();
+  c.strategy = Strategy::kDdp;
+  c.ranks = 4;
+  c.global_batch = 30;
+  EXPECT_EQ(usage_error(c), "--batch 30 is not divisible by --ranks 4 x --micro-batches 1");
+  c.global_batch = 32;
+  c.micro_batches = 3;
+  EXPECT_EQ(usage_error(c), "--batch 32 is not divisible by --ranks 4 x --micro-batches 3");
+  c.micro_batches = 1;
+  EXPECT_EQ(usage_error(c), "");
+  c.ranks = 0;
+  EXPECT_NE(usage_error(c).find("--ranks 0"), std::string::npos);
+  c = small_mlp();
+  c.mlp.num_blocks = 0;
+  EXPECT_NE(usage_error(c).find("--layers 0"), std::string::npos);
+  c = small_mlp();
+  c.model = ModelKind::kMoe;
+  c.moe.moe.top_k = 3;
+  EXPECT_NE(usage_error(c).find("--top-k 3"), std::string::npos);
+  c = small_mlp();
+  c.strategy = Strategy::kTp;
+  c.ranks = 2;
+  c.pitfall = Pitfall::kForgetDivide;
+  EXPECT_EQ(usage_error(c),
+            "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
+  c.strategy = Strategy::kZero3;
+  EXPECT_EQ(usage_error(c), "");
+}
 
-  // validate() names the flag and the constraint in one line.
-  std::string usage_error(const TrainConfig& c) {
-    try {
-      validate(c);
-    } catch (const UsageError& e) {
-      return e.what();
-    }
-    return "";
-  }
+TEST(Validate, RunTrainingDispatchesAndRejects) {
+  TrainConfig c = small_mlp();
+  c.strategy = Strategy::kZero2;
+  c.ranks = 2;
+  EXPECT_EQ(run_training(c).ranks.size(), 2u);
+  c.global_batch = 15;
+  EXPECT_THROW(run_training(c), UsageError);
+}
 
-  TEST(Validate, NamesTheFlagAndTheConstraint) {
-    TrainConfig c = small_mlp();
-    c.strategy = Strategy::kDdp;
-    c.ranks = 4;
-    c.global_batch = 30;
-    EXPECT_EQ(usage_error(c), "--batch 30 is not divisible by --ranks 4 x --micro-batches 1");
-    c.global_batch = 32;
-    c.micro_batches = 3;
-    EXPECT_EQ(usage_error(c), "--batch 32 is not divisible by --ranks 4 x --micro-batches 3");
-    c.micro_batches = 1;
-    EXPECT_EQ(usage_error(c), "");
-    c.ranks = 0;
-    EXPECT_NE(usage_error(c).find("--ranks 0"), std::string::npos);
-    c = small_mlp();
-    c.mlp.num_blocks = 0;
-    EXPECT_NE(usage_error(c).find("--layers 0"), std::string::npos);
-    c = small_mlp();
-    c.model = ModelKind::kMoe;
-    c.moe.moe.top_k = 3;
-    EXPECT_NE(usage_error(c).find("--top-k 3"), std::string::npos);
-    c = small_mlp();
-    c.strategy = Strategy::kTp;
-    c.ranks = 2;
-    c.pitfall = Pitfall::kForgetDivide;
-    EXPECT_EQ(usage_error(c),
-              "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
-    c.strategy = Strategy::kZero3;
-    EXPECT_EQ(usage_error(c), "");
-  }
-
-  TEST(Validate, RunTrainingDispatchesAndRejects) {
-    TrainConfig c = small_mlp();
-    c.strategy = Strategy::kZero2;
-    c.ranks = 2;
-    EXPECT_EQ(run_training(c).ranks.size(), 2u);
-    c.global_batch = 15;
-    EXPECT_THROW(run_training(c), UsageError);
-  }
-
-  }  // namespace
+}  // namespace
 }  // namespace dtsim::train
