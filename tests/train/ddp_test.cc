@@ -18,6 +18,7 @@ struct BitwiseCase {
   const char* name;
   TrainConfig config;
 };
+std::ostream& operator<<(std::ostream& os, const BitwiseCase& c) { return os << c.name; }
 
 class DdpBitwise : public ::testing::TestWithParam<BitwiseCase> {};
 

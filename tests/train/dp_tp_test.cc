@@ -36,6 +36,11 @@ struct DpTpCase {
   model::OptimizerKind opt;
   model::Precision precision;
 };
+// The case's test name (and how gtest prints it): "ranks8_tp2_adam_fp32".
+std::ostream& operator<<(std::ostream& os, const DpTpCase& p) {
+  return os << "ranks" << p.ranks << "_tp" << p.tp << "_" << opt_name(p.opt) << "_"
+            << precision_name(p.precision);
+}
 
 class DpTpTraining : public ::testing::TestWithParam<DpTpCase> {};
 
@@ -74,11 +79,7 @@ INSTANTIATE_TEST_SUITE_P(
                       DpTpCase{8, 2, model::OptimizerKind::kAdam, model::Precision::kFp32},
                       DpTpCase{8, 4, model::OptimizerKind::kSgd, model::Precision::kFp32},
                       DpTpCase{4, 2, model::OptimizerKind::kAdam, model::Precision::kMixedBf16}),
-    [](const auto& info) {
-      const DpTpCase& p = info.param;
-      return "ranks" + std::to_string(p.ranks) + "_tp" + std::to_string(p.tp) + "_" +
-             opt_name(p.opt) + "_" + precision_name(p.precision);
-    });
+    [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 }  // namespace
 }  // namespace dtsim::train

@@ -39,6 +39,11 @@ struct LayerCase {
   int ranks, top_k;
   float capacity_factor;
 };
+// The case's test name (and how gtest prints it): "ranks4_top2_capacity100".
+std::ostream& operator<<(std::ostream& os, const LayerCase& p) {
+  return os << "ranks" << p.ranks << "_top" << p.top_k << "_capacity"
+            << static_cast<int>(p.capacity_factor * 100);
+}
 
 class EpLayer : public ::testing::TestWithParam<LayerCase> {};
 
@@ -110,12 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, EpLayer,
                          ::testing::Values(LayerCase{1, 1, 1.25f}, LayerCase{2, 1, 1.0f},
                                            LayerCase{4, 2, 1.0f}, LayerCase{8, 2, 0.0f},
                                            LayerCase{4, 1, 0.0f}),
-                         [](const auto& info) {
-                           const LayerCase& p = info.param;
-                           return "ranks" + std::to_string(p.ranks) + "_top" +
-                                  std::to_string(p.top_k) + "_capacity" +
-                                  std::to_string(static_cast<int>(p.capacity_factor * 100));
-                         });
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TrainConfig ep_config(int ranks, model::OptimizerKind opt, model::Precision precision) {
   return make_config({.strategy = Strategy::kEp,
@@ -135,6 +135,11 @@ struct EpCase {
   model::OptimizerKind opt;
   model::Precision precision;
 };
+// The case's test name (and how gtest prints it): "ranks4_micro2_sgd_fp32".
+std::ostream& operator<<(std::ostream& os, const EpCase& p) {
+  return os << "ranks" << p.ranks << "_micro" << p.micro << "_" << opt_name(p.opt) << "_"
+            << precision_name(p.precision);
+}
 
 class EpTraining : public ::testing::TestWithParam<EpCase> {};
 
@@ -170,11 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{1, 1, model::OptimizerKind::kSgd, model::Precision::kFp32},
                       EpCase{4, 1, model::OptimizerKind::kAdam, model::Precision::kMixedBf16},
                       EpCase{2, 1, model::OptimizerKind::kSgd, model::Precision::kMixedBf16}),
-    [](const auto& info) {
-      const EpCase& p = info.param;
-      return "ranks" + std::to_string(p.ranks) + "_micro" + std::to_string(p.micro) + "_" +
-             opt_name(p.opt) + "_" + precision_name(p.precision);
-    });
+    [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(EpAccounting, EachRankHoldsItsExpertsAndTheReplicatedRest) {
   TrainConfig c = ep_config(4, model::OptimizerKind::kAdam, model::Precision::kFp32);

@@ -104,6 +104,10 @@ struct TpCase {
   model::OptimizerKind opt;
   model::Precision precision;
 };
+// The case's test name (and how gtest prints it): "ranks4_adam_bf16".
+std::ostream& operator<<(std::ostream& os, const TpCase& p) {
+  return os << "ranks" << p.ranks << "_" << opt_name(p.opt) << "_" << precision_name(p.precision);
+}
 
 class TpTraining : public ::testing::TestWithParam<TpCase> {};
 
@@ -134,11 +138,7 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{4, model::OptimizerKind::kSgd, model::Precision::kMixedBf16},
                       TpCase{1, model::OptimizerKind::kAdam, model::Precision::kFp32},
                       TpCase{8, model::OptimizerKind::kAdam, model::Precision::kFp32}),
-    [](const auto& info) {
-      const TpCase& p = info.param;
-      return "ranks" + std::to_string(p.ranks) + "_" + opt_name(p.opt) + "_" +
-             precision_name(p.precision);
-    });
+    [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(TpAccounting, EachRankHoldsOneTthOfTheBlocksAndTheWholeHead) {
   TrainConfig c = tp_config(4, model::OptimizerKind::kAdam, model::Precision::kMixedBf16);
