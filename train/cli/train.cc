@@ -108,7 +108,8 @@ train::TrainConfig parse_config(const Args& a) {
   const std::string algo = a.str("algo", "auto");
   // --algo names the all-reduce algorithm (the others follow it where they have it).
   if (!parse_algo(algo, &c.algo) || !has_algorithm(OpKind::kAllReduce, c.algo)) {
-    fail("train", "--algo must be " + algorithm_list(OpKind::kAllReduce) + " (got '" + algo + "')");
+    fail("train",
+         "--algo must be one of " + algorithm_list(OpKind::kAllReduce) + " (got '" + algo + "')");
   }
   c.seed = static_cast<uint64_t>(a.integer("seed", 1, 0, INT64_MAX));
   if (a.has("pitfall")) {

@@ -237,7 +237,8 @@ int walk_main(const Words& words) {
   parse_collective(p.op, &op);
   const std::string algo = a.str("algo", p.op == "all_reduce" ? "ring" : "auto");
   if (!parse_algo(algo, &p.algo)) {
-    fail("walk", "--algo for " + p.op + " must be " + algorithm_list(op) + " (got '" + algo + "')");
+    fail("walk",
+         "--algo for " + p.op + " must be one of " + algorithm_list(op) + " (got '" + algo + "')");
   }
   if (const std::string why = algorithm_error(op, p.algo); !why.empty()) fail("walk", why);
   p.resolved = resolve_algorithm(op, p.algo, p.numel * sizeof(int64_t));
