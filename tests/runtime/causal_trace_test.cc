@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -77,6 +78,35 @@ TEST(CausalTrace, BroadcastTreeOnEightRanksDoublesTheHoldersEachStep) {
         EXPECT_EQ(w.after[k][r], input(0, 2));
       } else {
         EXPECT_TRUE(w.after[k][r].empty());
+      }
+    }
+  }
+}
+
+// At every world size: L = ceil(log2 N) steps, and step k sends to the ranks (renumbered
+// from the root) that are odd multiples of 2^(L-1-k), so after it the ranks at multiples
+// of 2^(L-1-k), ceil(N / 2^(L-1-k)) of them, hold the data: doubling when N is a power
+// of two. From any root.
+TEST(CausalTrace, BroadcastTreeDoublesTheHoldersAtEveryWorldSize) {
+  for (int n : {1, 2, 3, 4, 5, 8, 16}) {
+    for (int root : {0, n - 1}) {
+      SCOPED_TRACE("N=" + std::to_string(n) + " root " + std::to_string(root));
+      const Walk w = walk(n, [&](Communicator& c, Vec& v) {
+        c.broadcast(std::span<int64_t>(v), root, Algo::kTree);
+      });
+      int levels = 0;
+      while ((1 << levels) < n) ++levels;
+      ASSERT_EQ(static_cast<int>(w.sends.size()), levels);
+      for (int k = 0; k < levels; ++k) {
+        int holders = 1;  // the root
+        for (int r = 0; r < n; ++r) {
+          if (r != root && !w.after[k][r].empty()) {
+            EXPECT_EQ(w.after[k][r], input(root, 2));
+            ++holders;
+          }
+        }
+        const int stride = 1 << (levels - 1 - k);
+        EXPECT_EQ(holders, (n + stride - 1) / stride) << "step " << k;
       }
     }
   }
