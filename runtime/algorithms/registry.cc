@@ -11,6 +11,7 @@ namespace {
 constexpr size_t kSmallAllReduceBytes = 32 * 1024;
 
 constexpr AlgoName kNames[] = {
+    // every Algo, in enum order
     {Algo::kAuto, "auto", nullptr},
     {Algo::kRing, "ring", nullptr},
     {Algo::kRecursiveDoubling, "rd", "recursive_doubling"},
@@ -94,6 +95,28 @@ constexpr OpKind kCollectives[] = {OpKind::kAllReduce, OpKind::kReduceScatter, O
 
 bool world_has(uint8_t world, const AlgoRow& row) { return (row.needs & ~world) == 0; }
 
+// (op, algo) -> row, so that a collective call finds its row without a scan.
+constexpr int kMaxAlgos = 16;
+static_assert(
+    [] {
+      for (const AlgoName& n : kNames) {
+        if (static_cast<int>(n.algo) >= kMaxAlgos) return false;
+      }
+      return true;
+    }(),
+    "raise kMaxAlgos");
+using Index = std::array<std::array<const AlgoRow*, kMaxAlgos>, kNumOpKinds>;
+const Index& index() {
+  static const Index idx = [] {
+    Index i{};
+    for (const AlgoRow& r : kRows) {
+      i[static_cast<int>(r.op)][static_cast<int>(r.algo)] = &r;
+    }
+    return i;
+  }();
+  return idx;
+}
+
 }  // namespace
 
 std::span<const AlgoName> algo_names() { return kNames; }
@@ -109,10 +132,9 @@ std::vector<const AlgoRow*> algorithms_of(OpKind op) {
 }
 
 const AlgoRow* find_algorithm(OpKind op, Algo algo) {
-  for (const AlgoRow& r : kRows) {
-    if (r.op == op && r.algo == algo) return &r;
-  }
-  return nullptr;
+  const int o = static_cast<int>(op), a = static_cast<int>(algo);
+  if (o < 0 || o >= kNumOpKinds || a >= kMaxAlgos) return nullptr;
+  return index()[o][a];
 }
 
 bool has_algorithm(OpKind op, Algo algo) {
