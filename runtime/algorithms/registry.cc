@@ -3,6 +3,7 @@
 #include <array>
 
 #include "runtime/algorithms/algorithms.h"
+#include "runtime/counters.h"
 
 namespace dtsim {
 namespace {
@@ -96,7 +97,7 @@ constexpr OpKind kCollectives[] = {OpKind::kAllReduce, OpKind::kReduceScatter, O
 bool world_has(uint8_t world, const AlgoRow& row) { return (row.needs & ~world) == 0; }
 
 // (op, algo) -> row, so that a collective call finds its row without a scan.
-constexpr int kMaxAlgos = 16;
+constexpr int kMaxAlgos = kAlgoSlots;
 static_assert(
     [] {
       for (const AlgoName& n : kNames) {

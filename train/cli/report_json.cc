@@ -92,8 +92,8 @@ std::vector<std::pair<std::string, std::string>> algorithms_ran(const train::Run
   for (OpKind op : collectives()) {
     uint32_t ran = 0, picked = 0;
     for (const train::RankReport& r : run.ranks) {
-      ran |= r.counters[op].algos;
-      picked |= r.counters[op].auto_algos;
+      ran |= r.counters[op].algos();
+      picked |= r.counters[op].auto_algos();
     }
     if (ran == 0 || op == OpKind::kBarrier) continue;
     std::string asked, automatic;  // asked for by name; picked by auto
