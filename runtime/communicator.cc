@@ -44,6 +44,20 @@ Signature sig(OpKind op, DType t, ReduceOp red, Algo algo, int root, uint64_t co
 
 }  // namespace
 
+void Communicator::run_native(const NativeCall& call, Exchange& ex) {
+  if (ctx_->native == nullptr || id_ != 1) {
+    usage(std::string(to_string(call.op)) +
+          ": algorithm 'mpi' runs MPI's own collectives and needs an MPI world of one rank per "
+          "process (mpirun -np N, no --threads-per-process), on the world communicator; " +
+          "communicator " + name_ + " is not one");
+  }
+  if (call.dtype == DType::kBFloat16) {
+    usage(std::string(to_string(call.op)) +
+          ": algorithm 'mpi' has no bfloat16 (MPI has no such type); use float32");
+  }
+  ctx_->native->run(call, ex.site());
+}
+
 Communicator::Communicator(RankContext* ctx, uint64_t id, std::vector<int> ranks, std::string name)
     : ctx_(ctx), id_(id), ranks_(std::move(ranks)), name_(std::move(name)) {
   auto it = std::find(ranks_.begin(), ranks_.end(), ctx_->rank);

@@ -21,6 +21,7 @@ class Exchange {
   Exchange& operator=(const Exchange&) = delete;
 
   int rank() const { return comm_.rank_; }
+  const WaitSite& site() const { return site_; }
   int size() const { return comm_.size(); }
   size_t esize() const { return esize_; }
   // Byte address of element `i` of a buffer of this call's element type.
@@ -66,6 +67,13 @@ class Exchange {
   }
   // A temporary of at least `bytes`, reused across calls on this communicator.
   std::byte* scratch(size_t bytes);
+  // Runs this call as the communication library's own collective (Algo::kMpi) on the
+  // buffers given; type, reduction and root come from the call's signature. Throws
+  // UsageError where the library's communicator is not this one (native_collectives.h).
+  void run_native(const void* in, void* data, size_t count) {
+    comm_.run_native(
+        {sig_.op, in, data, count, sig_.dtype, sig_.reduce, sig_.root < 0 ? 0 : sig_.root}, *this);
+  }
 
  private:
   void note_step(int step);

@@ -8,6 +8,7 @@
 
 #include "runtime/counters.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/native_collectives.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 
@@ -23,6 +24,8 @@ struct RankContext {
   uint8_t world_features = 0;    // WorldFeature bits (algorithms/registry.h) of this world
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
+  // Algo::kMpi, where the world has one (an MPI world of one rank per process).
+  std::unique_ptr<NativeCollectives> native;
 };
 
 }  // namespace dtsim

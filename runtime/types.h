@@ -25,6 +25,7 @@ enum class Algo : uint8_t {
   kDirect,             // everyone sends everything to everyone, summed in rank order
   kDeterministic,      // bandwidth-optimal, every element summed in rank order 0..N-1
   kDissemination,      // barrier: ceil(log2 N) rounds of signals
+  kMpi,                // the MPI library's own collective (MPI world, one rank per process)
 };
 
 enum class OpKind : uint8_t {

@@ -20,6 +20,7 @@ constexpr AlgoName kNames[] = {
     {Algo::kDirect, "direct", nullptr},
     {Algo::kDeterministic, "deterministic", nullptr},
     {Algo::kDissemination, "dissemination", nullptr},
+    {Algo::kMpi, "mpi", nullptr},
 };
 
 // The rows' functions: unpack CollArgs for each algorithm's own signature.
@@ -50,6 +51,8 @@ void a2a_pairwise(Exchange& ex, const CollArgs& a) {
   all_to_all_pairwise(ex, a.in, a.send_counts, a.data, a.recv_counts);
 }
 void barrier(Exchange& ex, const CollArgs&) { barrier_dissemination(ex); }
+// The MPI library's own collective (native_collectives.h); all_reduce's `in` is null.
+void mpi(Exchange& ex, const CollArgs& a) { ex.run_native(a.in, a.data, a.count); }
 
 // clang-format off
 constexpr AlgoRow kRows[] = {
@@ -63,26 +66,36 @@ constexpr AlgoRow kRows[] = {
    "everyone sends everything to everyone, summed in rank order: (N-1) x the data"},
   {OpKind::kAllReduce, Algo::kDeterministic, ar_det, true, kWorldBasic,
    "ordered reduce-scatter then ring all-gather: the ring's traffic, sums in rank order"},
+  {OpKind::kAllReduce, Algo::kMpi, mpi, false, kWorldMpi,
+   "the MPI library's own collective (MPI_Iallreduce, in place)"},
   {OpKind::kReduceScatter, Algo::kRing, rs_ring, false, kWorldBasic,
    "partial sums passed around the ring: N-1 steps, (N-1)/N of the data"},
   {OpKind::kReduceScatter, Algo::kDirect, rs_ordered, true, kWorldBasic,
    "chunk j straight to rank j, summed there in rank order: one step"},
   {OpKind::kReduceScatter, Algo::kDeterministic, rs_ordered, true, kWorldBasic,
    "the same as direct: sums in rank order"},
+  {OpKind::kReduceScatter, Algo::kMpi, mpi, false, kWorldMpi,
+   "the MPI library's own collective (MPI_Ireduce_scatter, chunks as tensor_split)"},
   {OpKind::kAllGather, Algo::kRing, ag_ring, true, kWorldBasic,
    "chunks passed around the ring: N-1 steps, (N-1)/N of the output"},
   {OpKind::kAllGather, Algo::kDirect, ag_direct, true, kWorldBasic,
    "every rank sends its chunk to every other: one step"},
+  {OpKind::kAllGather, Algo::kMpi, mpi, true, kWorldMpi,
+   "the MPI library's own collective (MPI_Iallgatherv, chunks as tensor_split)"},
   {OpKind::kBroadcast, Algo::kTree, bc_tree, true, kWorldBasic,
    "binomial tree from the root: ceil(log2 N) steps"},
   {OpKind::kBroadcast, Algo::kDirect, bc_direct, true, kWorldBasic,
    "the root sends to every other rank"},
+  {OpKind::kBroadcast, Algo::kMpi, mpi, true, kWorldMpi,
+   "the MPI library's own collective (MPI_Ibcast)"},
   {OpKind::kReduce, Algo::kTree, rd_tree, false, kWorldBasic,
    "binomial tree into the root: ceil(log2 N) steps"},
   {OpKind::kReduce, Algo::kDirect, rd_ordered, true, kWorldBasic,
    "every rank sends to the root, which sums in rank order"},
   {OpKind::kReduce, Algo::kDeterministic, rd_ordered, true, kWorldBasic,
    "the same as direct: sums in rank order"},
+  {OpKind::kReduce, Algo::kMpi, mpi, false, kWorldMpi,
+   "the MPI library's own collective (MPI_Ireduce into the root)"},
   {OpKind::kAllToAll, Algo::kDirect, a2a_pairwise, true, kWorldBasic,
    "pairwise exchange: in step s rank r sends to r+s and receives from r-s, N-1 steps"},
   {OpKind::kBarrier, Algo::kDissemination, barrier, true, kWorldBasic,
@@ -195,7 +208,8 @@ std::string algorithm_error(OpKind op, Algo algo, uint8_t world) {
   }
   if (!world_has(world, *row)) {
     return std::string(to_string(op)) + " '" + to_string(algo) +
-           "' runs only in an MPI world (start dtsim under mpirun); here use " +
+           "' runs only in an MPI world of one rank per process (mpirun -np N, without "
+           "--threads-per-process); here use " +
            algorithm_list(op, true, world);
   }
   return {};

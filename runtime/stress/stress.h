@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/process_model.h"
+
 namespace dtsim {
 
 struct StressOptions {
@@ -30,6 +32,10 @@ struct StressOptions {
   int calls_per_iteration = 16;  // collective calls (group creations come on top)
   size_t max_numel = 2048;       // typical length; one call in ten is up to 8x longer
   bool keep_going = false;       // run every iteration even after a failure
+  // Thread world (default) or an MPI job (every process calls run_stress with the same
+  // options; ranks must equal processes * threads). Under MPI each process checks its own
+  // ranks, and the counts of the result are summed over all ranks by an all_reduce.
+  ProcessModel process = ProcessModel::threads_only(0);
 };
 
 struct StressResult {
@@ -39,7 +45,8 @@ struct StressResult {
   uint64_t failures = 0;         // wrong results, plus iterations that threw
   int first_failed_iteration = -1;
   std::vector<std::string> messages;  // the first few failures, one line each (errors may
-                                      // carry a multi-line desync report)
+                                      // carry a multi-line desync report); under MPI, those
+                                      // of this process's ranks
   std::string flight_report;          // flight recorders of the first failed iteration
   bool ok() const { return failures == 0; }
 };

@@ -54,6 +54,31 @@ TEST(Registry, AnAlgorithmTheCollectiveLacksIsAUsageErrorListingItsOwn) {
                RankFailure);
 }
 
+TEST(Registry, MpiRowsNeedAnMpiWorldAndTheThreadWorldRefusesThem) {
+  for (OpKind op : {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather,
+                    OpKind::kBroadcast, OpKind::kReduce}) {
+    SCOPED_TRACE(to_string(op));
+    const AlgoRow* row = find_algorithm(op, Algo::kMpi);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->needs, kWorldMpi);
+    EXPECT_EQ(algorithm_error(op, Algo::kMpi, kWorldMpi), "");
+  }
+  EXPECT_EQ(algorithm_error(OpKind::kAllReduce, Algo::kMpi),
+            "all_reduce 'mpi' runs only in an MPI world of one rank per process (mpirun -np N, "
+            "without --threads-per-process); here use auto, ring, rd, tree, direct or "
+            "deterministic");
+  EXPECT_EQ(algorithm_list(OpKind::kBroadcast, true, kWorldMpi), "auto, tree, direct or mpi");
+  Algo a = Algo::kAuto;
+  ASSERT_TRUE(parse_algo("mpi", &a));
+  EXPECT_EQ(a, Algo::kMpi);
+  World w(2);  // the thread world: refused at the call, before any message
+  EXPECT_THROW(w.run([](Communicator& c) {
+    float x[2] = {1, 2};
+    c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kMpi);
+  }),
+               RankFailure);
+}
+
 TEST(Registry, ZeroFollowsTheAllReduceAlgorithmWhereTheCollectiveHasIt) {
   EXPECT_EQ(algorithm_or_auto(OpKind::kReduceScatter, Algo::kDeterministic), Algo::kDeterministic);
   EXPECT_EQ(algorithm_or_auto(OpKind::kReduceScatter, Algo::kRecursiveDoubling), Algo::kAuto);

@@ -3,8 +3,12 @@
 // that can happen at once (which rank sent which chunk to whom) and every rank's buffer
 // afterwards; then the result against a single-threaded reference and the traffic each
 // rank sent, read from the runtime's counters.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,29 +16,17 @@
 #include "runtime/communicator.h"
 #include "runtime/split.h"
 #include "runtime/world.h"
-#include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/flags.h"
 
 namespace dtsim::cli {
 namespace {
 
-const char* kHelp =
-    "usage: dtsim walk --op OP [--ranks N] [--numel K] [--algo A] [--root R]\n"
-    "\n"
-    "Runs one collective with the trace on and prints it in causal order: a step is the\n"
-    "set of sends that can happen at once (each rank sends one message at a time, and\n"
-    "only what it has received by then), with every rank's buffer after it; then the\n"
-    "traffic. A rank marked '<- 0' received from rank 0 in that step.\n"
-    "Inputs are chosen so sums can be checked by eye: with N <= 8 and K <= 9, element i of\n"
-    "rank r is (i + 1) * 10^r, so 1111 means ranks 0-3 all contributed.\n"
-    "\n"
-    "  --op     all_reduce | reduce_scatter | all_gather | all_to_all | broadcast | reduce\n"
-    "  --ranks  number of rank threads, 1..16 (default 4)\n"
-    "  --numel  elements per rank, 0..64 (default 8)\n"
-    "  --algo   the op's algorithms (below; default: ring for all_reduce, else auto)\n"
-    "  --root   source of broadcast / destination of reduce (default 0)\n"
-    "\n"
-    "example: dtsim walk --op all_reduce --ranks 4 --numel 8\n";
+// What the command line sets.
+struct WalkFlags {
+  std::string op, algo;
+  int ranks = 4, numel = 8, root = 0;
+};
 
 // The help's algorithm list, from the registry.
 std::string algorithms_help() {
@@ -213,34 +205,21 @@ void print_steps(const Plan& p, const World& world) {
   }
 }
 
-}  // namespace
-
-int walk_main(const Words& words) {
-  Args a("walk", words, {"op", "ranks", "numel", "algo", "root"}, {"help"});
-  if (a.on("help")) {
-    std::fputs(kHelp, stdout);
-    std::fputs(algorithms_help().c_str(), stdout);
-    return 0;
-  }
-  if (!a.has("op"))
-    fail(
-        "walk",
-        "--op is required (all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce)");
+int run_walk(const WalkFlags& f) {
   Plan p;
-  p.op =
-      a.choice("op", "",
-               {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"});
-  p.n = static_cast<int>(a.integer("ranks", 4, 1, 16));
-  p.numel = static_cast<size_t>(a.integer("numel", 8, 0, 64));
-  p.root = static_cast<int>(a.integer("root", 0, 0, p.n - 1));
+  p.op = f.op;
+  p.n = f.ranks;
+  p.numel = static_cast<size_t>(f.numel);
+  if (f.root >= p.n) {
+    fail("walk", fmt::format("--root must be between 0 and {} (got {}): roots are ranks of "
+                             "--ranks {}",
+                             p.n - 1, f.root, p.n));
+  }
+  p.root = f.root;
   OpKind op = OpKind::kAllReduce;
   parse_collective(p.op, &op);
-  const std::string algo = a.str("algo", p.op == "all_reduce" ? "ring" : "auto");
-  if (!parse_algo(algo, &p.algo)) {
-    fail("walk",
-         "--algo for " + p.op + " must be one of " + algorithm_list(op) + " (got '" + algo + "')");
-  }
-  if (const std::string why = algorithm_error(op, p.algo); !why.empty()) fail("walk", why);
+  // AlgoFor() accepted --algo for this op.
+  parse_algo(f.algo.empty() ? (p.op == "all_reduce" ? "ring" : "auto") : f.algo, &p.algo);
   p.resolved = resolve_algorithm(op, p.algo, p.numel * sizeof(int64_t));
 
   WorldOptions opts;
@@ -286,6 +265,45 @@ int walk_main(const Words& words) {
   }
   std::printf("\n");
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_walk(CLI::App& dtsim) {
+  CLI::App* app = dtsim.add_subcommand(
+      "walk", "print a collective step by step: who sends which chunk to whom");
+  describe(app,
+           "Runs one collective with the trace on and prints it in causal order: a step is the\n"
+           "set of sends that can happen at once (each rank sends one message at a time, and\n"
+           "only what it has received by then), with every rank's buffer after it; then the\n"
+           "traffic. A rank marked '<- 0' received from rank 0 in that step.\n"
+           "Inputs are chosen so sums can be checked by eye: with N <= 8 and K <= 9, element i of\n"
+           "rank r is (i + 1) * 10^r, so 1111 means ranks 0-3 all contributed.");
+  app->option_defaults()->always_capture_default();
+  app->fallthrough();  // --config belongs to dtsim
+  auto f = std::make_shared<WalkFlags>();
+  app->add_option("--op", f->op, "the collective")
+      ->check(OneOf(
+          {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"}))
+      ->required();
+  app->add_option("--ranks", f->ranks, "number of rank threads")->transform(Integer(1, 16));
+  app->add_option("--numel", f->numel, "elements per rank")->transform(Integer(0, 64));
+  // Checked against --op's algorithms (declared above, so parsed first); walk runs in
+  // the thread world.
+  app->add_option("--algo", f->algo,
+                  "the op's algorithms, below [default: ring for all_reduce, else auto]")
+      ->check(AlgoFor(
+          [f] {
+            OpKind op = OpKind::kAllReduce;
+            parse_collective(f->op, &op);
+            return op;
+          },
+          [] { return uint8_t{kWorldBasic}; }, /*name_op=*/true))
+      ->default_str("");
+  app->add_option("--root", f->root, "source of broadcast / destination of reduce")
+      ->transform(Integer(0, 15));
+  app->footer("example: dtsim walk --op all_reduce --ranks 4 --numel 8\n" + algorithms_help());
+  return {app, [f] { return run_walk(*f); }};
 }
 
 }  // namespace dtsim::cli
