@@ -8,6 +8,7 @@
 
 #include "runtime/counters.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/mutant.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 
@@ -19,7 +20,8 @@ struct RankContext {
   RankCounters counters;
   RankTrace trace;
   bool tracing = false;
-  size_t lend_bytes = SIZE_MAX;  // Exchange::send_or_lend lends payloads this large
+  size_t lend_bytes = SIZE_MAX;   // Exchange::send_or_lend lends payloads this large
+  Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h), for measuring stress tests
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
 };

@@ -184,6 +184,8 @@ StressResult run_stress(const StressOptions& o,
     // Odd iterations lend every ring chunk of 64 bytes or more (the default only lends
     // from 64 KiB), so the lend/settle protocol meets the jitter at every length.
     if (it % 2) wo.lend_bytes = 64;
+    wo.mutant = o.mutant;
+    if (o.configure) o.configure(it, wo);
     World world(o.ranks, wo);
     bool failed = false;
     try {

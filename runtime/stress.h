@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/mutant.h"
+#include "runtime/world.h"
+
 namespace dtsim {
 
 struct StressOptions {
@@ -27,9 +30,13 @@ struct StressOptions {
   uint32_t jitter_us = 0;
   bool unsafe_live_sends = false;
   std::chrono::milliseconds timeout{10000};
-  int calls_per_iteration = 16;  // collective calls (group creations come on top)
-  size_t max_numel = 2048;       // typical length; one call in ten is up to 8x longer
-  bool keep_going = false;       // run every iteration even after a failure
+  int calls_per_iteration = 16;   // collective calls (group creations come on top)
+  size_t max_numel = 2048;        // typical length; one call in ten is up to 8x longer
+  bool keep_going = false;        // run every iteration even after a failure
+  Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h) the run must find
+  // Called before each iteration's World is made, to adjust its options (the controlled
+  // scheduler of runtime/schedule/explore.h sets itself up here).
+  std::function<void(int iteration, WorldOptions&)> configure;
 };
 
 struct StressResult {

@@ -26,7 +26,11 @@ bool is_collective(const MessageKey& k) { return (k.seq >> 63) == 0; }
 }  // namespace
 
 ThreadTransport::ThreadTransport(WorldState* state, int rank)
-    : state_(state), rank_(rank), rng_(state->options().jitter_seed * 0x100000001b3ull + rank) {
+    : state_(state),
+      rank_(rank),
+      rng_(state->options().jitter_seed * 0x100000001b3ull + rank),
+      sched_(state->options().scheduler),
+      mutant_(state->options().mutant) {
   const int opt = state->options().spin;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // 256 pauses is ~6.5 us on Zen 4: enough for a peer running on another core, short
@@ -62,6 +66,7 @@ void ThreadTransport::check_abort(const WaitSite& site, int peer) {
 void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
                            std::span<const std::byte> payload, const WaitSite& site) {
   jitter();
+  if (sched_) sched_->yield(rank_, schedule::Point::kSend);
   check_abort(site, dst);
   Channel& ch = state_->channel(rank_, dst);
   Envelope e;
@@ -110,8 +115,10 @@ void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const Wa
     return held == 0 || held + bytes <= kChannelByteBudget;
   };
   if (!fits()) {
+    const std::function<bool()> can = fits;
     wait_as_sender(fits, dst, site,
-                   "left a full per-channel byte budget of this rank's large messages unreceived");
+                   "left a full per-channel byte budget of this rank's large messages unreceived",
+                   &can);
   }
   ch.large_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
@@ -119,13 +126,14 @@ void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const Wa
 void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
                                      const WaitSite& site) {
   try {
+    const std::function<bool()> can = [&] { return ch.mail.has_room(); };
     wait_as_sender(
         [&] {
           if (ch.mail.push(e)) return true;
           state_->bell(dst).ring();  // make sure the receiver is awake to drain it
           return false;
         },
-        dst, site, "kept its mailbox full");
+        dst, site, "kept its mailbox full", &can);
   } catch (...) {
     drop(ch, e, /*src=*/-1);
     throw;
@@ -133,7 +141,15 @@ void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
 }
 
 void ThreadTransport::wait_as_sender(const std::function<bool()>& ready, int dst,
-                                     const WaitSite& site, const char* why) {
+                                     const WaitSite& site, const char* why,
+                                     const std::function<bool()>* can) {
+  if (sched_ && can) {
+    while (!ready()) {
+      check_abort(site, dst);
+      block(schedule::WaitKind::kRoom, dst, &site, *can);
+    }
+    return;
+  }
   // A sender waits only when its receiver is far behind (a full mailbox, a spent byte
   // budget): rare, so it polls with doubling sleeps up to 1 ms instead of having the
   // receiver signal on every receive.
@@ -196,10 +212,11 @@ ThreadTransport::PeerCheck ThreadTransport::check_peer(Channel& ch, int src, con
 
 Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& site) {
   jitter();
+  if (sched_) sched_->yield(rank_, schedule::Point::kRecv);
   Channel& ch = state_->channel(src, rank_);
   Envelope e;
-  bool found = false;
-  for (size_t i = 0; i < ch.stash.size(); ++i) {
+  bool found = mutant_ == Mutant::kRecvWrongStep && take_newest(ch, src, key, site, &e);
+  for (size_t i = 0; !found && i < ch.stash.size(); ++i) {
     if (ch.stash[i].key == key) {
       e = ch.stash[i];
       ch.stash.erase(ch.stash.begin() + static_cast<std::ptrdiff_t>(i));
@@ -208,6 +225,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
       break;
     }
   }
+  if (!found && sched_) found = recv_controlled(ch, src, key, site, &e);
   auto take = [&] { return try_take(ch, src, key, site, &e); };
   if (!found) found = spin_poll(spin_, take);
   std::optional<WaitingOn> published;  // for the watchdog, from the first yield on

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "runtime/schedule/scheduler.h"
 #include "runtime/transport.h"
 #include "runtime/world_state.h"
 
@@ -51,8 +52,9 @@ class ThreadTransport final : public Transport {
   void withdraw_lends(Channel& ch, int dst);
   bool peer_gone(int peer) const;
   // Polls `ready` with backoff until it holds; TimeoutError (the peer `why`) at the deadline.
+  // `can` (controlled scheduler only): a side-effect-free test that `ready` may succeed.
   void wait_as_sender(const std::function<bool()>& ready, int dst, const WaitSite& site,
-                      const char* why);
+                      const char* why, const std::function<bool()>* can = nullptr);
   void check_abort(const WaitSite& site, int peer);
   // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
   // (and frees its payload).
@@ -64,11 +66,24 @@ class ThreadTransport final : public Transport {
   PeerCheck check_peer(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
                        Envelope* out);
   void jitter();
+  // Under the controlled scheduler (runtime/schedule/controlled_waits.cc) the waits block
+  // in the scheduler instead of polling: recv's for a message, settle's for releases,
+  // withdraw's for readers, a sender's for room.
+  bool recv_controlled(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
+                       Envelope* out);
+  void settle_controlled(Channel& ch, int dst, const WaitSite& site);
+  void block(schedule::WaitKind kind, int peer, const WaitSite* site,
+             const std::function<bool()>& ready);
+  // Mutant::kRecvWrongStep: takes the newest pending message of this call from src.
+  bool take_newest(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
+                   Envelope* out);
 
   WorldState* state_;
   int rank_;
   int spin_;
   uint64_t rng_;
+  schedule::Scheduler* sched_;  // WorldOptions::scheduler: nullptr unless controlled
+  Mutant mutant_;
 };
 
 }  // namespace dtsim

@@ -7,6 +7,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/rank_context.h"
+#include "runtime/schedule/scheduler.h"
 #include "runtime/thread_transport.h"
 #include "runtime/watchdog.h"
 #include "runtime/world_state.h"
@@ -49,6 +50,7 @@ World::World(int size, WorldOptions options) : size_(size) {
     ctx->transport = std::make_unique<ThreadTransport>(state_.get(), r);
     ctx->tracing = options.trace;
     ctx->lend_bytes = options.lend_bytes;
+    ctx->mutant = options.mutant;
     ctx->recorder = &state_->recorder(r);
     contexts_.push_back(std::move(ctx));
   }
@@ -92,6 +94,8 @@ void World::rank_main(int rank) {
     seen = generation_.load(std::memory_order_acquire);
     if (stopping_) return;
     FlightRecorder& recorder = state_->recorder(rank);
+    schedule::Scheduler* sched = state_->options().scheduler;
+    if (sched) sched->enter(rank);
     try {
       Communicator world(
           contexts_[rank].get(), 1,
@@ -113,6 +117,7 @@ void World::rank_main(int rank) {
       // settle()) must see it leave either way.
       for (int r = 0; r < size_; ++r) state_->bell(r).ring();
     }
+    if (sched) sched->leave(rank);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
   }
 }
@@ -124,6 +129,8 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     state_->recorder(ctx->rank).reset();
   }
   watchdog_->set_active(true);
+  if (auto* sched = state_->options().scheduler)
+    sched->begin_run(state_.get(), state_->options().timeout);
   job_ = &fn;
   pending_.store(size_, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_release);

@@ -9,6 +9,7 @@
 #include "runtime/stress.h"
 #include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/stress_explore.h"
 
 namespace dtsim::cli {
 namespace {
@@ -17,6 +18,8 @@ const char* kHelp =
     "usage: dtsim stress [--ranks N] [--iterations K] [--seed S] [--start I]\n"
     "                    [--jitter-us U] [--calls C] [--max-numel M] [--timeout-ms T]\n"
     "                    [--unsafe-live-sends] [--keep-going] [--report]\n"
+    "                    [--scheduler jitter|random|pct] [--depth D] [--schedules K]\n"
+    "                    [--mutant NAME] [--schedule-file F] [--replay F]\n"
     "\n"
     "Runs K iterations of C random collectives each (all_reduce, reduce_scatter, all_gather,\n"
     "broadcast, reduce, all_to_all, all_to_all_single, barrier; random lengths including 0\n"
@@ -36,6 +39,18 @@ const char* kHelp =
     "  --unsafe-live-sends  break the snapshot rule on purpose: stress must catch it\n"
     "  --keep-going         continue after a failing iteration\n"
     "  --report             on failure, print every rank's flight recorder\n"
+    "  --scheduler          jitter (default): free-running threads with injected jitter;\n"
+    "                       random, pct: one rank at a time under a controlled scheduler\n"
+    "                       choosing every interleaving from the seed (exact replay)\n"
+    "  --depth              PCT bug depth d: d - 1 priority change points (default 3)\n"
+    "  --schedules          under --scheduler: schedules to explore (an iteration each)\n"
+    "  --mutant             plant a bug that stress must find: lend-overwrite,\n"
+    "                       missing-settle, ring-wrong-chunk, split-off-by-one,\n"
+    "                       recv-wrong-step, lend-claim-race\n"
+    "  --schedule-file      where a failing schedule is written (dtsim-schedule-S-I.txt)\n"
+    "  --replay             replay a schedule file exactly\n"
+    "  --same-plan          run every schedule on plan --start and count the failing ones\n"
+    "                       (a mutant's hit rate per schedule, for any --scheduler)\n"
     "\n"
     "example: dtsim stress --ranks 8 --iterations 50 --seed 7 --jitter-us 50\n";
 
@@ -48,10 +63,10 @@ int stress_main(const Words& words) {
       return 0;
     }
   }
-  Args args(
-      "stress", words,
-      {"ranks", "iterations", "seed", "start", "jitter-us", "calls", "max-numel", "timeout-ms"},
-      {"unsafe-live-sends", "keep-going", "report"});
+  Args args("stress", words,
+            {"ranks", "iterations", "seed", "start", "jitter-us", "calls", "max-numel",
+             "timeout-ms", "scheduler", "depth", "schedules", "mutant", "schedule-file", "replay"},
+            {"unsafe-live-sends", "keep-going", "report", "same-plan"});
   StressOptions o;
   o.ranks = static_cast<int>(args.integer("ranks", 8, 1, 256));
   o.iterations = static_cast<int>(args.integer("iterations", 20, 1, 100000000));
@@ -63,6 +78,20 @@ int stress_main(const Words& words) {
   o.timeout = std::chrono::milliseconds(args.integer("timeout-ms", 10000, 1, 3600000));
   o.unsafe_live_sends = args.on("unsafe-live-sends");
   o.keep_going = args.on("keep-going");
+  if (!parse_mutant(args.str("mutant", "none"), &o.mutant)) {
+    fail("stress", "unknown --mutant " + args.str("mutant", "") + "; use one of " + mutant_names());
+  }
+  ExploreFlags ef;
+  const std::string sched = args.choice("scheduler", "jitter", {"jitter", "random", "pct"});
+  ef.scheduler = sched;
+  ef.depth = static_cast<int>(args.integer("depth", 3, 1, 16));
+  ef.replay = args.str("replay", "");
+  ef.schedule_file = args.str("schedule-file", "");
+  ef.same_plan = args.on("same-plan");
+  if (sched != "jitter" || !ef.replay.empty() || ef.same_plan) {
+    o.iterations = static_cast<int>(args.integer("schedules", 100, 1, 100000000));
+    return explore_stress(o, ef);
+  }
 
   std::printf("dtsim stress: %d ranks, iterations %d..%d, seed %llu, jitter %u us%s\n", o.ranks,
               o.first_iteration, o.first_iteration + o.iterations - 1,

@@ -1,0 +1,125 @@
+#include "runtime/schedule/explore.h"
+
+#include <algorithm>
+
+#include "common/splitmix.h"
+#include "runtime/schedule/scheduler.h"
+
+namespace dtsim::schedule {
+namespace {
+
+// Lets `sched` run the iteration: no jitter (the scheduler decides every interleaving),
+// choices seeded from (seed, iteration).
+void control(const StressOptions& o, Scheduler* sched, int iteration, WorldOptions& wo) {
+  wo.jitter_us = 0;
+  wo.scheduler = sched;
+  sched->set_run_seed(mix64(o.seed, static_cast<uint64_t>(iteration)));
+}
+
+std::string first_message(const StressResult& r) {
+  return r.messages.empty() ? "failed" : r.messages.front();
+}
+
+}  // namespace
+
+StressResult run_schedule(const StressOptions& o, int iteration, Strategy* strategy, Record* record,
+                          std::string* divergence) {
+  Scheduler sched(strategy);
+  StressOptions so = o;
+  so.first_iteration = iteration;
+  so.iterations = 1;
+  so.keep_going = false;
+  so.configure = [&](int it, WorldOptions& wo) { control(o, &sched, it, wo); };
+  StressResult r = run_stress(so);
+  if (record) *record = sched.record();
+  if (divergence) *divergence = sched.divergence();
+  return r;
+}
+
+SamePlanResult same_plan(const StressOptions& o, const ExploreOptions& e) {
+  SamePlanResult res;
+  std::unique_ptr<Strategy> strategy;
+  if (e.strategy != "jitter") {
+    strategy = e.strategy == "random" ? make_random_walk() : make_pct(std::max(1, e.depth));
+  }
+  Scheduler sched(strategy.get());
+  for (int run = 0; run < o.iterations; ++run) {
+    StressOptions so = o;
+    so.iterations = 1;
+    so.keep_going = false;
+    const uint64_t salt = mix64(mix64(o.seed, static_cast<uint64_t>(o.first_iteration)), run);
+    so.configure = [&](int it, WorldOptions& wo) {
+      if (!strategy) {
+        wo.jitter_seed = salt;
+        return;
+      }
+      control(o, &sched, it, wo);
+      sched.set_run_seed(salt);
+    };
+    const StressResult r = run_stress(so);
+    ++res.runs;
+    if (r.ok()) continue;
+    if (res.failing++ == 0) {
+      res.first_failing = run;
+      res.first_message = first_message(r);
+    }
+  }
+  return res;
+}
+
+ExploreResult explore(const StressOptions& o, const ExploreOptions& e) {
+  ExploreResult res;
+  std::unique_ptr<Strategy> strategy =
+      e.strategy == "random" ? make_random_walk() : make_pct(std::max(1, e.depth));
+  Scheduler sched(strategy.get());
+  StressOptions so = o;
+  so.keep_going = false;
+  so.configure = [&](int it, WorldOptions& wo) { control(o, &sched, it, wo); };
+  res.stress = run_stress(so);
+  if (res.stress.ok()) return res;
+  res.failed = true;
+  res.failed_iteration = res.stress.first_failed_iteration;
+  res.record = sched.record();
+  res.preemptions_found = res.record.preemptions();
+  res.message = first_message(res.stress);
+
+  // Shrink: take preemptions out (all at once, then one at a time from the last) while
+  // the run still fails; every accepted run's own record replaces the schedule.
+  int runs = 0;
+  for (bool progress = true; progress && runs < e.shrink_runs;) {
+    progress = false;
+    std::vector<uint64_t> steps;
+    for (size_t i = 0; i < res.record.preempted.size(); ++i) {
+      if (res.record.preempted[i]) steps.push_back(i);
+    }
+    std::vector<std::vector<uint64_t>> tries;
+    if (steps.size() > 1) tries.push_back(steps);
+    for (size_t i = steps.size(); i-- > 0;) tries.push_back({steps[i]});
+    for (const auto& skip : tries) {
+      if (runs++ >= e.shrink_runs) break;
+      auto shrink = make_shrink(res.record, skip);
+      Record r;
+      const StressResult sr = run_schedule(o, res.failed_iteration, shrink.get(), &r, nullptr);
+      if (!sr.ok() && r.preemptions() < res.record.preemptions()) {
+        res.record = std::move(r);
+        res.message = first_message(sr);
+        progress = true;
+        break;
+      }
+    }
+  }
+
+  // The replay must fail the same way, twice, with the same runnable sets.
+  res.replay_same = true;
+  for (int i = 0; i < 2; ++i) {
+    auto replay = make_replay(res.record);
+    std::string divergence;
+    const StressResult rr =
+        run_schedule(o, res.failed_iteration, replay.get(), nullptr, &divergence);
+    if (!divergence.empty() && res.divergence.empty()) res.divergence = divergence;
+    res.replay_same &= !rr.ok() && first_message(rr) == res.message && divergence.empty();
+  }
+  return res;
+}
+
+}  // namespace dtsim::schedule
