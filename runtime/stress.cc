@@ -7,6 +7,7 @@
 #include <span>
 
 #include "runtime/communicator.h"
+#include "runtime/schedule/scheduler.h"
 #include "runtime/stress_plan.h"
 #include "runtime/world.h"
 
@@ -211,6 +212,7 @@ StressResult run_stress(const StressOptions& o,
     if (failed && res.first_failed_iteration < 0) {
       res.first_failed_iteration = it;
       res.flight_report = flight_report(world);
+      if (wo.scheduler) res.flight_report += wo.scheduler->summary(32) + "\n";
     }
     if (on_iteration) on_iteration(it, res);
     if (failed && !o.keep_going) break;

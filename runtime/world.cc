@@ -146,6 +146,7 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   if (cause) {
     what = state_->abort_reason().substr(std::string("rank ").size());
     flight = flight_report(kFailureReportCalls);
+    if (auto* sched = state_->options().scheduler) flight += "\n" + sched->summary(32);
   }
   state_->reset();
   if (cause) {

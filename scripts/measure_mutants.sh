@@ -39,7 +39,7 @@ for mutant in $MUTANTS; do
         grep '^iterations:' "$out" | awk '{print $2}' >> "$WORK/n"
         cmd=$(sed -n 's/^reproduce: dtsim //p' "$out")
       else
-        sed -n 's/^found at schedule [0-9]* (\([0-9]*\) run).*/\1/p' "$out" >> "$WORK/n"
+        sed -n 's/^found at schedule [0-9]* (\([0-9]*\) schedules run).*/\1/p' "$out" >> "$WORK/n"
         cmd=$(sed -n 's/^replay: dtsim //p' "$out")
       fi
       grep '^time:' "$out" | awk '{print $2}' >> "$WORK/s"

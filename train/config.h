@@ -11,6 +11,7 @@
 #include "model/mlp.h"
 #include "model/moe_model.h"
 #include "runtime/types.h"
+#include "runtime/world.h"
 
 namespace dtsim::train {
 
@@ -57,6 +58,9 @@ struct TrainConfig {
   // reverse order. The same training in a different summation order: train/check.h measures
   // the reassociation floor of MoE and accumulation references with it.
   bool reverse_accumulation = false;
+  // Options of the rank threads' World (the controlled scheduler for schedule tests,
+  // planted mutants); the defaults run free threads.
+  WorldOptions world;
 };
 
 // The full single-rank parameter layout of the model `config` names (mlp or moe).

@@ -26,7 +26,7 @@ RunResult build_result(const TrainConfig& config, std::vector<RankOutcome>& outc
 }  // namespace
 
 std::unique_ptr<World> make_world(const TrainConfig& config) {
-  return std::make_unique<World>(config.ranks);
+  return std::make_unique<World>(config.ranks, config.world);
 }
 
 bool holds_global_rank0() { return true; }

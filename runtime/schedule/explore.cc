@@ -83,8 +83,9 @@ ExploreResult explore(const StressOptions& o, const ExploreOptions& e) {
   res.preemptions_found = res.record.preemptions();
   res.message = first_message(res.stress);
 
-  // Shrink: take preemptions out (all at once, then one at a time from the last) while
-  // the run still fails; every accepted run's own record replaces the schedule.
+  // Shrink, as delta debugging does: take preemptions out in groups (all, halves,
+  // quarters, ..., one at a time) while the run still fails; each accepted run's own
+  // record replaces the schedule, and the search starts over from it.
   int runs = 0;
   for (bool progress = true; progress && runs < e.shrink_runs;) {
     progress = false;
@@ -92,19 +93,21 @@ ExploreResult explore(const StressOptions& o, const ExploreOptions& e) {
     for (size_t i = 0; i < res.record.preempted.size(); ++i) {
       if (res.record.preempted[i]) steps.push_back(i);
     }
-    std::vector<std::vector<uint64_t>> tries;
-    if (steps.size() > 1) tries.push_back(steps);
-    for (size_t i = steps.size(); i-- > 0;) tries.push_back({steps[i]});
-    for (const auto& skip : tries) {
-      if (runs++ >= e.shrink_runs) break;
-      auto shrink = make_shrink(res.record, skip);
-      Record r;
-      const StressResult sr = run_schedule(o, res.failed_iteration, shrink.get(), &r, nullptr);
-      if (!sr.ok() && r.preemptions() < res.record.preemptions()) {
-        res.record = std::move(r);
-        res.message = first_message(sr);
-        progress = true;
-        break;
+    for (size_t group = steps.size(); group >= 1 && !progress && runs < e.shrink_runs; group /= 2) {
+      for (size_t from = 0; from < steps.size() && runs < e.shrink_runs; from += group) {
+        const std::vector<uint64_t> skip(
+            steps.begin() + static_cast<std::ptrdiff_t>(from),
+            steps.begin() + static_cast<std::ptrdiff_t>(std::min(steps.size(), from + group)));
+        ++runs;
+        auto shrink = make_shrink(res.record, skip);
+        Record r;
+        const StressResult sr = run_schedule(o, res.failed_iteration, shrink.get(), &r, nullptr);
+        if (!sr.ok() && r.preemptions() < res.record.preemptions()) {
+          res.record = std::move(r);
+          res.message = first_message(sr);
+          progress = true;
+          break;
+        }
       }
     }
   }

@@ -17,7 +17,7 @@ namespace dtsim::schedule {
 struct ExploreOptions {
   std::string strategy = "pct";  // "random" or "pct" (same_plan also takes "jitter")
   int depth = 3;                 // PCT bug depth, >= 1
-  int shrink_runs = 32;          // most re-runs spent shrinking a failing schedule
+  int shrink_runs = 100;         // most re-runs spent shrinking a failing schedule
 };
 
 struct ExploreResult {

@@ -40,12 +40,15 @@ class Shrink final : public Strategy {
   void begin(int /*ranks*/, uint64_t /*run_seed*/) override {}
 
   int choose(const std::vector<int>& runnable, int current, uint64_t step) override {
-    const bool skipped = std::binary_search(skip_.begin(), skip_.end(), step);
-    if (!skipped && step < record_.choices.size() &&
-        std::binary_search(runnable.begin(), runnable.end(), record_.choices[step])) {
-      return record_.choices[step];
+    const bool recorded = step < record_.choices.size();
+    const bool fits =
+        recorded && std::binary_search(runnable.begin(), runnable.end(), record_.choices[step]);
+    if (current >= 0) {  // preempt only where the record did, and not where skipped
+      const bool preempt = recorded && record_.preempted[step] &&
+                           !std::binary_search(skip_.begin(), skip_.end(), step);
+      return preempt && fits ? record_.choices[step] : current;
     }
-    return current >= 0 ? current : runnable.front();
+    return fits ? record_.choices[step] : runnable.front();
   }
 
  private:

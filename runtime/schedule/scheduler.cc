@@ -122,6 +122,17 @@ void Scheduler::wait_turn(int rank) {
                    "know of")));
 }
 
+std::string Scheduler::summary(size_t last) const {
+  const size_t n = record_.choices.size();
+  std::string out = "controlled schedule: " + std::to_string(n) + " steps, " +
+                    std::to_string(record_.preemptions()) +
+                    " preemptions; last choices (step:rank)";
+  for (size_t i = n > last ? n - last : 0; i < n; ++i) {
+    out += " " + std::to_string(i) + ":" + std::to_string(record_.choices[i]);
+  }
+  return out;
+}
+
 std::string Scheduler::deadlock_report() const {
   std::string out = "deadlock: no rank can run (controlled scheduler, step " +
                     std::to_string(record_.choices.size()) + "):";

@@ -74,6 +74,9 @@ class Scheduler {
 
   // The last run's choices.
   const Record& record() const { return record_; }
+  // "controlled schedule: 812 steps, 7 preemptions; last choices (step:rank) 780:2 ...":
+  // the schedule so far, for failure reports (World adds it to the flight report).
+  std::string summary(size_t last) const;
   // The strategy's divergence() after the last run ("" if none).
   std::string divergence() const { return strategy_->divergence(); }
 

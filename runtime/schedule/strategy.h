@@ -44,9 +44,9 @@ struct Record {
 // Follows `record` exactly; a step whose runnable set hashes differently (or a run longer
 // than the record) sets divergence(): something outside the scheduler is not deterministic.
 std::unique_ptr<Strategy> make_replay(Record record);
-// For shrinking: follows `record` but lets the running rank go on at every step in
-// `skip` (steps where the record preempted); past the record, or where its choice is not
-// runnable, keeps the running rank if it can, else the lowest runnable.
+// For shrinking: preempts the running rank only at the steps where `record` did and that
+// are not in `skip`; when the running rank blocked or returned, takes the record's choice
+// if it is runnable, else the lowest runnable rank. Never adds a preemption.
 std::unique_ptr<Strategy> make_shrink(Record record, std::vector<uint64_t> skip);
 
 // FNV-1a of the runnable set (for Record::runnable_hash).

@@ -88,6 +88,7 @@ int stress_main(const Words& words) {
   ef.replay = args.str("replay", "");
   ef.schedule_file = args.str("schedule-file", "");
   ef.same_plan = args.on("same-plan");
+  ef.report = args.on("report");
   if (sched != "jitter" || !ef.replay.empty() || ef.same_plan) {
     o.iterations = static_cast<int>(args.integer("schedules", 100, 1, 100000000));
     return explore_stress(o, ef);

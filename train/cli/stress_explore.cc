@@ -74,9 +74,11 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
       static_cast<unsigned long long>(r.stress.failures), seconds_since(t0));
   if (!r.failed) return 0;
   std::printf("FAIL %s\n", r.message.c_str());
-  std::printf("found at schedule %d (%d run); %d preemptions, shrunk to %d in %zu steps\n",
-              r.failed_iteration, r.stress.iterations, r.preemptions_found, r.record.preemptions(),
-              r.record.choices.size());
+  if (f.report) std::printf("flight recorder:\n%s", r.stress.flight_report.c_str());
+  std::printf(
+      "found at schedule %d (%d schedules run); %d preemptions, shrunk to %d in %zu steps\n",
+      r.failed_iteration, r.stress.iterations, r.preemptions_found, r.record.preemptions(),
+      r.record.choices.size());
   std::printf("replayed twice: %s\n", r.replay_same ? "same failure both times"
                                                     : ("DIFFERENT (" + r.divergence + ")").c_str());
   const std::string path = f.schedule_file.empty()

@@ -12,6 +12,7 @@ struct ExploreFlags {
   int depth = 3;
   std::string replay;         // a schedule file to replay, or ""
   std::string schedule_file;  // where a failing schedule goes ("": dtsim-schedule-S-I.txt)
+  bool report = false;        // print the flight recorder and the schedule so far
   bool same_plan = false;     // every schedule runs plan --start: count the failing ones
 };
 
