@@ -46,6 +46,20 @@ Signature sig(OpKind op, DType t, ReduceOp red, Algo algo, int root, uint64_t co
 
 }  // namespace
 
+void Communicator::run_native(const NativeCall& call, Exchange& ex) {
+  if (ctx_->native == nullptr || id_ != 1) {
+    usage(std::string(to_string(call.op)) +
+          ": algorithm 'mpi' runs MPI's own collectives and needs an MPI world of one rank per "
+          "process (mpirun -np N, no --threads-per-process), on the world communicator; " +
+          "communicator " + name_ + " is not one");
+  }
+  if (call.dtype == DType::kBFloat16) {
+    usage(std::string(to_string(call.op)) +
+          ": algorithm 'mpi' has no bfloat16 (MPI has no such type); use float32");
+  }
+  ctx_->native->run(call, ex.site());
+}
+
 Communicator::Communicator(RankContext* ctx, uint64_t id, std::vector<int> ranks, std::string name)
     : ctx_(ctx), id_(id), ranks_(std::move(ranks)), name_(std::move(name)) {
   auto it = std::find(ranks_.begin(), ranks_.end(), ctx_->rank);
@@ -73,7 +87,9 @@ void Communicator::all_reduce_raw(void* data, size_t count, DType t, ReduceOp op
     algo = count * dtype_size(t) <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kRing;
   }
   Exchange ex(*this, sig(OpKind::kAllReduce, t, op, algo, -1, count));
-  if (size() > 1 && count > 0) {
+  if (algo == Algo::kMpi) {
+    run_native({OpKind::kAllReduce, nullptr, data, count, t, op, 0}, ex);
+  } else if (size() > 1 && count > 0) {
     switch (algo) {
       case Algo::kRing:
         all_reduce_ring(ex, data, count, red);
@@ -91,6 +107,7 @@ void Communicator::all_reduce_raw(void* data, size_t count, DType t, ReduceOp op
         all_reduce_deterministic(ex, data, count, red);
         break;
       case Algo::kAuto:
+      case Algo::kMpi:
         break;
     }
   }
@@ -108,12 +125,15 @@ void Communicator::reduce_scatter_raw(const void* in, size_t in_count, void* out
   }
   const Reducer red = reducer_for(t, op);
   if (algo == Algo::kAuto) algo = Algo::kRing;
-  if (algo != Algo::kRing && algo != Algo::kDirect && algo != Algo::kDeterministic) {
+  if (algo != Algo::kRing && algo != Algo::kDirect && algo != Algo::kDeterministic &&
+      algo != Algo::kMpi) {
     usage(std::string("reduce_scatter has no '") + to_string(algo) +
-          "' algorithm; use ring, direct or deterministic");
+          "' algorithm; use ring, direct, deterministic or mpi");
   }
   Exchange ex(*this, sig(OpKind::kReduceScatter, t, op, algo, -1, in_count));
-  if (algo == Algo::kRing) {
+  if (algo == Algo::kMpi) {
+    run_native({OpKind::kReduceScatter, in, out, in_count, t, op, 0}, ex);
+  } else if (algo == Algo::kRing) {
     reduce_scatter_ring(ex, in, in_count, out, red);
   } else {
     reduce_scatter_ordered(ex, in, in_count, out, red);
@@ -131,11 +151,14 @@ void Communicator::all_gather_raw(const void* in, size_t in_count, void* out, si
           std::to_string(want) + " (tensor_split sizes)");
   }
   if (algo == Algo::kAuto) algo = Algo::kRing;
-  if (algo != Algo::kRing && algo != Algo::kDirect) {
-    usage(std::string("all_gather has no '") + to_string(algo) + "' algorithm; use ring or direct");
+  if (algo != Algo::kRing && algo != Algo::kDirect && algo != Algo::kMpi) {
+    usage(std::string("all_gather has no '") + to_string(algo) +
+          "' algorithm; use ring, direct or mpi");
   }
   Exchange ex(*this, sig(OpKind::kAllGather, t, ReduceOp::kSum, algo, -1, out_count));
-  if (algo == Algo::kRing) {
+  if (algo == Algo::kMpi) {
+    run_native({OpKind::kAllGather, in, out, out_count, t, ReduceOp::kSum, 0}, ex);
+  } else if (algo == Algo::kRing) {
     all_gather_ring(ex, in, out, out_count);
   } else {
     all_gather_direct(ex, in, out, out_count);
@@ -145,10 +168,15 @@ void Communicator::all_gather_raw(const void* in, size_t in_count, void* out, si
 void Communicator::broadcast_raw(void* data, size_t count, DType t, int src, Algo algo) {
   check_peer(src, "broadcast");
   if (algo == Algo::kAuto) algo = Algo::kTree;
-  if (algo != Algo::kTree && algo != Algo::kDirect) {
-    usage(std::string("broadcast has no '") + to_string(algo) + "' algorithm; use tree or direct");
+  if (algo != Algo::kTree && algo != Algo::kDirect && algo != Algo::kMpi) {
+    usage(std::string("broadcast has no '") + to_string(algo) +
+          "' algorithm; use tree, direct or mpi");
   }
   Exchange ex(*this, sig(OpKind::kBroadcast, t, ReduceOp::kSum, algo, src, count));
+  if (algo == Algo::kMpi) {
+    run_native({OpKind::kBroadcast, nullptr, data, count, t, ReduceOp::kSum, src}, ex);
+    return;
+  }
   if (size() == 1) return;
   if (algo == Algo::kTree) {
     broadcast_tree(ex, data, count, src);
@@ -161,12 +189,15 @@ void Communicator::reduce_raw(void* data, size_t count, DType t, int dst, Reduce
   check_peer(dst, "reduce");
   const Reducer red = reducer_for(t, op);
   if (algo == Algo::kAuto) algo = Algo::kTree;
-  if (algo != Algo::kTree && algo != Algo::kDirect && algo != Algo::kDeterministic) {
+  if (algo != Algo::kTree && algo != Algo::kDirect && algo != Algo::kDeterministic &&
+      algo != Algo::kMpi) {
     usage(std::string("reduce has no '") + to_string(algo) +
-          "' algorithm; use tree, direct or deterministic");
+          "' algorithm; use tree, direct, deterministic or mpi");
   }
   Exchange ex(*this, sig(OpKind::kReduce, t, op, algo, dst, count));
-  if (size() > 1) {
+  if (algo == Algo::kMpi) {
+    run_native({OpKind::kReduce, nullptr, data, count, t, op, dst}, ex);
+  } else if (size() > 1) {
     if (algo == Algo::kTree) {
       reduce_tree(ex, data, count, dst, red);
     } else {

@@ -134,6 +134,8 @@ class Communicator {
   uint64_t& p2p_counter(std::vector<std::vector<std::pair<int, uint64_t>>>& table, int peer,
                         int tag);
   void check_peer(int peer, const char* what) const;
+  // Algo::kMpi: the library's own collective (native_collectives.h).
+  void run_native(const NativeCall& call, Exchange& ex);
 
   RankContext* ctx_;
   uint64_t id_;

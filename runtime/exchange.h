@@ -21,6 +21,7 @@ class Exchange {
   Exchange& operator=(const Exchange&) = delete;
 
   int rank() const { return comm_.rank_; }
+  const WaitSite& site() const { return site_; }
   int size() const { return comm_.size(); }
   size_t esize() const { return esize_; }
   // The planted bug this run carries (mutant.h): algorithms test for their own.

@@ -9,6 +9,7 @@
 #include "runtime/counters.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/mutant.h"
+#include "runtime/native_collectives.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 
@@ -24,6 +25,8 @@ struct RankContext {
   Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h), for measuring stress tests
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
+  // Algo::kMpi, where the world has one (an MPI world of one rank per process).
+  std::unique_ptr<NativeCollectives> native;
 };
 
 }  // namespace dtsim

@@ -1,6 +1,7 @@
 #include "runtime/stress.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -129,9 +130,26 @@ void run_rank(Communicator& world, const StressOptions& o, int iteration,
   }
 }
 
+// Sums every rank's (checked, failed) over the world, through the runtime itself: under MPI
+// a process holds only its own ranks' counts.
+void sum_counts(World& world, std::vector<RankSlot>& slots) {
+  std::vector<std::array<int64_t, 2>> sums(world.model().threads);
+  world.run([&](Communicator& c) {
+    RankSlot& slot = slots[c.rank()];
+    std::array<int64_t, 2> v = {static_cast<int64_t>(slot.checked),
+                                static_cast<int64_t>(slot.failed)};
+    c.all_reduce(std::span<int64_t>(v), ReduceOp::kSum, Algo::kDirect);
+    sums[c.rank() - world.first_rank()] = v;
+  });
+  for (RankSlot& slot : slots) slot.checked = slot.failed = 0;
+  // Every rank got the same sums; the process's first rank carries them.
+  slots[world.first_rank()].checked = static_cast<uint64_t>(sums[0][0]);
+  slots[world.first_rank()].failed = static_cast<uint64_t>(sums[0][1]);
+}
+
 std::string flight_report(const World& world) {
   std::string out;
-  for (int r = 0; r < world.size(); ++r) {
+  for (int r = world.first_rank(); r < world.first_rank() + world.model().threads; ++r) {
     const auto entries = world.flight_record(r);
     out += "rank " + std::to_string(r) + " (last " + std::to_string(entries.size()) +
            " collectives):\n";
@@ -187,17 +205,25 @@ StressResult run_stress(const StressOptions& o,
     if (it % 2) wo.lend_bytes = 64;
     wo.mutant = o.mutant;
     if (o.configure) o.configure(it, wo);
-    World world(o.ranks, wo);
+    World world(o.process.mpi ? o.process : ProcessModel::threads_only(o.ranks), wo);
+    if (world.size() != o.ranks) {
+      throw UsageError("stress: --ranks " + std::to_string(o.ranks) + " does not match the " +
+                       o.process.describe() + " of this job (" + std::to_string(world.size()) +
+                       " ranks)");
+    }
     bool failed = false;
     try {
       world.run([&](Communicator& c) { run_rank(c, o, it, want, slots[c.rank()]); });
     } catch (const std::exception& e) {
+      // Across processes a failed run may mean a lost process: stop, with the error.
+      if (o.process.mpi) throw;
       failed = true;
       ++res.failures;
       if (res.messages.size() < kMaxMessages) {
         res.messages.push_back("iteration " + std::to_string(it) + ": " + e.what());
       }
     }
+    if (o.process.mpi) sum_counts(world, slots);
     for (RankSlot& slot : slots) {
       res.results_checked += slot.checked;
       slot.checked = 0;

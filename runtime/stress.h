@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/mutant.h"
+#include "runtime/process_model.h"
 #include "runtime/world.h"
 
 namespace dtsim {
@@ -35,8 +36,12 @@ struct StressOptions {
   bool keep_going = false;        // run every iteration even after a failure
   Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h) the run must find
   // Called before each iteration's World is made, to adjust its options (the controlled
-  // scheduler of runtime/schedule/explore.h sets itself up here).
+  // scheduler of runtime/schedule/explore.h sets itself up here; thread worlds only).
   std::function<void(int iteration, WorldOptions&)> configure;
+  // Thread world (default) or an MPI job (every process calls run_stress with the same
+  // options; ranks must equal processes * threads). Under MPI each process checks its own
+  // ranks, and the counts of the result are summed over all ranks by an all_reduce.
+  ProcessModel process = ProcessModel::threads_only(0);
 };
 
 struct StressResult {
@@ -46,7 +51,8 @@ struct StressResult {
   uint64_t failures = 0;         // wrong results, plus iterations that threw
   int first_failed_iteration = -1;
   std::vector<std::string> messages;  // the first few failures, one line each (errors may
-                                      // carry a multi-line desync report)
+                                      // carry a multi-line desync report); under MPI, those
+                                      // of this process's ranks
   std::string flight_report;          // flight recorders of the first failed iteration
   bool ok() const { return failures == 0; }
 };

@@ -48,6 +48,8 @@ const char* to_string(Algo a) {
       return "direct";
     case Algo::kDeterministic:
       return "deterministic";
+    case Algo::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -82,7 +84,7 @@ const char* to_string(OpKind k) {
 
 bool parse_algo(const std::string& s, Algo* out) {
   for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kRecursiveDoubling, Algo::kTree, Algo::kDirect,
-                 Algo::kDeterministic}) {
+                 Algo::kDeterministic, Algo::kMpi}) {
     if (s == to_string(a)) {
       *out = a;
       return true;

@@ -23,6 +23,7 @@ enum class Algo : uint8_t {
   kTree,               // binomial tree: reduce to rank 0, then broadcast
   kDirect,             // everyone sends everything to everyone, summed in rank order
   kDeterministic,      // bandwidth-optimal, every element summed in rank order 0..N-1
+  kMpi,                // the MPI library's own collective (MPI world, one rank per process)
 };
 
 enum class OpKind : uint8_t {

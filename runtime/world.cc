@@ -9,6 +9,11 @@
 #include "runtime/rank_context.h"
 #include "runtime/schedule/scheduler.h"
 #include "runtime/thread_transport.h"
+#include "runtime/transport/mpi/mpi_collectives.h"
+#include "runtime/transport/mpi/mpi_link.h"
+#include "runtime/transport/mpi/mpi_process.h"
+#include "runtime/transport/mpi/mpi_transport.h"
+#include "runtime/transport/routed_transport.h"
 #include "runtime/watchdog.h"
 #include "runtime/world_state.h"
 
@@ -38,16 +43,42 @@ void bind_to_cpu(int k) {
 RankFailure::RankFailure(int rank, std::exception_ptr cause, const std::string& what)
     : Error("rank " + std::to_string(rank) + ": " + what), rank_(rank), cause_(std::move(cause)) {}
 
-World::World(int size, WorldOptions options) : size_(size) {
-  if (size < 1 || size > 4096) {
-    throw UsageError("world size " + std::to_string(size) +
+World::World(int size, WorldOptions options) : World(ProcessModel::threads_only(size), options) {}
+
+World::World(ProcessModel model, WorldOptions options) : model_(model) {
+  if (model_.mpi && options.scheduler) {
+    throw UsageError(
+        "the controlled scheduler runs thread worlds only; run without mpirun to use it");
+  }
+  if (model_.mpi) {
+    mpi::MpiProcess& process = mpi::MpiProcess::instance();
+    if (model_.threads < 1) {
+      throw UsageError("rank threads per process " + std::to_string(model_.threads) +
+                       " is out of range; use 1 or more");
+    }
+    model_.processes = process.size();
+    model_.process = process.rank();
+  }
+  size_ = model_.world_size();
+  if (size_ < 1 || size_ > 4096) {
+    throw UsageError("world size " + std::to_string(size_) +
                      " is out of range; use 1 to 4096 ranks");
   }
-  state_ = std::make_unique<WorldState>(size, options);
-  for (int r = 0; r < size; ++r) {
+  state_ = std::make_unique<WorldState>(size_, options);
+  if (model_.mpi) link_ = std::make_unique<mpi::MpiLink>(state_.get(), model_, options.timeout);
+  for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
     auto ctx = std::make_unique<RankContext>();
     ctx->rank = r;
-    ctx->transport = std::make_unique<ThreadTransport>(state_.get(), r);
+    if (link_ && model_.processes > 1) {
+      ctx->transport = std::make_unique<RoutedTransport>(
+          model_, std::make_unique<ThreadTransport>(state_.get(), r),
+          std::make_unique<mpi::MpiTransport>(link_.get(), r));
+    } else {
+      ctx->transport = std::make_unique<ThreadTransport>(state_.get(), r);
+    }
+    if (link_ && model_.threads == 1) {
+      ctx->native = std::make_unique<mpi::MpiCollectives>(link_.get(), r);
+    }
     ctx->tracing = options.trace;
     ctx->lend_bytes = options.lend_bytes;
     ctx->mutant = options.mutant;
@@ -55,8 +86,10 @@ World::World(int size, WorldOptions options) : size_(size) {
     contexts_.push_back(std::move(ctx));
   }
   watchdog_ = std::make_unique<Watchdog>(state_.get());
-  threads_.reserve(size);
-  for (int r = 0; r < size; ++r) threads_.emplace_back([this, r] { rank_main(r); });
+  threads_.reserve(model_.threads);
+  for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
+    threads_.emplace_back([this, r] { rank_main(r); });
+  }
 }
 
 World::~World() {
@@ -64,19 +97,30 @@ World::~World() {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   for (auto& t : threads_) t.join();
+  link_.reset();  // before state_: the progress thread rings the ranks' doorbells
+}
+
+RankContext& World::context(int rank) const {
+  if (!is_local(rank) || rank < 0 || rank >= size_) {
+    throw UsageError("rank " + std::to_string(rank) + " is not a rank of this process (" +
+                     model_.describe() + ", this process runs ranks " +
+                     std::to_string(first_rank()) + ".." +
+                     std::to_string(first_rank() + model_.threads - 1) + ")");
+  }
+  return *contexts_[rank - first_rank()];
 }
 
 const WorldOptions& World::options() const { return state_->options(); }
-const RankCounters& World::counters(int rank) const { return contexts_.at(rank)->counters; }
-const RankTrace& World::trace(int rank) const { return contexts_.at(rank)->trace; }
+const RankCounters& World::counters(int rank) const { return context(rank).counters; }
+const RankTrace& World::trace(int rank) const { return context(rank).trace; }
 std::vector<FlightEntry> World::flight_record(int rank) const {
-  return state_->recorder(contexts_.at(rank)->rank).entries();
+  return state_->recorder(context(rank).rank).entries();
 }
 std::string World::desync_report() const { return dtsim::desync_report(*state_); }
 
 std::string World::flight_report(size_t last) const {
   std::string out = "flight recorder (last " + std::to_string(last) + " collectives per rank):";
-  for (int r = 0; r < size_; ++r) {
+  for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
     const std::vector<FlightEntry> calls = flight_record(r);
     out += "\n  rank " + std::to_string(r) + ":";
     if (calls.empty()) out += " no collective called";
@@ -98,7 +142,7 @@ void World::rank_main(int rank) {
     if (sched) sched->enter(rank);
     try {
       Communicator world(
-          contexts_[rank].get(), 1,
+          &context(rank), 1,
           [&] {
             std::vector<int> all(size_);
             for (int r = 0; r < size_; ++r) all[r] = r;
@@ -109,13 +153,13 @@ void World::rank_main(int rank) {
       (*job_)(world);
       // Ranks blocked on this one re-check: a rank that returned will send nothing more.
       recorder.set_phase(RankPhase::kFinished);
-      for (int r = 0; r < size_; ++r) state_->bell(r).ring();
+      for (int r = first_rank(); r < first_rank() + model_.threads; ++r) state_->bell(r).ring();
     } catch (...) {
       recorder.set_phase(RankPhase::kFailed);
       state_->fail(rank, std::current_exception());
       // fail() rings only for the first failure; a rank waiting on this one (a lender in
       // settle()) must see it leave either way.
-      for (int r = 0; r < size_; ++r) state_->bell(r).ring();
+      for (int r = first_rank(); r < first_rank() + model_.threads; ++r) state_->bell(r).ring();
     }
     if (sched) sched->leave(rank);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
@@ -131,14 +175,23 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   watchdog_->set_active(true);
   if (auto* sched = state_->options().scheduler)
     sched->begin_run(state_.get(), state_->options().timeout);
+  if (link_) link_->begin_run();
   job_ = &fn;
-  pending_.store(size_, std::memory_order_release);
+  pending_.store(model_.threads, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   for (int left = pending_.load(); left != 0; left = pending_.load(std::memory_order_acquire)) {
     pending_.wait(left, std::memory_order_acquire);
   }
   watchdog_->set_active(false);
+  // Every process waits for every other to leave the run (or names the one it lost).
+  if (link_) {
+    int lost_rank = -1;
+    const std::string lost = link_->finish_run(state_->aborted(), &lost_rank);
+    if (!lost.empty() && !state_->aborted()) {
+      state_->fail(lost_rank, std::make_exception_ptr(TimeoutError(lost)));
+    }
+  }
   const int failed = state_->failed_rank();
   std::exception_ptr cause = state_->failure();
   std::string what;

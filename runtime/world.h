@@ -17,6 +17,7 @@
 #include "runtime/counters.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/mutant.h"
+#include "runtime/process_model.h"
 #include "runtime/trace.h"
 #include "runtime/types.h"
 
@@ -24,6 +25,9 @@ namespace dtsim {
 
 class Communicator;
 class WorldState;
+namespace mpi {
+class MpiLink;
+}
 class Watchdog;
 struct RankContext;
 namespace schedule {
@@ -83,15 +87,26 @@ class World {
  public:
   // Starts `size` rank threads (1 <= size <= 4096); throws UsageError otherwise.
   explicit World(int size, WorldOptions options = {});
+  // A World laid out as `model` says (process_model.h): in an MPI model, every process of
+  // the job builds its World with the same model and options, in the same order, and calls
+  // run() the same number of times; this process runs ranks [first_rank(), + threads).
+  // Starts MPI on the first MPI World. UsageError if the model does not match the job.
+  explicit World(ProcessModel model, WorldOptions options = {});
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
   int size() const { return size_; }
+  const ProcessModel& model() const { return model_; }
+  // Ranks of this process: [first_rank(), first_rank() + model().threads).
+  int first_rank() const { return model_.first_rank(); }
+  bool is_local(int rank) const { return model_.is_local(rank); }
   const WorldOptions& options() const;
 
-  // Runs fn on every rank with that rank's world communicator; throws RankFailure if any
-  // rank threw. Counters and traces describe the last run.
+  // Runs fn on every rank of this process with that rank's world communicator; throws
+  // RankFailure if any rank (of any process) threw, or if a process was lost. Counters and
+  // traces describe the last run. The per-rank accessors below take ranks of this process
+  // (UsageError otherwise).
   void run(const std::function<void(Communicator&)>& fn);
 
   const RankCounters& counters(int rank) const;
@@ -105,9 +120,12 @@ class World {
 
  private:
   void rank_main(int rank);
+  RankContext& context(int rank) const;
 
-  const int size_;
+  ProcessModel model_;
+  int size_;
   std::unique_ptr<WorldState> state_;
+  std::unique_ptr<mpi::MpiLink> link_;  // MPI models only
   std::vector<std::unique_ptr<RankContext>> contexts_;
   std::unique_ptr<Watchdog> watchdog_;  // service thread; reads state_'s recorders
   std::vector<std::thread> threads_;

@@ -13,7 +13,8 @@ case "$what" in demo | test) ;; *)
 esac
 
 packages=(build-essential cmake ninja-build libtbb-dev libboost-dev libeigen3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev python3)
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev python3
+  openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

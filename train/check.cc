@@ -61,6 +61,7 @@ CheckPlan plan_check(const TrainConfig& config) {
   p.reference.pitfall = Pitfall::kNone;
   p.reference.trace = false;
   p.reference.reverse_accumulation = false;
+  p.reference.on_step = nullptr;  // the caller's progress callback is the run's, not ours
   p.tolerance = stated_tolerance(config.precision);
   const Strategy s = config.strategy;
   const bool moe = config.model == ModelKind::kMoe;
@@ -95,6 +96,7 @@ CheckPlan plan_check(const TrainConfig& config) {
   } else {
     p.floor_partner = accum_partner(config, p.reference);
   }
+  p.floor_partner.on_step = nullptr;
   p.floor_description =
       std::string(to_string(p.reference.strategy)) + " vs " + grouping_text(p.floor_partner);
   return p;

@@ -36,6 +36,8 @@ struct TrainConfig {
   Strategy strategy = Strategy::kSingle;
   ModelKind model = ModelKind::kMlp;
   int ranks = 4;
+  // Under mpirun: rank threads per MPI process (ranks = processes x this; launch.h).
+  int threads_per_process = 1;
   int steps = 20;
   int global_batch = 32;  // samples per optimizer step, over all data-parallel ranks
   int micro_batches = 1;  // per rank per step (DDP no_sync accumulation; kAccum's M)

@@ -26,10 +26,18 @@ RunResult build_result(const TrainConfig& config, std::vector<RankOutcome>& outc
 }  // namespace
 
 std::unique_ptr<World> make_world(const TrainConfig& config) {
-  return std::make_unique<World>(config.ranks, config.world);
+  // Under mpirun the ranks are this job's processes x config.threads_per_process.
+  const ProcessModel model =
+      ProcessModel::from_environment(config.ranks, config.threads_per_process);
+  if (model.mpi && model.world_size() != config.ranks) {
+    throw UsageError("--ranks " + std::to_string(config.ranks) + " but mpirun started " +
+                     model.describe() + " = " + std::to_string(model.world_size()) +
+                     " ranks; drop --ranks or make them match");
+  }
+  return std::make_unique<World>(model, config.world);
 }
 
-bool holds_global_rank0() { return true; }
+bool holds_global_rank0() { return ProcessModel::from_environment(1, 1).process == 0; }
 
 std::optional<RunResult> launch(const TrainConfig& config, const RankJob& job,
                                 const AssembleParams& assemble, int loss_slots) {

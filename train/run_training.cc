@@ -14,6 +14,13 @@ void require(bool ok, const std::string& message) {
   if (!ok) fail(message);
 }
 
+// "; try --batch 28 or 32": the multiples of `unit` nearest to `batch`.
+std::string nearest_batches(int batch, int unit) {
+  const int below = batch / unit * unit, above = below + unit;
+  if (below == 0) return "; try --batch " + std::to_string(above);
+  return "; try --batch " + std::to_string(below) + " or " + std::to_string(above);
+}
+
 void validate_counts(const TrainConfig& c) {
   require(c.ranks >= 1 && c.ranks <= 4096,
           "--ranks " + std::to_string(c.ranks) + " must be between 1 and 4096");
@@ -49,9 +56,11 @@ void validate_pitfall(const TrainConfig& c) {
 // accum cuts the batch as data-parallel ranks would.
 void validate_data_parallel(const TrainConfig& c) {
   if (c.strategy != Strategy::kAccum && !data_parallel(c.strategy)) return;
-  require(c.global_batch % (c.ranks * c.micro_batches) == 0,
+  const int unit = c.ranks * c.micro_batches;
+  require(c.global_batch % unit == 0,
           "--batch " + std::to_string(c.global_batch) + " is not divisible by --ranks " +
-              std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches));
+              std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches) +
+              nearest_batches(c.global_batch, unit));
 }
 
 // Tensor parallel (tp, dp-tp) splits the MLP's hidden width; expert parallel (ep) shards
@@ -63,16 +72,21 @@ void validate_model_parallel(const TrainConfig& c) {
                                             " needs --model mlp (tensor parallelism splits "
                                             "the MLP blocks)");
     const int tp = c.strategy == Strategy::kTp ? c.ranks : c.tp_size;
-    require(tp >= 1 && c.ranks % tp == 0, "--ranks " + std::to_string(c.ranks) +
-                                              " is not divisible by --tp " + std::to_string(tp));
+    // The width is --ranks under tp (every rank holds a slice) and --tp under dp-tp.
+    const std::string width = c.strategy == Strategy::kTp ? "--ranks" : "--tp";
+    require(tp >= 1 && c.ranks % tp == 0,
+            "--ranks " + std::to_string(c.ranks) + " is not divisible by --tp " +
+                std::to_string(tp) + "; dp-tp runs --ranks / --tp replicas of --tp ranks each");
     require(c.mlp.hidden_dim % tp == 0, "--hidden " + std::to_string(c.mlp.hidden_dim) +
                                             " is not divisible by the tensor-parallel width " +
-                                            std::to_string(tp));
+                                            std::to_string(tp) + " (" + width +
+                                            "); change --hidden or " + width);
     const int dp = c.ranks / tp;
     require(c.global_batch % (dp * c.micro_batches) == 0,
             "--batch " + std::to_string(c.global_batch) + " is not divisible by the " +
                 std::to_string(dp) + " data-parallel replicas x --micro-batches " +
-                std::to_string(c.micro_batches));
+                std::to_string(c.micro_batches) +
+                nearest_batches(c.global_batch, dp * c.micro_batches));
   }
   if (c.strategy == Strategy::kEp) {
     const int e = c.moe.moe.num_experts;
@@ -83,10 +97,12 @@ void validate_model_parallel(const TrainConfig& c) {
                               ": expert parallelism needs at least one expert per rank");
     require(e % c.ranks == 0, "--experts " + std::to_string(e) + " is not divisible by --ranks " +
                                   std::to_string(c.ranks) +
-                                  ": every rank holds the same number of experts");
+                                  ": every rank holds the same number of experts; pick --ranks "
+                                  "dividing --experts");
     require(c.global_batch % (c.ranks * c.micro_batches) == 0,
             "--batch " + std::to_string(c.global_batch) + " is not divisible by --ranks " +
-                std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches));
+                std::to_string(c.ranks) + " x --micro-batches " + std::to_string(c.micro_batches) +
+                nearest_batches(c.global_batch, c.ranks * c.micro_batches));
   }
 }
 

@@ -5,15 +5,20 @@ exits non-zero with a message naming what differed."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 DTSIM = os.path.abspath(sys.argv[1])
 
 
-def run(*args, cwd=None):
-    p = subprocess.run([DTSIM, *args], capture_output=True, text=True, cwd=cwd, timeout=110)
+def run(*args, cwd=None, env=None):
+    full_env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}  # not inherited
+    full_env.update(env or {})
+    p = subprocess.run([DTSIM, *args], capture_output=True, text=True, cwd=cwd, timeout=110,
+                       env=full_env)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -28,13 +33,30 @@ def expect_match(pattern, text, what):
 
 def case_help():
     for cmd in ["demo", "train", "walk", "estimate", "stress"]:
-        rc, out, err = run(cmd, "--help")
-        expect(rc == 0, f"{cmd} --help exit code {rc}")
-        expect_match(rf"^example: dtsim {cmd}\b", out, f"{cmd} --help")
-    rc, out, _ = run("--help")
-    expect(rc == 0, "dtsim --help")
-    for cmd in ["demo", "train", "walk", "estimate"]:
-        expect_match(rf"^  {cmd} ", out, "dtsim --help lists " + cmd)
+        for flag in ["--help", "-h"]:
+            rc, out, err = run(cmd, flag)
+            expect(rc == 0 and err == "", f"{cmd} {flag} exit code {rc}, stderr {err!r}")
+            expect_match(rf"^example: dtsim {cmd}\b", out, f"{cmd} {flag}")
+    for args in [["--help"], ["-h"], ["help"]]:
+        rc, out, _ = run(*args)
+        expect(rc == 0, f"dtsim {args}")
+        for cmd in ["demo", "train", "walk", "estimate", "stress"]:
+            expect_match(rf"^  {cmd} ", out, "dtsim --help lists " + cmd)
+    rc, out, err = run()
+    expect(rc == 2 and out == "" and "train" in err, "no command: the list on stderr, exit 2")
+    # Defaults and choices are generated from the flags themselves.
+    rc, out, _ = run("train", "-h")
+    expect_match(r"--precision \{fp32\|bf16\}=fp32", out, "train -h shows --precision's default")
+    expect_match(r"--ranks INT in \[1, 256\]=4 \(Env:WORLD_SIZE\)", out, "train -h --ranks")
+    expect_match(r"--strategy \{single\|accum\|ddp\|zero1\|zero2\|zero3\|tp\|ep\|dp-tp\}=ddp", out,
+                 "train -h --strategy")
+
+
+def case_version():
+    rc, out, err = run("--version")
+    expect(rc == 0 and err == "", f"--version exit code {rc}")
+    expect_match(r"^dtsim \d+\.\d+\.\d+ \(C\+\+20, GCC [\d.]+; CLI11 [\d.]+, fmt [\d.]+\)$", out,
+                 "--version")
 
 
 def case_estimate():
@@ -61,6 +83,8 @@ def case_train():
     rc, out, _ = run("train", "--strategy", "ep", "--model", "moe", "--experts", "4",
                      "--optimizer", "adam", "--precision", "bf16", "--steps", "3", "--quiet")
     expect(rc == 0 and "moe D 16 F 32 E 4 top-2" in out, "ep moe bf16 run:\n" + out)
+    rc, out, err = run("train", "--ranks=2", "--steps", "3e0", "--batch", "1.6e1", "--quiet")
+    expect(rc == 0 and ", 2 ranks, 3 steps, batch 16," in out, f"3e0 is 3: {rc} {err}\n{out}")
 
 
 def case_check_exit_codes():
@@ -140,53 +164,104 @@ def case_trace():
     expect(coll and all(isinstance(e["args"]["bytes"], int) for e in coll), "collective bytes")
 
 
-BAD = [  # (arguments, what the one-line error must contain)
+BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "files": ...}])
     (["train", "--bogus", "1"], "unknown flag --bogus"),
+    (["train", "--stratgy", "zero3"], "unknown flag --stratgy; did you mean --strategy? (see dtsim train --help)"),
     (["train", "--strategy", "fsdp"], "--strategy must be one of single, accum, ddp"),
+    (["train", "--strategy", "fsdp"], "FSDP is ZeRO-3, --strategy zero3 (zero2 shards"),
     (["train", "--model", "cnn"], "--model must be one of mlp, moe"),
-    (["train", "--ranks", "0"], "--ranks must be between 1"),
+    (["train", "--ranks", "0"], "--ranks must be between 1 and 256 (got 0)"),
     (["train", "--ranks", "two"], "--ranks must be a whole number"),
+    (["train", "--ranks", "2.5"], "--ranks must be a whole number"),
+    (["train", "--ranks", "2", "--ranks", "4"], "--ranks is given twice"),
+    (["train", "--check", "--check"], "--check is given twice"),
+    (["train", "--ranks", "0"], "--ranks must be between 1 and 256 (got 0) (--ranks falls back",
+     {"env": {"WORLD_SIZE": "8"}}),
+    ([], "--ranks must be between 1 and 256 (got 0) (--ranks falls back to $WORLD_SIZE",
+     {"env": {"WORLD_SIZE": "0"}, "args": ["train"]}),
     (["train", "--steps", "0"], "--steps must be between 1"),
+    (["train", "--steps", "1e9"], "--steps must be between 1 and 100000 (got 1000000000)"),
     (["train", "--lr", "-1"], "--lr must be between"),
+    (["train", "--lr", "nan"], "--lr must be a number"),
     (["train", "--optimizer", "rmsprop"], "--optimizer must be one of sgd, adam"),
     (["train", "--precision", "fp16"], "--precision must be one of fp32, bf16"),
-    (["train", "--algo", "butterfly"], "--algo must be one of"),
-    (["train", "--batch", "30"], "--batch 30 is not divisible by --ranks 4"),
-    (["train", "--batch", "32", "--micro-batches", "3"], "--batch 32 is not divisible by --ranks 4 x --micro-batches 3"),
-    (["train", "--strategy", "tp", "--hidden", "30"], "--hidden 30 is not divisible by the tensor-parallel width 4"),
+    (["train", "--algo", "butterfly"], "--algo must be one of auto, ring, rd, tree, direct"),
+    (["train", "--batch", "30"], "--batch 30 is not divisible by --ranks 4 x --micro-batches 1; try --batch 28 or 32"),
+    (["train", "--batch", "3"], "; try --batch 4"),
+    (["train", "--batch", "32", "--micro-batches", "3"], "--batch 32 is not divisible by --ranks 4 x --micro-batches 3; try --batch 24 or 36"),
+    (["train", "--strategy", "tp", "--hidden", "30"], "--hidden 30 is not divisible by the tensor-parallel width 4 (--ranks); change --hidden or --ranks"),
+    (["train", "--strategy", "dp-tp", "--tp", "4", "--hidden", "30"], "the tensor-parallel width 4 (--tp); change --hidden or --tp"),
     (["train", "--strategy", "dp-tp", "--tp", "3"], "--ranks 4 is not divisible by --tp 3"),
+    (["train", "--strategy", "dp-tp", "--batch", "31"], "is not divisible by the 2 data-parallel replicas x --micro-batches 1; try --batch 30 or 32"),
     (["train", "--strategy", "tp", "--model", "moe"], "--strategy tp needs --model mlp"),
     (["train", "--strategy", "ep"], "--strategy ep needs --model moe"),
     (["train", "--strategy", "ep", "--model", "moe", "--ranks", "8", "--batch", "64"], "--ranks 8 exceeds --experts 4"),
+    (["train", "--strategy", "single", "--ranks", "8"], "--strategy single trains on one rank, not --ranks 8"),
     (["train", "--model", "moe", "--top-k", "3"], "--top-k must be between 1 and 2"),
     (["train", "--experts", "8"], "--experts applies to --model moe"),
     (["train", "--model", "moe", "--layers", "3"], "--layers applies to --model mlp"),
-    (["train", "--tp", "2"], "--tp applies to --strategy dp-tp"),
+    (["train", "--tp", "2"], "--tp applies to --strategy dp-tp (tp uses every rank: its width is --ranks)"),
     (["train", "--pitfall", "forget-sync"], "--pitfall must be one of forget-divide"),
     (["train", "--strategy", "tp", "--pitfall", "forget-divide"], "--pitfall forget-divide applies to --strategy ddp"),
-    (["train", "--report", "/nonexistent-dir/r.json"], "--report /nonexistent-dir/r.json cannot be written"),
-    (["train", "--trace", "/nonexistent-dir/t.json"], "--trace /nonexistent-dir/t.json cannot be written"),
     (["train", "--steps"], "--steps needs a value"),
-    (["train", "--check=yes"], "--check takes no value"),
+    (["train", "--check=banana"], "--check is a switch"),
     (["train", "ddp"], "unexpected argument 'ddp'"),
+    # Output files: every bad path is refused before training, and nothing is left behind.
+    (["train", "--report", "/nonexistent-dir/r.json"], "--report /nonexistent-dir/r.json: folder /nonexistent-dir does not exist"),
+    (["train", "--trace", "/nonexistent-dir/t.json"], "--trace /nonexistent-dir/t.json: folder /nonexistent-dir does not exist"),
+    (["train", "--trace", "/"], "--trace / is a folder; give a file name"),
+    (["train", "--trace", "."], "--trace . is a folder; give a file name"),
+    (["train", "--report", "out/"], "--report out/: folder out does not exist"),
+    (["train", "--report", "r.json", "--trace", "r.json"], "--trace r.json is the same file as --report"),
+    (["train", "--report", "r.json", "--trace", "./r.json"], "--trace ./r.json is the same file as --report"),
+    (["train", "--report", "-", "--trace", "-"], "--trace - is the same file as --report"),
+    (["train", "--report", "-", "--trace", "/dev/stdout"], "--trace /dev/stdout is the same file as --report"),
+    (["train", "--report", ""], "--report needs a file name"),
+    (["train", "--report", "dangling"], "--report dangling is a symlink to nothing",
+     {"files": {"dangling": "->nowhere"}}),
+    (["stress", "--report"], "--report needs a value"),
+    (["stress", "--report", "/"], "--report / is a folder"),
+    # --config FILE: the same checks as the command line.
+    (["train", "--config", "missing.toml"], "--config missing.toml was not readable"),
+    (["train", "--config", "run.toml"], "--config: unknown key 'bogus'", {"files": {"run.toml": "bogus = 1\n"}}),
+    (["train", "--config", "run.toml"], "--ranks must be between 1 and 256 (got 0)", {"files": {"run.toml": "ranks = 0\n"}}),
+    (["train", "--config", "run.toml"], "--config: unknown section [trian]", {"files": {"run.toml": "[trian]\nranks = 2\n"}}),
+    (["train", "--config", "run.toml", "--batch", "30"], "--batch 30 is not divisible", {"files": {"run.toml": "ranks = 4\n"}}),
     (["estimate"], "--params is required"),
     (["estimate", "--params", "7e9", "--stage", "4"], "--stage must be between 0 and 3"),
     (["estimate", "--params", "-1"], "--params must be between"),
     (["estimate", "--params", "7e9", "--precision", "fp8"], "--precision must be one of bf16, fp32"),
+    (["walk"], "--op is required"),
+    (["walk", "--op", "scan"], "--op must be one of all_reduce"),
+    (["walk", "--op", "reduce", "--root", "5"], "--root must be between 0 and 3 (got 5)"),
     (["demo", "--steps", "0"], "--steps must be between 1"),
     (["demo", "--ranks", "8"], "unknown flag --ranks"),
     (["frobnicate"], "unknown command 'frobnicate'"),
+    (["--bogus"], "dtsim: --bogus is not a flag of dtsim itself; flags follow the command"),
+    (["--config", "run.toml", "train"], "--config is not a flag of dtsim itself"),
 ]
 
 
 def case_bad_inputs():
     failures = []
-    for args, message in BAD:
-        rc, out, err = run(*args)
+    for entry in BAD:
+        args, message = entry[0], entry[1]
+        extra = entry[2] if len(entry) > 2 else {}
+        args = extra.get("args", args)
+        with tempfile.TemporaryDirectory() as d:
+            for name, text in extra.get("files", {}).items():
+                if text.startswith("->"):
+                    os.symlink(text[2:], os.path.join(d, name))
+                else:
+                    open(os.path.join(d, name), "w").write(text)
+            before = sorted(os.listdir(d))
+            rc, out, err = run(*args, cwd=d, env=extra.get("env"))
+            after = sorted(os.listdir(d))
         lines = err.splitlines()
-        if rc != 2 or len(lines) != 1 or message not in err or out:
+        if rc != 2 or len(lines) != 1 or message not in err or out or after != before:
             failures.append(f"dtsim {' '.join(args)}: exit {rc}, stderr {err!r}, "
-                            f"stdout {out[:80]!r}; want exit 2 and one line with {message!r}")
+                            f"stdout {out[:80]!r}, files {after}; want exit 2, one line with "
+                            f"{message!r}, no file")
     expect(not failures, "\n".join(failures))
     print(f"{len(BAD)} bad inputs: exit code 2 and a one-line error naming the flag")
 
@@ -197,9 +272,145 @@ def case_no_partial_files():
             rc, _, _ = run("train", *args, "--report", "r.json", "--trace", "t.json", cwd=d)
             expect(rc == 2, f"{args}: exit {rc}")
             expect(os.listdir(d) == [], f"{args} left {os.listdir(d)}")
-        # The trace path fails after the report's FILE.tmp was opened: that one is removed.
+        # The trace path fails after the report's temporary file was made: that one is removed.
         rc, _, _ = run("train", "--report", "r.json", "--trace", "/nonexistent-dir/t", cwd=d)
         expect(rc == 2 and os.listdir(d) == [], f"exit {rc}, left {os.listdir(d)}")
+
+
+def case_output_files():
+    small = ["train", "--steps", "2", "--quiet"]
+    # "-" is standard output: the JSON alone there, the text on stderr.
+    for target in ["-", "/dev/stdout"]:
+        rc, out, err = run(*small, "--report", target)
+        expect(rc == 0, f"--report {target}: exit {rc}\n{err}")
+        expect(json.loads(out)["steps"] == 2, f"--report {target}: stdout is the JSON")
+        expect_match(r"^dtsim train: ddp", err, f"--report {target}: text on stderr")
+        expect_match(r"^report: standard output$", err, f"--report {target}")
+    expect(os.path.islink("/dev/stdout") or not os.path.exists("/dev/stdout"),
+           "/dev/stdout is still a symlink")
+    with tempfile.TemporaryDirectory() as d:
+        # A symlink to a file survives; the file it points at gets the report.
+        open(os.path.join(d, "real.json"), "w").write("old")
+        os.chmod(os.path.join(d, "real.json"), 0o640)
+        os.symlink("real.json", os.path.join(d, "link.json"))
+        rc, out, err = run(*small, "--report", "link.json", "--trace", "t.json", cwd=d)
+        expect(rc == 0, f"exit {rc}: {err}")
+        expect(os.path.islink(os.path.join(d, "link.json")), "the symlink survives")
+        expect(json.load(open(os.path.join(d, "real.json")))["steps"] == 2, "real.json updated")
+        expect(os.stat(os.path.join(d, "real.json")).st_mode & 0o777 == 0o640, "mode kept")
+        expect(sorted(os.listdir(d)) == ["link.json", "real.json", "t.json"],
+               f"no temporary file left: {os.listdir(d)}")
+        mask = os.umask(0)
+        os.umask(mask)
+        expect(os.stat(os.path.join(d, "t.json")).st_mode & 0o777 == 0o666 & ~mask,
+               "a new file gets the usual permissions, not mkstemp's 0600")
+        # A device is written in place, never replaced.
+        rc, _, err = run(*small, "--report", "/dev/null", cwd=d)
+        expect(rc == 0 and os.path.exists("/dev/null") and not os.path.isfile("/dev/null"),
+               f"/dev/null: exit {rc} {err}")
+        # A write error on the target is exit 1, and no temporary file stays.
+        rc, _, err = run(*small, "--report", "/dev/full", cwd=d)
+        expect(rc == 1 and "cannot write /dev/full" in err, f"/dev/full: exit {rc} {err!r}")
+    # Standard output that cannot be written is an error, not exit 0.
+    with open("/dev/full", "w") as full:
+        for args in [small, ["estimate", "--params", "7e9"], ["--version"], ["train", "-h"]]:
+            p = subprocess.run([DTSIM, *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=110)
+            expect(p.returncode != 0 and "cannot write standard output" in p.stderr,
+                   f"{args} > /dev/full: exit {p.returncode}, stderr {p.stderr!r}")
+
+
+def start(args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    # Default signal actions, even when this script was started with SIGINT ignored.
+    return subprocess.Popen([DTSIM, *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def case_signals():
+    # SIGINT or SIGTERM mid-run: the temporary files go, the process dies of the signal
+    # (exit status 130 / 143 in a shell), and what it printed so far is out (line-buffered).
+    long_train = ["train", "--dim", "128", "--hidden", "512", "--steps", "100000", "--quiet",
+                  "--report", "r.json", "--trace", "t.json"]
+    for sig in [signal.SIGINT, signal.SIGTERM]:
+        with tempfile.TemporaryDirectory() as d:
+            p = start(long_train, d)
+            header = p.stdout.readline()
+            expect(header.startswith("dtsim train: ddp"), f"header before the signal: {header!r}")
+            expect(len(os.listdir(d)) == 2, f"two temporary files while training: {os.listdir(d)}")
+            p.send_signal(sig)
+            p.wait(timeout=60)
+            expect(p.returncode == -sig, f"{sig!r}: died of it, got {p.returncode}")
+            expect(os.listdir(d) == [], f"{sig!r} left {os.listdir(d)}")
+    # A killed stress has printed its header (stdout into a pipe is flushed line by line).
+    with tempfile.TemporaryDirectory() as d:
+        p = start(["stress", "--ranks", "4", "--iterations", "100000000", "--report", "s.json"], d)
+        header = p.stdout.readline()
+        expect(header.startswith("dtsim stress: 4 ranks"), f"stress header: {header!r}")
+        p.kill()
+        p.wait(timeout=60)
+
+
+def case_config():
+    with tempfile.TemporaryDirectory() as d:
+        # Bare keys are the flags of the command being run.
+        open(os.path.join(d, "run.toml"), "w").write(
+            '# dtsim train --config run.toml\nstrategy = "dp-tp"\nranks = 8\ntp = 2\n'
+            'batch = 64\nsteps = 3\nquiet = true\n')
+        rc, out, err = run("train", "--config", "run.toml", cwd=d)
+        expect(rc == 0, f"exit {rc}: {err}")
+        expect_match(r"^dtsim train: dp-tp, .*, 8 ranks \(dp 4 x tp 2\), 3 steps, batch 64", out,
+                     "the file's flags")
+        rc, out, err = run("train", "--config", "run.toml", "--ranks", "4", "--batch", "32", cwd=d)
+        expect(rc == 0, f"exit {rc}: {err}")
+        expect_match(r", 4 ranks \(dp 2 x tp 2\), 3 steps, batch 32", out, "command line wins")
+        # Sections hold several commands' flags in one file; each command reads its own.
+        open(os.path.join(d, "both.toml"), "w").write(
+            '[train]\nstrategy = "zero2"\nsteps = 2\n\n[walk]\nop = "broadcast"\nranks = 2\n')
+        rc, out, err = run("walk", "--config", "both.toml", "--numel", "2", cwd=d)
+        expect(rc == 0 and out.startswith("broadcast,"), f"[walk] section: {rc} {out[:80]!r}")
+        rc, out, err = run("train", "--config", "both.toml", "--quiet", cwd=d)
+        expect(rc == 0 and out.startswith("dtsim train: zero2,") and ", 2 steps," in out,
+               f"[train] section: {rc} {out[:80]!r}")
+    rc, out, err = run("train", "--steps", "2", "--quiet", env={"WORLD_SIZE": "2"})
+    expect(rc == 0, f"WORLD_SIZE exit {rc}: {err}")
+    expect_match(r", 2 ranks, 2 steps", out, "--ranks from $WORLD_SIZE")
+    rc, out, err = run("train", "--steps", "2", "--quiet", "--ranks", "8",
+                       env={"WORLD_SIZE": "2"})
+    expect(rc == 0 and ", 8 ranks," in out, "--ranks beats $WORLD_SIZE")
+
+
+def case_stress_report():
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("stress", "--ranks", "3", "--iterations", "2", "--report", "s.json",
+                           cwd=d)
+        expect(rc == 0, f"exit {rc}: {err}")
+        r = json.load(open(os.path.join(d, "s.json")))
+        expect(r["failures"] == 0 and r["iterations"] == 2 and r["options"]["ranks"] == 3, str(r))
+        expect(os.listdir(d) == ["s.json"], f"left {os.listdir(d)}")
+        rc, out, err = run("stress", "--ranks", "2", "--iterations", "3", "--seed", "3",
+                           "--unsafe-live-sends", "--keep-going", "--timeout-ms", "2000",
+                           "--report", "-", cwd=d)
+        r = json.loads(out)
+        expect(rc == 1 and r["failures"] > 0 and r["flight_report"] and r["reproduce"],
+               f"a caught failure: exit {rc}, report {str(r)[:200]}")
+
+
+def case_train_header():
+    rc, out, err = run("train", "--strategy", "single", "--steps", "2")
+    expect(rc == 0 and ", 1 rank, 2 steps" in out, f"single runs one rank:\n{out}")
+    rc, out, err = run("train", "--strategy", "accum", "--steps", "2")
+    expect(rc == 0 and ", 1 rank accumulating as 4 would, " in out, f"accum:\n{out}")
+    rc, out, err = run("train", "--strategy", "dp-tp", "--ranks", "8", "--batch", "64",
+                       "--steps", "2", "--quiet")
+    expect(rc == 0 and ", 8 ranks (dp 4 x tp 2), " in out, f"dp-tp layout:\n{out}")
+    cores = os.cpu_count()
+    rc, out, err = run("train", "--ranks", "256", "--batch", "256", "--steps", "1")
+    expect(rc == 0, f"256 ranks: exit {rc} {err}")
+    if cores < 256:
+        expect_match(rf"^note: 256 rank threads on {cores} cores take turns", err, "oversubscribed")
+        expect(len(err.splitlines()) == 1, f"one line: {err!r}")
 
 
 def case_demo():

@@ -107,5 +107,18 @@ TEST(Check, BitwisePairsStillDemandBitwise) {
   }
 }
 
+// The run's progress callback (dtsim's bar) belongs to the run: a reference or floor run
+// that inherited it reported its own steps from 0 again and the demo's bar ran backwards.
+TEST(Check, PlannedRunsDoNotInheritTheRunsStepCallback) {
+  for (Strategy s : {Strategy::kDdp, Strategy::kAccum, Strategy::kTp}) {
+    TrainConfig c = mlp_config(s, 4);
+    if (s == Strategy::kDdp) c.pitfall = Pitfall::kForgetDivide;
+    c.on_step = [](int, double) {};
+    const CheckPlan plan = plan_check(c);
+    EXPECT_FALSE(plan.reference.on_step) << to_string(s);
+    EXPECT_FALSE(plan.floor_partner.on_step) << to_string(s);
+  }
+}
+
 }  // namespace
 }  // namespace dtsim::train

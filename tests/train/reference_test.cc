@@ -53,10 +53,16 @@ TEST(Validate, NamesTheFlagAndTheConstraint) {
   c.strategy = Strategy::kDdp;
   c.ranks = 4;
   c.global_batch = 30;
-  EXPECT_EQ(usage_error(c), "--batch 30 is not divisible by --ranks 4 x --micro-batches 1");
+  EXPECT_EQ(usage_error(c),
+            "--batch 30 is not divisible by --ranks 4 x --micro-batches 1; try --batch 28 or 32");
   c.global_batch = 32;
   c.micro_batches = 3;
-  EXPECT_EQ(usage_error(c), "--batch 32 is not divisible by --ranks 4 x --micro-batches 3");
+  EXPECT_EQ(usage_error(c),
+            "--batch 32 is not divisible by --ranks 4 x --micro-batches 3; try --batch 24 or 36");
+  c.global_batch = 5;
+  EXPECT_EQ(usage_error(c),
+            "--batch 5 is not divisible by --ranks 4 x --micro-batches 3; try --batch 12");
+  c.global_batch = 32;
   c.micro_batches = 1;
   EXPECT_EQ(usage_error(c), "");
   c.ranks = 0;

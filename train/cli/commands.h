@@ -1,24 +1,26 @@
-// The dtsim commands. Each takes the words after its name and returns the exit code;
-// a UsageError escaping one is printed by main() as one line, with exit code 2.
+// The dtsim commands. Each add_<name>() declares its subcommand, flags and help on the
+// dtsim app (train/cli/main.cc) and returns the function that runs it once the command
+// line is parsed; it returns the exit code. A UsageError escaping one is printed by main()
+// as one line, with exit code 2.
 #pragma once
 
-#include <string>
-#include <vector>
+#include <functional>
+
+namespace CLI {
+class App;
+}
 
 namespace dtsim::cli {
 
-using Words = std::vector<std::string>;
-
 struct Command {
-  const char* name;
-  const char* summary;
-  int (*run)(const Words& args);
+  CLI::App* app;             // the subcommand, owned by the dtsim app
+  std::function<int()> run;  // called after a successful parse
 };
 
-int demo_main(const Words& args);   // demo.cc
-int train_main(const Words& args);  // train.cc
-int walk_main(const Words& args);
-int estimate_main(const Words& args);  // estimate.cc
-int stress_main(const Words& args);
+Command add_demo(CLI::App& dtsim);      // demo.cc
+Command add_train(CLI::App& dtsim);     // train.cc
+Command add_walk(CLI::App& dtsim);      // walk.cc
+Command add_estimate(CLI::App& dtsim);  // estimate.cc
+Command add_stress(CLI::App& dtsim);    // stress.cc
 
 }  // namespace dtsim::cli

@@ -5,6 +5,9 @@
 // time. A DDP run with the division by N forgotten must fail its check (the lesson's first
 // pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code 0 when
 // every real check passes and the pitfall fails as expected, 1 otherwise.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -16,8 +19,8 @@
 #include "model/moe_model.h"
 #include "model/param_layout.h"
 #include "train/check.h"
-#include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/flags.h"
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
 #include "train/cli/table.h"
@@ -30,22 +33,6 @@ namespace {
 
 using train::ModelKind;
 using train::Strategy;
-
-const char* kHelp =
-    "usage: dtsim demo [--steps S] [--quiet]\n"
-    "\n"
-    "Trains a small MLP and a small MoE under every strategy that fits each on 4 rank\n"
-    "threads (fp32 Adam) and checks each against single-rank training with\n"
-    "the reference and tolerance the tests use: ddp under the deterministic all-reduce\n"
-    "bitwise against accumulation over the same micro-batches, the others within tolerance.\n"
-    "A ddp run that forgets to divide the summed gradients by N must FAIL its check.\n"
-    "Prints one table, then the lesson's numbers from the analytical estimator.\n"
-    "Exit code 0 when every check passes and the pitfall fails as expected.\n"
-    "\n"
-    "  --steps  optimizer steps per run (default 200)\n"
-    "  --quiet  no progress bar\n"
-    "\n"
-    "example: dtsim demo\n";
 
 constexpr int kRanks = 4;
 constexpr int kSteps = 200;
@@ -102,8 +89,9 @@ std::vector<Row> rows() {
 }
 
 std::string reference_key(const train::TrainConfig& c) {
-  return format("%s/%s/%s/%d/%d/%d", train::to_string(c.strategy), train::to_string(c.model),
-                optimizer_name(c.optimizer), c.ranks, c.micro_batches, int(c.reverse_accumulation));
+  return fmt::format("{}/{}/{}/{}/{}/{}", train::to_string(c.strategy), train::to_string(c.model),
+                     optimizer_name(c.optimizer), c.ranks, c.micro_batches,
+                     int(c.reverse_accumulation));
 }
 
 // "8.5/8.5/17/17/17": weights/grads/master/adam_m/adam_v in KiB, the largest on any rank.
@@ -112,7 +100,7 @@ std::string memory_text(const train::RunResult& run) {
   std::string s;
   for (int c = 0; c < model::kNumMemoryCategories; ++c) {
     if (c == static_cast<int>(model::MemoryCategory::kActivations)) continue;
-    s += (s.empty() ? "" : "/") + format("%.3g", m[c] / 1024.0);
+    s += (s.empty() ? "" : "/") + fmt::format("{:.3g}", m[c] / 1024.0);
   }
   return s;
 }
@@ -125,7 +113,7 @@ void print_bytes_per_param(const std::array<int64_t, model::kNumMemoryCategories
   for (int c = 0; c < model::kNumMemoryCategories; ++c) {
     if (c == static_cast<int>(model::MemoryCategory::kActivations)) continue;
     const double per_param = double(memory[c]) / params;
-    terms += (terms.empty() ? "" : " + ") + format("%.3g", per_param);
+    terms += (terms.empty() ? "" : " + ") + fmt::format("{:.3g}", per_param);
     total += per_param;
   }
   std::printf("ddp mlp, rank 0, measured: %s = %.3g bytes of model state per parameter\n",
@@ -145,15 +133,7 @@ void print_lesson() {
       gb_text(e.gradient_bytes).c_str(), gb_text(e.bytes_sent_per_step).c_str());
 }
 
-}  // namespace
-
-int demo_main(const Words& words) {
-  Args a("demo", words, {"steps"}, {"help", "quiet"});
-  if (a.on("help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  const int steps = static_cast<int>(a.integer("steps", kSteps, 1, 10000));
+int run_demo(int steps, bool quiet) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
@@ -180,7 +160,7 @@ int demo_main(const Words& words) {
   std::array<int64_t, model::kNumMemoryCategories> ddp_memory{};
   size_t ddp_params = 1;
   {
-    Progress progress(static_cast<int>(plan.size()), root && !a.on("quiet"));
+    Progress progress(static_cast<int>(plan.size()), root && !quiet);
     if (root) progress.print_line(t.header_text());
     for (const Row& row : plan) {
       train::TrainConfig c = row.model == ModelKind::kMlp ? mlp : moe;
@@ -202,14 +182,18 @@ int demo_main(const Words& words) {
       const train::RunResult& run = *trained;
       const train::CheckPlan check = train::plan_check(c);
       std::vector<std::string> cells{name, train::to_string(c.model),
-                                     format("%.4g", run.losses.back())};
+                                     fmt::format("{:.4g}", run.losses.back())};
       if (check.reference.strategy == c.strategy) {  // a reference itself
         references[reference_key(c)] = run;
         cells.insert(cells.end(), {"-", "reference", ""});
       } else {
         const auto cached = [&](const train::TrainConfig& ref) -> const train::RunResult& {
           const std::string key = reference_key(ref);
-          if (!references.count(key)) references[key] = train::run_training(ref);
+          if (!references.count(key)) {
+            train::TrainConfig quiet_ref = ref;  // the bar counts this row's own steps only
+            quiet_ref.on_step = nullptr;
+            references[key] = train::run_training(quiet_ref);
+          }
           return references[key];
         };
         const train::CheckResult r = train::judge(check, run, cached(check.reference), cached);
@@ -217,7 +201,7 @@ int demo_main(const Words& words) {
         ok = ok && good;
         std::string verdict = r.verdict_text;
         if (row.pitfall) verdict += good ? " (expected FAIL)" : " (UNEXPECTED)";
-        cells.insert(cells.end(), {format("%.3g", r.comparison.max_abs_diff),
+        cells.insert(cells.end(), {fmt::format("{:.3g}", r.comparison.max_abs_diff),
                                    r.criterion + " vs " + r.reference_name, verdict});
         if (c.strategy == Strategy::kAccum) references[reference_key(c)] = run;
       }
@@ -242,6 +226,30 @@ int demo_main(const Words& words) {
                  : "SOME CHECKS DID NOT GO AS EXPECTED",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_demo(CLI::App& dtsim) {
+  CLI::App* app = dtsim.add_subcommand(
+      "demo", "every strategy on 4 ranks, checked against single-rank training, in one table");
+  describe(
+      app,
+      "Trains a small MLP and a small MoE under every strategy that fits each on 4 rank\n"
+      "threads (fp32 Adam) and checks each against single-rank training with\n"
+      "the reference and tolerance the tests use: ddp under the deterministic all-reduce\n"
+      "bitwise against accumulation over the same micro-batches, the others within tolerance.\n"
+      "A ddp run that forgets to divide the summed gradients by N must FAIL its check.\n"
+      "Prints one table, then the lesson's numbers from the analytical estimator.\n"
+      "Exit code 0 when every check passes and the pitfall fails as expected.");
+  app->option_defaults()->always_capture_default();
+  app->fallthrough();  // --config belongs to dtsim
+  auto steps = std::make_shared<int>(kSteps);
+  auto quiet = std::make_shared<bool>(false);
+  app->add_option("--steps", *steps, "optimizer steps per run")->transform(Integer(1, 10000));
+  app->add_flag("--quiet", *quiet, "no progress bar");
+  app->footer("example: dtsim demo");
+  return {app, [steps, quiet] { return run_demo(*steps, *quiet); }};
 }
 
 }  // namespace dtsim::cli

@@ -1,63 +1,130 @@
-// dtsim: distributed training, simulated. `dtsim <command> --help` for each command.
+// dtsim: distributed training, simulated. `dtsim <command> -h` for each command.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/types.h"
 #include "runtime/world.h"
 #include "train/cli/commands.h"
+#include "train/cli/flags.h"
+
+#ifndef DTSIM_VERSION
+#define DTSIM_VERSION "unknown"
+#endif
 
 namespace {
 
 using dtsim::cli::Command;
 
-// One row per command; keep in the order a new user would try them.
-const Command kCommands[] = {
-    {"demo", "every strategy on 4 ranks, checked against single-rank training, in one table",
-     dtsim::cli::demo_main},
-    {"train", "train one strategy on N rank threads; --check against single-rank training",
-     dtsim::cli::train_main},
-    {"walk", "print a collective step by step: who sends which chunk to whom",
-     dtsim::cli::walk_main},
-    {"estimate", "memory per device and bytes per step for ZeRO stages 0-3 (analytical)",
-     dtsim::cli::estimate_main},
-    {"stress", "random collectives under jitter, checked against a reference",
-     dtsim::cli::stress_main},
-};
+std::string version_text() {
+  return fmt::format("dtsim {} (C++20, GCC {}.{}.{}; CLI11 {}, fmt {}.{}.{})", DTSIM_VERSION,
+                     __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__, CLI11_VERSION,
+                     FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100);
+}
 
-int usage(FILE* out) {
-  std::fprintf(out,
-               "dtsim: distributed training, simulated (ranks are threads)\n\n"
-               "usage: dtsim <command> [flags]   (dtsim <command> --help for its flags)\n\n");
-  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
-  std::fprintf(out, "\nexample: dtsim walk --op all_reduce --ranks 4 --numel 8\n");
-  return out == stdout ? 0 : 2;
+// Standard output must have reached its file: a full disk or a closed pipe is an error.
+int check_stdout(const std::string& command, int code) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  std::fprintf(stderr, "dtsim %s: cannot write standard output (%s)\n", command.c_str(),
+               std::strerror(errno));
+  return code == 0 ? 1 : code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage(stderr);
-  const std::string name = argv[1];
-  if (name == "--help" || name == "-h" || name == "help") return usage(stdout);
-  dtsim::cli::Words words(argv + 2, argv + argc);
-  for (const Command& c : kCommands) {
-    if (name != c.name) continue;
-    try {
-      return c.run(words);
-    } catch (const dtsim::UsageError& e) {
-      std::fprintf(stderr, "%s\n", e.what());
+  // Line by line also into a pipe or a file: a killed run has printed what it did so far.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  CLI::App dtsim("dtsim: distributed training, simulated (ranks are threads)", "dtsim");
+  dtsim.formatter(std::make_shared<dtsim::cli::HelpFormatter>());
+  dtsim.set_help_flag("-h,--help", "print this help and exit");
+  dtsim.set_version_flag("--version", version_text(), "print the version and exit");
+  dtsim.require_subcommand(1, 1);
+  dtsim.footer(
+      "example: dtsim walk --op all_reduce --ranks 4 --numel 8\n"
+      "Any command's flags can come from a TOML file: dtsim train --config run.toml\n"
+      "(keys are flag names without --, e.g. strategy = \"zero2\"; see README).");
+  // Keep in the order a new user would try them.
+  const std::vector<Command> commands = {
+      dtsim::cli::add_demo(dtsim), dtsim::cli::add_train(dtsim), dtsim::cli::add_walk(dtsim),
+      dtsim::cli::add_estimate(dtsim), dtsim::cli::add_stress(dtsim)};
+  std::vector<std::string> names;
+  for (const Command& c : commands) {
+    names.push_back(c.app->get_name());
+    // A flag given twice is an error, switches included (CLI11 lets switches repeat).
+    for (CLI::Option* o : c.app->get_options()) {
+      if (!o->check_lname("help")) o->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+    }
+    c.app->footer(c.app->get_footer() +
+                  "\n--config FILE reads these flags from a TOML file (keys are flag names without "
+                  "--; see README)");
+  }
+
+  // The command is the first word; a word that names none is an error of its own.
+  const Command* command = nullptr;
+  if (argc == 2 && std::strcmp(argv[1], "help") == 0) {
+    std::fputs(dtsim.help().c_str(), stdout);
+    return check_stdout("", 0);
+  }
+  if (argc >= 2 && argv[1][0] == '-') {
+    const std::string flag = argv[1];
+    if (flag != "-h" && flag != "--help" && flag != "--version") {
+      std::fprintf(stderr,
+                   "dtsim: %s is not a flag of dtsim itself; flags follow the command, as in "
+                   "dtsim train %s (run dtsim --help for the commands)\n",
+                   flag.c_str(), flag.c_str());
       return 2;
-    } catch (const dtsim::RankFailure& e) {
-      // A rank failed mid-run: the error, then what every rank was last doing.
-      std::fprintf(stderr, "dtsim %s: %s\n%s\n", c.name, e.what(), e.flight_report().c_str());
-      return 1;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "dtsim %s: %s\n", c.name, e.what());
-      return 1;
     }
   }
-  std::fprintf(stderr, "dtsim: unknown command '%s'; run dtsim --help for the list\n",
-               name.c_str());
-  return 2;
+  if (argc >= 2 && argv[1][0] != '-') {
+    for (const Command& c : commands) {
+      if (c.app->get_name() == argv[1]) command = &c;
+    }
+    if (command == nullptr) {
+      std::fprintf(stderr, "dtsim: unknown command '%s'; run dtsim --help for the list\n", argv[1]);
+      return 2;
+    }
+  }
+  const std::string name = command ? command->app->get_name() : "";
+  dtsim.set_config("--config", "", "read the command's flags from a TOML file (see README)")
+      ->type_name("FILE");
+  dtsim.config_formatter(std::make_shared<dtsim::cli::CommandConfig>(name, names));
+  dtsim.allow_config_extras(CLI::config_extras_mode::error);
+  try {
+    if (argc < 2) throw CLI::CallForHelp();
+    dtsim.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    const int code = argc < 2 ? 2 : 0;
+    const std::string text = dynamic_cast<const CLI::CallForVersion*>(&e)
+                                 ? std::string(e.what()) + "\n"
+                                 : dtsim.help();  // the named command's help when one was named
+    std::fputs(text.c_str(), code == 0 ? stdout : stderr);
+    return check_stdout(name, code);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s\n", dtsim::cli::one_line(e, name, dtsim).c_str());
+    return 2;
+  }
+
+  int code = 0;
+  try {
+    code = command->run();
+  } catch (const dtsim::UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const dtsim::RankFailure& e) {
+    // A rank failed mid-run: the error, then what every rank was last doing.
+    std::fprintf(stderr, "dtsim %s: %s\n%s\n", name.c_str(), e.what(), e.flight_report().c_str());
+    code = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtsim %s: %s\n", name.c_str(), e.what());
+    code = 1;
+  }
+  return check_stdout(name, code);
 }

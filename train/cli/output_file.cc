@@ -1,31 +1,192 @@
 #include "train/cli/output_file.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
-#include "train/cli/args.h"
+#include "train/cli/flags.h"
 
 namespace dtsim::cli {
+namespace {
 
-OutputFile::OutputFile(const std::string& command, const std::string& flag, const std::string& path)
-    : path_(path), tmp_(path + ".tmp") {
-  if (path.empty()) fail(command, "--" + flag + " needs a file name");
-  file_ = std::fopen(tmp_.c_str(), "wb");
-  if (file_ == nullptr) {
-    fail(command, "--" + flag + " " + path + " cannot be written (" + std::strerror(errno) + ")");
+// The temporary files that exist now, for the signal handler: fixed storage, no allocation.
+constexpr int kSlots = 16;
+char g_tmp_path[kSlots][PATH_MAX];
+std::atomic<bool> g_tmp_used[kSlots];
+
+void remove_temporaries_and_die(int sig) {
+  for (int i = 0; i < kSlots; ++i) {
+    if (g_tmp_used[i].load(std::memory_order_acquire)) unlink(g_tmp_path[i]);
+  }
+  // SA_RESETHAND restored the default action: the process dies of `sig` once this returns,
+  // so that the shell sees 128 + sig and a calling script stops as for any killed program.
+  raise(sig);
+}
+
+void install_handlers_once() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // nohup and friends: keep ignoring
+    struct sigaction sa {};
+    sa.sa_handler = remove_temporaries_and_die;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
   }
 }
 
-OutputFile::OutputFile(OutputFile&& o) noexcept
-    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), file_(std::exchange(o.file_, nullptr)) {}
+// Where each declared output goes, to reject the same file twice.
+struct Identity {
+  bool is_stdout = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string new_path;  // a file that does not exist yet: its absolute path
+  std::string flag;
+};
+std::vector<Identity> g_declared;
+
+int g_stdout_fd = -1;  // the original standard output once an output took it
+
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(int fd, const std::string& text, const std::string& name) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error("cannot write " + name + ": " + errno_text());
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+OutputFile::OutputFile(const std::string& command, const std::string& flag, const std::string& path)
+    : path_(path) {
+  const std::string what = "--" + flag + " " + path;
+  if (path.empty()) fail(command, "--" + flag + " needs a file name (or - for standard output)");
+  Identity id;
+  id.flag = flag;
+  struct stat out {
+  }, st{}, link{};
+  const bool have_stdout = fstat(STDOUT_FILENO, &out) == 0;
+  if (path == "-") {
+    id.is_stdout = true;
+  } else if (lstat(path.c_str(), &link) != 0) {
+    if (errno != ENOENT) fail(command, what + " cannot be used (" + errno_text() + ")");
+    const std::string folder = folder_of(path);
+    struct stat dir {};
+    if (stat(folder.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode)) {
+      fail(command, what + ": folder " + folder + " does not exist (create it first)");
+    }
+    if (path.back() == '/') fail(command, what + " names a folder; give a file name");
+    char real[PATH_MAX];
+    if (realpath(folder.c_str(), real) == nullptr) fail(command, what + ": " + errno_text());
+    target_ = path;
+    id.new_path = std::string(real) + "/" + path.substr(path.rfind('/') + 1);  // npos + 1 == 0
+    kind_ = Kind::kReplace;
+  } else if (stat(path.c_str(), &st) != 0) {
+    fail(command,
+         what + " is a symlink to nothing (" + errno_text() + "); remove it or pick another name");
+  } else if (S_ISDIR(st.st_mode)) {
+    fail(command, what + " is a folder; give a file name, e.g. " + path +
+                      (path.back() == '/' ? "" : "/") + flag + ".json");
+  } else if (have_stdout && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
+    id.is_stdout = true;  // /dev/stdout, /proc/self/fd/1, or the file stdout is redirected to
+  } else if (S_ISREG(st.st_mode)) {
+    char real[PATH_MAX];
+    if (realpath(path.c_str(), real) == nullptr) fail(command, what + ": " + errno_text());
+    target_ = real;  // a symlink keeps pointing at the file we replace
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+    kind_ = Kind::kReplace;
+  } else {
+    if (access(path.c_str(), W_OK) != 0) {
+      fail(command, what + " cannot be written (" + errno_text() + ")");
+    }
+    kind_ = Kind::kInPlace;  // a device or a FIFO: written where it is, never replaced
+  }
+  if (id.is_stdout) kind_ = Kind::kStdout;
+  name_ = id.is_stdout ? "standard output" : path_;
+
+  for (const Identity& other : g_declared) {
+    const bool same =
+        kind_ != Kind::kInPlace && ((id.is_stdout && other.is_stdout) ||
+                                    (!id.new_path.empty() && id.new_path == other.new_path) ||
+                                    (id.ino != 0 && id.dev == other.dev && id.ino == other.ino));
+    if (same) {
+      fail(command,
+           what + " is the same file as --" + other.flag + "; give each output its own file");
+    }
+  }
+
+  if (kind_ == Kind::kReplace) {
+    // Blocked signals while the temporary file exists but is not yet in the table.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (slot_ = 0; slot_ < kSlots && g_tmp_used[slot_].load(); ++slot_) {
+    }
+    std::string tmp = target_ + ".XXXXXX";
+    const int fd = slot_ < kSlots && tmp.size() < PATH_MAX ? mkstemp(tmp.data()) : -1;
+    const int err = errno;
+    if (fd >= 0) {
+      std::memcpy(g_tmp_path[slot_], tmp.c_str(), tmp.size() + 1);
+      g_tmp_used[slot_].store(true, std::memory_order_release);
+      install_handlers_once();
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (fd < 0) {
+      slot_ = -1;
+      fail(command, what + " cannot be written (" + std::strerror(err) + ")");
+    }
+    tmp_ = tmp;
+    file_ = fdopen(fd, "wb");
+    // The permissions a plain create would give, or those of the file we replace.
+    const mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, st.st_ino != 0 ? (st.st_mode & 07777) : (0666 & ~mask));
+  }
+  if (kind_ == Kind::kStdout && g_stdout_fd < 0) {
+    // Standard output now carries the file alone; the command's text goes to stderr.
+    std::fflush(stdout);
+    g_stdout_fd = dup(STDOUT_FILENO);
+    dup2(STDERR_FILENO, STDOUT_FILENO);
+  }
+  g_declared.push_back(std::move(id));
+}
+
+OutputFile::OutputFile(OutputFile&& o) noexcept { *this = std::move(o); }
 
 OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
   if (this != &o) {
     discard();
+    kind_ = std::exchange(o.kind_, Kind::kNone);
     path_ = std::move(o.path_);
+    name_ = std::move(o.name_);
+    target_ = std::move(o.target_);
     tmp_ = std::move(o.tmp_);
+    slot_ = std::exchange(o.slot_, -1);
     file_ = std::exchange(o.file_, nullptr);
   }
   return *this;
@@ -33,23 +194,52 @@ OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
 
 OutputFile::~OutputFile() { discard(); }
 
-void OutputFile::discard() {
-  if (file_ == nullptr) return;
-  std::fclose(file_);
-  std::remove(tmp_.c_str());
-  file_ = nullptr;
+void OutputFile::discard() noexcept {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    file_ = nullptr;
+    unlink(tmp_.c_str());
+  }
+  if (slot_ >= 0) g_tmp_used[slot_].store(false, std::memory_order_release);
+  slot_ = -1;
+  kind_ = Kind::kNone;
 }
 
 void OutputFile::commit(const std::string& text) {
-  if (file_ == nullptr) throw std::runtime_error("output file " + path_ + " is not open");
-  const bool written = std::fwrite(text.data(), 1, text.size(), file_) == text.size();
-  const bool closed = std::fclose(file_) == 0;
-  file_ = nullptr;
-  if (!written || !closed || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp_.c_str());
-    throw std::runtime_error("cannot write " + path_ + ": " + why);
+  switch (kind_) {
+    case Kind::kNone:
+      throw std::runtime_error("output file " + path_ + " is not open");
+    case Kind::kStdout:
+      write_all(g_stdout_fd, text, "standard output");
+      break;
+    case Kind::kInPlace: {
+      const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
+      try {
+        write_all(fd, text, path_);
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+      if (close(fd) != 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
+      break;
+    }
+    case Kind::kReplace: {
+      const bool written =
+          std::fwrite(text.data(), 1, text.size(), file_) == text.size() && std::fflush(file_) == 0;
+      const int err = errno;
+      const bool closed = std::fclose(file_) == 0;
+      file_ = nullptr;
+      if (!written || !closed || std::rename(tmp_.c_str(), target_.c_str()) != 0) {
+        const std::string why = std::strerror(written && closed ? errno : err);
+        unlink(tmp_.c_str());
+        discard();
+        throw std::runtime_error("cannot write " + path_ + ": " + why);
+      }
+      break;
+    }
   }
+  discard();
 }
 
 }  // namespace dtsim::cli

@@ -1,10 +1,23 @@
-// An output file that is either complete or absent: opened as FILE.tmp before any work runs
-// (so an unwritable path is a usage error up front), renamed onto FILE by commit(), and
-// removed when dropped uncommitted (a failed run leaves no partial file).
+// Output files (--report, --trace, --html) that are either complete or absent, and never
+// write over what is not theirs. Declaring one checks its path before any work runs, so
+// that a bad path is a usage error (exit 2) and not a lost run:
+//   - "-" (or a path that is standard output, such as /dev/stdout) writes to standard
+//     output; while one does, the command's text goes to standard error, so that standard
+//     output holds the file alone (`dtsim train --report - | jq`);
+//   - an existing file that is not a regular file (/dev/null, a FIFO, a terminal) is written
+//     in place at commit; nothing is ever renamed over it;
+//   - a regular file (or a symlink to one, which survives) or a new file is written to a
+//     unique temporary file beside its target (FILE.XXXXXX, made like mkstemp), renamed onto
+//     it by commit(), and removed when the run fails or the process gets SIGINT, SIGTERM,
+//     SIGHUP or SIGPIPE (the process then dies of that signal: exit status 130, 143, ...);
+//   - a directory, a missing folder, a dangling symlink, an unwritable folder, or the same
+//     file as another output of this process are usage errors.
+//
+// Thread safety: declare, commit and drop outputs on one thread (the main one); the signal
+// handler may run on any thread at any time.
 #pragma once
 
 #include <cstdio>
-#include <memory>
 #include <string>
 
 namespace dtsim::cli {
@@ -12,23 +25,32 @@ namespace dtsim::cli {
 class OutputFile {
  public:
   OutputFile() = default;
-  // Creates `path`.tmp; throws UsageError naming `flag` when it cannot be created.
+  // Declares `path` as the output of `--flag` of `command`; throws UsageError with one line
+  // saying what is wrong and how to fix it.
   OutputFile(const std::string& command, const std::string& flag, const std::string& path);
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
   OutputFile(OutputFile&& o) noexcept;
   OutputFile& operator=(OutputFile&& o) noexcept;
-  ~OutputFile();
+  ~OutputFile();  // removes the temporary file when not committed
 
-  bool open() const { return file_ != nullptr; }
-  const std::string& path() const { return path_; }
-  // Writes `text` to FILE.tmp, closes it and renames it onto FILE; throws on an I/O error.
+  bool open() const { return kind_ != Kind::kNone; }
+  // The path as given, or "standard output" (also after commit).
+  const std::string& name() const { return name_; }
+  // Writes `text` to the target (see above); throws std::runtime_error on an I/O error,
+  // leaving no partial file behind.
   void commit(const std::string& text);
 
  private:
-  void discard();
+  enum class Kind { kNone, kStdout, kInPlace, kReplace };
+  void discard() noexcept;
 
-  std::string path_, tmp_;
+  Kind kind_ = Kind::kNone;
+  std::string path_;    // as given
+  std::string name_;    // path_, or "standard output"
+  std::string target_;  // kReplace: the regular file to rename onto (symlinks resolved)
+  std::string tmp_;     // kReplace: the temporary file beside target_
+  int slot_ = -1;       // kReplace: index in the signal handler's table of temporary files
   std::FILE* file_ = nullptr;
 };
 

@@ -1,5 +1,7 @@
 #include "train/cli/report_json.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -21,7 +23,7 @@ json config_json(const train::TrainConfig& c) {
       {"batch", c.global_batch},
       {"micro_batches", c.micro_batches},
       {"optimizer", optimizer_name(c.optimizer)},
-      {"lr", std::stod(format("%.7g", c.lr))},  // as typed, not the float's binary tail
+      {"lr", std::stod(fmt::format("{:.7g}", c.lr))},  // as typed, not the float's binary tail
       {"precision", precision_name(c.precision)},
       {"algo", to_string(c.algo)},
       {"seed", c.seed},

@@ -1,121 +1,228 @@
 // dtsim stress: shakes race conditions out of the collectives. Runs random sequences of
 // collectives (runtime/stress.h) on N rank threads with seeded jitter, checks every result
 // against a single-threaded reference, and on a failure prints the seed and iteration
-// that reproduce it. Exit code 0 when clean, 1 on any failure.
+// that reproduce it. --report FILE writes the outcome as JSON, with every rank's flight
+// recorder on a failure. Exit code 0 when clean, 1 on any failure. --scheduler random|pct,
+// --replay and --same-plan run under the controlled scheduler instead (stress_explore.h).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "runtime/mutant.h"
+#include "runtime/process_model.h"
 #include "runtime/stress.h"
-#include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/flags.h"
+#include "train/cli/output_file.h"
 #include "train/cli/stress_explore.h"
 
 namespace dtsim::cli {
 namespace {
 
-const char* kHelp =
-    "usage: dtsim stress [--ranks N] [--iterations K] [--seed S] [--start I]\n"
-    "                    [--jitter-us U] [--calls C] [--max-numel M] [--timeout-ms T]\n"
-    "                    [--unsafe-live-sends] [--keep-going] [--report]\n"
-    "                    [--scheduler jitter|random|pct] [--depth D] [--schedules K]\n"
-    "                    [--mutant NAME] [--schedule-file F] [--replay F]\n"
-    "\n"
-    "Runs K iterations of C random collectives each (all_reduce, reduce_scatter, all_gather,\n"
-    "broadcast, reduce, all_to_all, all_to_all_single, barrier; random lengths including 0\n"
-    "and uneven ones, algorithms, roots, reduce ops, dtypes, subgroups from new_group and\n"
-    "split) on N rank threads, with random yields and sleeps of up to U us in the transport.\n"
-    "Every result is checked against a single-threaded reference; the deterministic\n"
-    "algorithms run twice and must match bitwise. Iteration I depends only on (S, I).\n"
-    "\n"
-    "  --ranks              rank threads, 1..256 (default 8)\n"
-    "  --iterations         iterations to run (default 20)\n"
-    "  --seed               plan and jitter seed (default 1)\n"
-    "  --start              first iteration, to reproduce a failure (default 0)\n"
-    "  --jitter-us          max injected sleep in microseconds, 0 = none (default 50)\n"
-    "  --calls              collectives per iteration (default 16)\n"
-    "  --max-numel          typical max length; one call in ten is up to 8x (default 2048)\n"
-    "  --timeout-ms         deadline of a blocked collective (default 10000)\n"
-    "  --unsafe-live-sends  break the snapshot rule on purpose: stress must catch it\n"
-    "  --keep-going         continue after a failing iteration\n"
-    "  --report             on failure, print every rank's flight recorder\n"
-    "  --scheduler          jitter (default): free-running threads with injected jitter;\n"
-    "                       random, pct: one rank at a time under a controlled scheduler\n"
-    "                       choosing every interleaving from the seed (exact replay)\n"
-    "  --depth              PCT bug depth d: d - 1 priority change points (default 3)\n"
-    "  --schedules          under --scheduler: schedules to explore (an iteration each)\n"
-    "  --mutant             plant a bug that stress must find: lend-overwrite,\n"
-    "                       missing-settle, ring-wrong-chunk, split-off-by-one,\n"
-    "                       recv-wrong-step, lend-claim-race\n"
-    "  --schedule-file      where a failing schedule is written (dtsim-schedule-S-I.txt)\n"
-    "  --replay             replay a schedule file exactly\n"
-    "  --same-plan          run every schedule on plan --start and count the failing ones\n"
-    "                       (a mutant's hit rate per schedule, for any --scheduler)\n"
-    "\n"
-    "example: dtsim stress --ranks 8 --iterations 50 --seed 7 --jitter-us 50\n";
+struct StressFlags {
+  int ranks = 8, iterations = 20, calls = 16, threads_per_process = 1;
+  int64_t seed = 1, start = 0, jitter_us = 50, max_numel = 2048, timeout_ms = 10000;
+  bool unsafe_live_sends = false, keep_going = false;
+  std::string report;
+  // The controlled scheduler (stress_explore.h) and planted bugs (runtime/mutant.h).
+  std::string scheduler = "jitter", mutant = "none", schedule_file, replay;
+  int depth = 3, schedules = 100;
+  bool same_plan = false;
+};
 
-}  // namespace
+std::vector<std::string> mutant_choices() {
+  std::vector<std::string> names = {mutant_name(Mutant::kNone)};
+  for (Mutant m : kAllMutants) names.push_back(mutant_name(m));
+  return names;
+}
 
-int stress_main(const Words& words) {
-  for (const auto& w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    }
+std::string reproduce_command(const StressOptions& o, int iteration) {
+  return fmt::format(
+      "dtsim stress --ranks {} --seed {} --start {} --iterations 1 --jitter-us {} --calls {} "
+      "--max-numel {}{}{}{}",
+      o.ranks, o.seed, iteration, o.jitter_us, o.calls_per_iteration, o.max_numel,
+      o.unsafe_live_sends ? " --unsafe-live-sends" : "",
+      o.mutant == Mutant::kNone ? "" : " --mutant ",
+      o.mutant == Mutant::kNone ? "" : mutant_name(o.mutant));
+}
+
+std::string report_text(const StressOptions& o, const StressResult& r, double secs) {
+  nlohmann::json j = {
+      {"options",
+       {{"ranks", o.ranks},
+        {"iterations", o.iterations},
+        {"seed", o.seed},
+        {"start", o.first_iteration},
+        {"jitter_us", o.jitter_us},
+        {"calls", o.calls_per_iteration},
+        {"max_numel", o.max_numel},
+        {"timeout_ms", o.timeout.count()},
+        {"unsafe_live_sends", o.unsafe_live_sends},
+        {"keep_going", o.keep_going},
+        {"mutant", mutant_name(o.mutant)}}},
+      {"iterations", r.iterations},
+      {"collectives", r.collectives},
+      {"results_checked", r.results_checked},
+      {"failures", r.failures},
+      {"seconds", secs},
+      {"messages", r.messages},
+  };
+  if (!r.ok()) {
+    j["first_failed_iteration"] = r.first_failed_iteration;
+    j["reproduce"] = reproduce_command(o, r.first_failed_iteration);
+    j["flight_report"] = r.flight_report;
   }
-  Args args("stress", words,
-            {"ranks", "iterations", "seed", "start", "jitter-us", "calls", "max-numel",
-             "timeout-ms", "scheduler", "depth", "schedules", "mutant", "schedule-file", "replay"},
-            {"unsafe-live-sends", "keep-going", "report", "same-plan"});
+  return j.dump(2) + "\n";
+}
+
+int run_stress(const CLI::App& app, const StressFlags& f) {
   StressOptions o;
-  o.ranks = static_cast<int>(args.integer("ranks", 8, 1, 256));
-  o.iterations = static_cast<int>(args.integer("iterations", 20, 1, 100000000));
-  o.seed = static_cast<uint64_t>(args.integer("seed", 1, 0, INT64_MAX));
-  o.first_iteration = static_cast<int>(args.integer("start", 0, 0, 1000000000));
-  o.jitter_us = static_cast<uint32_t>(args.integer("jitter-us", 50, 0, 100000));
-  o.calls_per_iteration = static_cast<int>(args.integer("calls", 16, 1, 100000));
-  o.max_numel = static_cast<size_t>(args.integer("max-numel", 2048, 1, 1 << 24));
-  o.timeout = std::chrono::milliseconds(args.integer("timeout-ms", 10000, 1, 3600000));
-  o.unsafe_live_sends = args.on("unsafe-live-sends");
-  o.keep_going = args.on("keep-going");
-  if (!parse_mutant(args.str("mutant", "none"), &o.mutant)) {
-    fail("stress", "unknown --mutant " + args.str("mutant", "") + "; use one of " + mutant_names());
+  // Under mpirun the world is processes x --threads-per-process ranks; --ranks defaults to
+  // that and must agree with it. Only process 0 prints the summary.
+  o.process = ProcessModel::from_environment(0, f.threads_per_process);
+  if (!o.process.mpi && given(app, "--threads-per-process")) {
+    fail("stress", "--threads-per-process needs mpirun; without it use --ranks N");
   }
-  ExploreFlags ef;
-  const std::string sched = args.choice("scheduler", "jitter", {"jitter", "random", "pct"});
-  ef.scheduler = sched;
-  ef.depth = static_cast<int>(args.integer("depth", 3, 1, 16));
-  ef.replay = args.str("replay", "");
-  ef.schedule_file = args.str("schedule-file", "");
-  ef.same_plan = args.on("same-plan");
-  ef.report = args.on("report");
-  if (sched != "jitter" || !ef.replay.empty() || ef.same_plan) {
-    o.iterations = static_cast<int>(args.integer("schedules", 100, 1, 100000000));
+  o.ranks = f.ranks;
+  if (o.process.mpi) {
+    if (given(app, "--ranks") && f.ranks != o.process.world_size()) {
+      fail("stress", fmt::format("--ranks {} but mpirun started {} = {} ranks; drop --ranks or "
+                                 "make them match",
+                                 f.ranks, o.process.describe(), o.process.world_size()));
+    }
+    o.ranks = o.process.world_size();
+  }
+  const bool lead = o.process.process == 0;
+  o.iterations = f.iterations;
+  o.seed = static_cast<uint64_t>(f.seed);
+  o.first_iteration = static_cast<int>(f.start);
+  o.jitter_us = static_cast<uint32_t>(f.jitter_us);
+  o.calls_per_iteration = f.calls;
+  o.max_numel = static_cast<size_t>(f.max_numel);
+  o.timeout = std::chrono::milliseconds(f.timeout_ms);
+  o.unsafe_live_sends = f.unsafe_live_sends;
+  o.keep_going = f.keep_going;
+  parse_mutant(f.mutant, &o.mutant);  // OneOf checked the name
+  const bool controlled = f.scheduler != "jitter" || !f.replay.empty() || f.same_plan;
+  if (o.process.mpi && controlled) {
+    fail("stress",
+         "--scheduler random|pct, --replay and --same-plan run thread worlds only; "
+         "run them without mpirun");
+  }
+  OutputFile report;
+  if (lead && given(app, "--report")) report = OutputFile("stress", "report", f.report);
+  if (controlled) {
+    ExploreFlags ef;
+    ef.scheduler = f.scheduler;
+    ef.depth = f.depth;
+    ef.replay = f.replay;
+    ef.schedule_file = f.schedule_file;
+    ef.same_plan = f.same_plan;
+    ef.report = report.open() ? &report : nullptr;
+    o.iterations = f.schedules;
     return explore_stress(o, ef);
   }
 
-  std::printf("dtsim stress: %d ranks, iterations %d..%d, seed %llu, jitter %u us%s\n", o.ranks,
-              o.first_iteration, o.first_iteration + o.iterations - 1,
-              static_cast<unsigned long long>(o.seed), o.jitter_us,
-              o.unsafe_live_sends ? ", UNSAFE live sends (snapshot rule broken on purpose)" : "");
+  const std::string layout = o.process.mpi ? " (" + o.process.describe() + ")" : std::string();
+  if (lead)
+    std::printf("dtsim stress: %d ranks%s, iterations %d..%d, seed %llu, jitter %u us%s\n", o.ranks,
+                layout.c_str(), o.first_iteration, o.first_iteration + o.iterations - 1,
+                static_cast<unsigned long long>(o.seed), o.jitter_us,
+                o.unsafe_live_sends ? ", UNSAFE live sends (snapshot rule broken on purpose)" : "");
   const auto t0 = std::chrono::steady_clock::now();
   const StressResult r = run_stress(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf(
-      "iterations: %d\ncollectives checked: %llu (%llu per-rank results)\nfailures: %llu\n"
-      "time: %.2f s\n",
-      r.iterations, static_cast<unsigned long long>(r.collectives),
-      static_cast<unsigned long long>(r.results_checked),
-      static_cast<unsigned long long>(r.failures), secs);
-  if (r.ok()) return 0;
+  if (lead)
+    std::printf(
+        "iterations: %d\ncollectives checked: %llu (%llu per-rank results)\nfailures: %llu\n"
+        "time: %.2f s\n",
+        r.iterations, static_cast<unsigned long long>(r.collectives),
+        static_cast<unsigned long long>(r.results_checked),
+        static_cast<unsigned long long>(r.failures), secs);
   for (const auto& m : r.messages) std::printf("FAIL %s\n", m.c_str());
-  if (args.on("report")) std::printf("flight recorder:\n%s", r.flight_report.c_str());
-  std::printf(
-      "reproduce: dtsim stress --ranks %d --seed %llu --start %d --iterations 1 --jitter-us %u "
-      "--calls %d --max-numel %zu%s\n",
-      o.ranks, static_cast<unsigned long long>(o.seed), r.first_failed_iteration, o.jitter_us,
-      o.calls_per_iteration, o.max_numel, o.unsafe_live_sends ? " --unsafe-live-sends" : "");
-  return 1;
+  if (lead && !r.ok()) {
+    std::printf("reproduce: %s\n", reproduce_command(o, r.first_failed_iteration).c_str());
+  }
+  if (report.open()) {
+    report.commit(report_text(o, r, secs));
+    std::printf("report: %s%s\n", report.name().c_str(),
+                r.ok() ? "" : " (with every rank's flight recorder)");
+  }
+  return r.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_stress(CLI::App& dtsim) {
+  CLI::App* app = dtsim.add_subcommand(
+      "stress", "random collectives under jitter, checked against a reference");
+  describe(
+      app,
+      "Runs K iterations of C random collectives each (all_reduce, reduce_scatter, all_gather,\n"
+      "broadcast, reduce, all_to_all, all_to_all_single, barrier; random lengths including 0\n"
+      "and uneven ones, algorithms, roots, reduce ops, dtypes, subgroups from new_group and\n"
+      "split) on N rank threads, with random yields and sleeps of up to U us in the transport.\n"
+      "Every result is checked against a single-threaded reference; the deterministic\n"
+      "algorithms run twice and must match bitwise. Iteration I depends only on (S, I).");
+  app->option_defaults()->always_capture_default();
+  app->fallthrough();  // --config belongs to dtsim
+  auto f = std::make_shared<StressFlags>();
+  app->add_option("--ranks", f->ranks, "rank threads (falls back to $WORLD_SIZE)")
+      ->transform(Integer(1, 256))
+      ->envname("WORLD_SIZE");
+  app->add_option("--threads-per-process", f->threads_per_process,
+                  "under mpirun: rank threads per process; the world is processes x this")
+      ->transform(Integer(1, 256));
+  app->add_option("--iterations", f->iterations, "iterations to run")
+      ->transform(Integer(1, 100000000));
+  app->add_option("--seed", f->seed, "plan and jitter seed")->transform(Integer(0, INT64_MAX));
+  app->add_option("--start", f->start, "first iteration, to reproduce a failure")
+      ->transform(Integer(0, 1000000000));
+  app->add_option("--jitter-us", f->jitter_us, "max injected sleep in microseconds, 0 = none")
+      ->transform(Integer(0, 100000));
+  app->add_option("--calls", f->calls, "collectives per iteration")->transform(Integer(1, 100000));
+  app->add_option("--max-numel", f->max_numel, "typical max length; one call in ten is up to 8x")
+      ->transform(Integer(1, 1 << 24));
+  app->add_option("--timeout-ms", f->timeout_ms, "deadline of a blocked collective")
+      ->transform(Integer(1, 3600000));
+  app->add_flag("--unsafe-live-sends", f->unsafe_live_sends,
+                "break the snapshot rule on purpose: stress must catch it");
+  app->add_flag("--keep-going", f->keep_going, "continue after a failing iteration");
+  app->add_option("--report", f->report,
+                  "write the outcome as JSON, with every rank's flight recorder on a failure; "
+                  "- is standard output")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_option("--scheduler", f->scheduler,
+                  "jitter: free-running threads with injected jitter; random, pct: one rank "
+                  "at a time under a controlled scheduler choosing every interleaving from the "
+                  "seed (exact replay; thread worlds only)")
+      ->transform(OneOf({"jitter", "random", "pct"}));
+  app->add_option("--depth", f->depth, "PCT bug depth d: d - 1 priority change points")
+      ->transform(Integer(1, 16));
+  app->add_option("--schedules", f->schedules,
+                  "under --scheduler random|pct: schedules to explore (an iteration each)")
+      ->transform(Integer(1, 100000000));
+  app->add_option("--mutant", f->mutant, "plant a bug that stress must find (runtime/mutant.h)")
+      ->transform(OneOf(mutant_choices()));
+  app->add_option("--schedule-file", f->schedule_file,
+                  "where a failing schedule is written (default dtsim-schedule-S-I.txt)")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_option("--replay", f->replay, "replay a schedule file exactly")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_flag("--same-plan", f->same_plan,
+                "run every schedule on plan --start and count the failing ones (a mutant's hit "
+                "rate per schedule, for any --scheduler)");
+  app->footer("example: dtsim stress --ranks 8 --iterations 50 --seed 7 --jitter-us 50");
+  return {app, [app, f] { return run_stress(*app, *f); }};
 }
 
 }  // namespace dtsim::cli

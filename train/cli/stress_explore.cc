@@ -1,8 +1,10 @@
 // dtsim stress under the controlled scheduler (runtime/schedule/explore.h): explores
 // schedules with random walk or PCT, and on a failure shrinks it, writes the schedule
 // file and prints the one-line command that replays it; --replay runs such a file.
+// --report FILE gets the outcome as JSON.
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "runtime/schedule/explore.h"
@@ -13,6 +15,29 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+nlohmann::json options_json(const StressOptions& o, const ExploreFlags& f) {
+  return {{"ranks", o.ranks},
+          {"schedules", o.iterations},
+          {"seed", o.seed},
+          {"start", o.first_iteration},
+          {"calls", o.calls_per_iteration},
+          {"max_numel", o.max_numel},
+          {"timeout_ms", o.timeout.count()},
+          {"scheduler", f.scheduler},
+          {"depth", f.depth},
+          {"mutant", mutant_name(o.mutant)},
+          {"same_plan", f.same_plan},
+          {"replay", f.replay}};
+}
+
+// Writes `j` to --report, if given, and says where it went.
+void commit_report(const ExploreFlags& f, const nlohmann::json& j, bool failed) {
+  if (!f.report) return;
+  f.report->commit(j.dump(2) + "\n");
+  std::printf("report: %s%s\n", f.report->name().c_str(),
+              failed ? " (with every rank's flight recorder)" : "");
 }
 
 int replay(StressOptions o, const ExploreFlags& f) {
@@ -30,11 +55,20 @@ int replay(StressOptions o, const ExploreFlags& f) {
   const StressResult r =
       schedule::run_schedule(o, sf.iteration, strategy.get(), nullptr, &divergence);
   for (const auto& m : r.messages) std::printf("FAIL %s\n", m.c_str());
+  nlohmann::json j = {{"options", options_json(o, f)},
+                      {"iteration", sf.iteration},
+                      {"steps", sf.record.choices.size()},
+                      {"failures", r.failures},
+                      {"messages", r.messages},
+                      {"divergence", divergence}};
+  if (!r.ok()) j["flight_report"] = r.flight_report;
   if (!divergence.empty()) {
     std::printf("NONDETERMINISTIC replay: %s\n", divergence.c_str());
+    commit_report(f, j, !r.ok());
     return 1;
   }
   std::printf("replay: %s\n", r.ok() ? "passed (no failure)" : "failed as recorded");
+  commit_report(f, j, !r.ok());
   return r.ok() ? 0 : 1;
 }
 
@@ -56,9 +90,18 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
         how.c_str(), mutant_name(o.mutant));
     const auto t0 = std::chrono::steady_clock::now();
     const schedule::SamePlanResult r = schedule::same_plan(o, e);
+    const double secs = seconds_since(t0);
     std::printf("failing schedules: %d of %d (first: run %d)\ntime: %.2f s\n", r.failing, r.runs,
-                r.first_failing, seconds_since(t0));
+                r.first_failing, secs);
     if (r.failing) std::printf("FAIL %s\n", r.first_message.c_str());
+    commit_report(f,
+                  {{"options", options_json(o, f)},
+                   {"runs", r.runs},
+                   {"failing", r.failing},
+                   {"first_failing", r.first_failing},
+                   {"first_message", r.first_message},
+                   {"seconds", secs}},
+                  false);
     return r.failing ? 1 : 0;
   }
   std::printf("dtsim stress: %d ranks, schedules %d..%d, seed %llu, scheduler %s, mutant %s\n",
@@ -66,15 +109,22 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
               static_cast<unsigned long long>(o.seed), how.c_str(), mutant_name(o.mutant));
   const auto t0 = std::chrono::steady_clock::now();
   const schedule::ExploreResult r = schedule::explore(o, e);
+  const double secs = seconds_since(t0);
   std::printf(
       "schedules: %d\ncollectives checked: %llu (%llu per-rank results)\nfailures: %llu\n"
       "time: %.2f s\n",
       r.stress.iterations, static_cast<unsigned long long>(r.stress.collectives),
       static_cast<unsigned long long>(r.stress.results_checked),
-      static_cast<unsigned long long>(r.stress.failures), seconds_since(t0));
-  if (!r.failed) return 0;
+      static_cast<unsigned long long>(r.stress.failures), secs);
+  nlohmann::json j = {
+      {"options", options_json(o, f)},       {"schedules", r.stress.iterations},
+      {"collectives", r.stress.collectives}, {"results_checked", r.stress.results_checked},
+      {"failures", r.stress.failures},       {"seconds", secs}};
+  if (!r.failed) {
+    commit_report(f, j, false);
+    return 0;
+  }
   std::printf("FAIL %s\n", r.message.c_str());
-  if (f.report) std::printf("flight recorder:\n%s", r.stress.flight_report.c_str());
   std::printf(
       "found at schedule %d (%d schedules run); %d preemptions, shrunk to %d in %zu steps\n",
       r.failed_iteration, r.stress.iterations, r.preemptions_found, r.record.preemptions(),
@@ -91,6 +141,16 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
   sf.record = r.record;
   schedule::write_schedule_file(path, sf);
   std::printf("replay: dtsim stress --replay %s\n", path.c_str());
+  j["message"] = r.message;
+  j["failed_schedule"] = r.failed_iteration;
+  j["preemptions_found"] = r.preemptions_found;
+  j["preemptions_shrunk"] = r.record.preemptions();
+  j["steps"] = r.record.choices.size();
+  j["replay_same"] = r.replay_same;
+  j["schedule_file"] = path;
+  j["reproduce"] = "dtsim stress --replay " + path;
+  j["flight_report"] = r.stress.flight_report;
+  commit_report(f, j, true);
   return 1;
 }
 

@@ -1,7 +1,8 @@
 #include "train/cli/table.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdarg>
 
 namespace dtsim::cli {
 
@@ -53,28 +54,19 @@ void Table::print(std::FILE* out, const std::string& indent) const {
   for (const auto& row : rows_) std::fprintf(out, "%s\n", sized.line(row, indent).c_str());
 }
 
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return buf;
-}
-
 std::string bytes_text(double bytes) {
-  if (bytes < 1024) return format("%.0f B", bytes);
-  if (bytes < 1024.0 * 1024) return format("%.1f KiB", bytes / 1024);
-  if (bytes < 1024.0 * 1024 * 1024) return format("%.1f MiB", bytes / (1024.0 * 1024));
-  return format("%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
+  if (bytes < 1024.0 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024);
+  if (bytes < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
+  return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024));
 }
 
-std::string gb_text(double bytes) { return format("%.3g GB", bytes / 1e9); }
+std::string gb_text(double bytes) { return fmt::format("{:.3g} GB", bytes / 1e9); }
 
 std::string seconds_text(double seconds) {
-  if (seconds < 1e-3) return format("%.0f us", seconds * 1e6);
-  if (seconds < 1) return format("%.2f ms", seconds * 1e3);
-  return format("%.2f s", seconds);
+  if (seconds < 1e-3) return fmt::format("{:.0f} us", seconds * 1e6);
+  if (seconds < 1) return fmt::format("{:.2f} ms", seconds * 1e3);
+  return fmt::format("{:.2f} s", seconds);
 }
 
 std::string category_short_name(int category) {

@@ -37,9 +37,6 @@ class Table {
   std::vector<size_t> width_;
 };
 
-// printf into a std::string.
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-
 // Bytes as "12.5 KiB", "3.1 MiB" (binary units), or "812 B".
 std::string bytes_text(double bytes);
 // Bytes in decimal gigabytes, "112 GB" / "24.5 GB", as the lesson writes them.

@@ -4,15 +4,20 @@
 // verdict and the largest parameter difference (and the reassociation floor when measured).
 // --report and --trace write JSON files that are either complete or absent. Exit code 0, 1 when the
 // check fails, 2 on bad input.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "runtime/process_model.h"
 #include "train/check.h"
-#include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/flags.h"
 #include "train/cli/output_file.h"
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
@@ -23,105 +28,179 @@
 namespace dtsim::cli {
 namespace {
 
-const char* kHelp =
-    "usage: dtsim train [--strategy S] [--model M] [--ranks N] [--steps S] [--batch B]\n"
-    "                   [--micro-batches M] [--optimizer sgd|adam] [--lr X]\n"
-    "                   [--precision fp32|bf16] [--dim D] [--hidden H] [--layers L]\n"
-    "                   [--experts E] [--top-k K] [--tp T] [--algo A] [--seed S]\n"
-    "                   [--pitfall forget-divide] [--check] [--report FILE] [--trace FILE]\n"
-    "                   [--quiet]\n"
-    "\n"
-    "Trains a small model with one strategy, every rank a thread, and prints the loss every\n"
-    "few steps, then per rank the memory it holds by category and the bytes it sends per\n"
-    "step (from the runtime's counters).\n"
-    "\n"
-    "  --strategy       single | accum | ddp | zero1 | zero2 | zero3 | tp | ep | dp-tp\n"
-    "                   (default ddp; tp and dp-tp need --model mlp, ep needs --model moe)\n"
-    "  --model          mlp | moe (default mlp)\n"
-    "  --ranks          rank threads, 1..256 (default 4)\n"
-    "  --steps          optimizer steps (default 20)\n"
-    "  --batch          global batch: samples per step over all ranks (default 32)\n"
-    "  --micro-batches  micro-batches per rank per step, accumulated (default 1)\n"
-    "  --optimizer      sgd | adam (default sgd)\n"
-    "  --lr             learning rate (default 0.05 for sgd, 0.01 for adam)\n"
-    "  --precision      fp32 | bf16 (bf16: bf16 weights and gradients, fp32 master copy)\n"
-    "  --dim            model width D (default 16)\n"
-    "  --hidden         MLP hidden width / expert hidden width (default 64 / 32)\n"
-    "  --layers         MLP blocks (default 2; mlp only)\n"
-    "  --experts        experts of the MoE layer (default 4; moe only)\n"
-    "  --top-k          experts per token, 1 or 2 (default 2; moe only)\n"
-    "  --tp             tensor-parallel width of dp-tp (default 2)\n"
-    "  --algo           all_reduce algorithm: auto | ring | rd | tree | direct | deterministic\n"
-    "                   (deterministic makes ddp and zero bitwise equal to accumulation)\n"
-    "  --seed           initialisation and data seed (default 1)\n"
-    "  --pitfall        forget-divide: skip the division by N (ddp, zero1-3): --check fails\n"
-    "  --check          also run the single-rank reference and compare (past the tolerance,\n"
-    "                   also the reassociation floor); exit 1 on a mismatch\n"
-    "  --report FILE    write a JSON report (see README, \"Report fields\")\n"
-    "  --trace FILE     write a Chrome trace (open in ui.perfetto.dev): one track per rank\n"
-    "  --quiet          no progress bar\n"
-    "\n"
-    "example: dtsim train --strategy zero2 --model mlp --ranks 4 --optimizer adam --check\n";
+const std::vector<std::string> kStrategies = {"single", "accum", "ddp", "zero1", "zero2",
+                                              "zero3",  "tp",    "ep",  "dp-tp"};
 
-train::TrainConfig parse_config(const Args& a) {
+// What the command line sets; parse_config() turns it into a TrainConfig.
+struct TrainFlags {
+  std::string strategy = "ddp", model = "mlp", optimizer = "sgd", precision = "fp32";
+  std::string algo = "auto", pitfall, report, trace;
+  int ranks = 4, steps = 20, batch = 32, micro_batches = 1, dim = 16, hidden = 64, layers = 2;
+  int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
+  double lr = 0.05;
+  int64_t seed = 1;
+  bool check = false, quiet = false;
+};
+
+void declare(CLI::App* app, TrainFlags& f) {
+  app->add_option("--strategy", f.strategy, "tp and dp-tp need --model mlp, ep needs --model moe")
+      ->check(OneOf(kStrategies,
+                    "FSDP is ZeRO-3, --strategy zero3 (zero2 shards gradients and optimizer "
+                    "state but keeps whole weights)"));
+  app->add_option("--model", f.model)->check(OneOf({"mlp", "moe"}));
+  app->add_option("--ranks", f.ranks, "rank threads (falls back to $WORLD_SIZE, as torchrun sets)")
+      ->transform(Integer(1, 256))
+      ->envname("WORLD_SIZE");
+  app->add_option("--threads-per-process", f.threads_per_process,
+                  "under mpirun: rank threads per process; the world is processes x this, and "
+                  "--ranks defaults to it")
+      ->transform(Integer(1, 256));
+  app->add_option("--steps", f.steps, "optimizer steps")->transform(Integer(1, 100000));
+  app->add_option("--batch", f.batch, "global batch: samples per step over all ranks")
+      ->transform(Integer(1, 1 << 20));
+  app->add_option("--micro-batches", f.micro_batches,
+                  "micro-batches per rank per step, accumulated")
+      ->transform(Integer(1, 4096));
+  app->add_option("--optimizer", f.optimizer)->check(OneOf({"sgd", "adam"}));
+  app->add_option("--lr", f.lr, "learning rate [default: 0.05 for sgd, 0.01 for adam]")
+      ->check(Number(1e-12, 100))
+      ->default_str("");
+  app->add_option("--precision", f.precision,
+                  "bf16: bf16 weights and gradients with an fp32 master copy")
+      ->check(OneOf({"fp32", "bf16"}));
+  app->add_option("--dim", f.dim, "model width D")->transform(Integer(1, 4096));
+  app->add_option("--hidden", f.hidden, "MLP hidden width / expert hidden width [default: 64 / 32]")
+      ->transform(Integer(1, 65536))
+      ->default_str("");
+  app->add_option("--layers", f.layers, "MLP blocks (mlp only)")->transform(Integer(1, 64));
+  app->add_option("--experts", f.experts, "experts of the MoE layer (moe only)")
+      ->transform(Integer(1, 1024));
+  app->add_option("--top-k", f.top_k, "experts per token (moe only)")->transform(Integer(1, 2));
+  app->add_option("--tp", f.tp, "tensor-parallel width of dp-tp (tp uses every rank)")
+      ->transform(Integer(1, 256));
+  app->add_option("--algo", f.algo,
+                  "all_reduce algorithm; deterministic makes ddp and zero bitwise equal to "
+                  "accumulation")
+      ->check(OneOf(algo_names()));
+  app->add_option("--seed", f.seed, "initialisation and data seed")
+      ->transform(Integer(0, INT64_MAX));
+  app->add_option("--pitfall", f.pitfall,
+                  "forget-divide: skip the division by N (ddp, zero1-3), so --check fails")
+      ->check(OneOf({"forget-divide"}))
+      ->default_str("");
+  app->add_flag("--check", f.check,
+                "also run the single-rank reference and compare (past the tolerance, also the "
+                "reassociation floor); exit 1 on a mismatch");
+  app->add_option("--report", f.report,
+                  "write a JSON report (see README, \"Report fields\"); - is standard output")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_option("--trace", f.trace,
+                  "write a Chrome trace, one track per rank (open in ui.perfetto.dev)")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_flag("--quiet", f.quiet, "no progress bar, no notes on stderr");
+}
+
+train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   train::TrainConfig c;
-  const std::string strategy =
-      a.choice("strategy", "ddp",
-               {"single", "accum", "ddp", "zero1", "zero2", "zero3", "tp", "ep", "dp-tp"});
-  train::parse_strategy(strategy, &c.strategy);
-  const std::string model = a.choice("model", "mlp", {"mlp", "moe"});
-  c.model = model == "mlp" ? train::ModelKind::kMlp : train::ModelKind::kMoe;
-  c.ranks = static_cast<int>(a.integer("ranks", 4, 1, 256));
-  c.steps = static_cast<int>(a.integer("steps", 20, 1, 100000));
-  c.global_batch = static_cast<int>(a.integer("batch", 32, 1, 1 << 20));
-  c.micro_batches = static_cast<int>(a.integer("micro-batches", 1, 1, 4096));
-  const bool adam = a.choice("optimizer", "sgd", {"sgd", "adam"}) == "adam";
-  c.optimizer = adam ? model::OptimizerKind::kAdam : model::OptimizerKind::kSgd;
-  c.lr = static_cast<float>(a.number("lr", adam ? 0.01 : 0.05, 1e-12, 100));
-  const bool bf16 = a.choice("precision", "fp32", {"fp32", "bf16"}) == "bf16";
-  c.precision = bf16 ? model::Precision::kMixedBf16 : model::Precision::kFp32;
-  const int dim = static_cast<int>(a.integer("dim", 16, 1, 4096));
-  const bool mlp = c.model == train::ModelKind::kMlp;
-  for (const char* flag : {"experts", "top-k"}) {
-    if (mlp && a.has(flag)) fail("train", std::string("--") + flag + " applies to --model moe");
+  train::parse_strategy(f.strategy, &c.strategy);
+  c.model = f.model == "mlp" ? train::ModelKind::kMlp : train::ModelKind::kMoe;
+  c.ranks = f.ranks;
+  // Under mpirun the world is processes x --threads-per-process ranks (README, "Across
+  // processes and machines"); --ranks defaults to that and must agree with it.
+  c.threads_per_process = f.threads_per_process;
+  const ProcessModel job = ProcessModel::from_environment(0, c.threads_per_process);
+  if (!job.mpi && given(a, "--threads-per-process")) {
+    fail("train", "--threads-per-process needs mpirun; without it use --ranks N");
   }
-  if (!mlp && a.has("layers")) fail("train", "--layers applies to --model mlp (MoE has one layer)");
+  if (job.mpi) {
+    if (given(a, "--ranks") && f.ranks != job.world_size()) {
+      fail("train", fmt::format("--ranks {} but mpirun started {} = {} ranks; drop --ranks or "
+                                "make them match",
+                                f.ranks, job.describe(), job.world_size()));
+    }
+    c.ranks = job.world_size();
+  }
+  if (c.strategy == train::Strategy::kSingle) {
+    if (given(a, "--ranks") && f.ranks != 1) {
+      fail("train", "--strategy single trains on one rank, not --ranks " + std::to_string(f.ranks) +
+                        "; drop --ranks, or use --strategy accum (one rank accumulating what " +
+                        std::to_string(f.ranks) + " would compute) or ddp");
+    }
+    c.ranks = 1;
+  }
+  c.steps = f.steps;
+  c.global_batch = f.batch;
+  c.micro_batches = f.micro_batches;
+  const bool adam = f.optimizer == "adam";
+  c.optimizer = adam ? model::OptimizerKind::kAdam : model::OptimizerKind::kSgd;
+  c.lr = static_cast<float>(given(a, "--lr") ? f.lr : adam ? 0.01 : 0.05);
+  c.precision = f.precision == "bf16" ? model::Precision::kMixedBf16 : model::Precision::kFp32;
+  const bool mlp = c.model == train::ModelKind::kMlp;
+  for (const char* flag : {"--experts", "--top-k"}) {
+    if (mlp && given(a, flag)) fail("train", std::string(flag) + " applies to --model moe");
+  }
+  if (!mlp && given(a, "--layers")) {
+    fail("train", "--layers applies to --model mlp (MoE has one layer)");
+  }
   if (mlp) {
-    c.mlp = {.input_dim = dim,
-             .hidden_dim = static_cast<int>(a.integer("hidden", 64, 1, 65536)),
-             .num_blocks = static_cast<int>(a.integer("layers", 2, 1, 64)),
+    c.mlp = {.input_dim = f.dim,
+             .hidden_dim = given(a, "--hidden") ? f.hidden : 64,
+             .num_blocks = f.layers,
              .output_dim = 4};
   } else {
-    c.moe.input_dim = dim;
+    c.moe.input_dim = f.dim;
     c.moe.num_classes = 4;
-    c.moe.moe.d_model = dim;
-    c.moe.moe.d_ff = static_cast<int>(a.integer("hidden", 32, 1, 65536));
-    c.moe.moe.num_experts = static_cast<int>(a.integer("experts", 4, 1, 1024));
-    c.moe.moe.top_k = static_cast<int>(a.integer("top-k", 2, 1, 2));
+    c.moe.moe.d_model = f.dim;
+    c.moe.moe.d_ff = given(a, "--hidden") ? f.hidden : 32;
+    c.moe.moe.num_experts = f.experts;
+    c.moe.moe.top_k = f.top_k;
   }
-  if (a.has("tp") && c.strategy != train::Strategy::kDpTp) {
-    fail("train", "--tp applies to --strategy dp-tp (tp uses every rank)");
+  if (given(a, "--tp") && c.strategy != train::Strategy::kDpTp) {
+    fail("train", "--tp applies to --strategy dp-tp (tp uses every rank: its width is --ranks)");
   }
-  c.tp_size = static_cast<int>(a.integer("tp", 2, 1, 256));
-  const std::string algo = a.str("algo", "auto");
-  if (!parse_algo(algo, &c.algo)) {
-    fail("train",
-         "--algo must be one of auto, ring, rd, tree, direct, deterministic (got '" + algo + "')");
-  }
-  c.seed = static_cast<uint64_t>(a.integer("seed", 1, 0, INT64_MAX));
-  if (a.has("pitfall")) {
-    a.choice("pitfall", "", {"forget-divide"});  // validate() checks the strategy
-    c.pitfall = train::Pitfall::kForgetDivide;
-  }
+  c.tp_size = f.tp;
+  parse_algo(f.algo, &c.algo);  // OneOf(algo_names()) accepted it
+  c.seed = static_cast<uint64_t>(f.seed);
+  if (!f.pitfall.empty())
+    c.pitfall = train::Pitfall::kForgetDivide;  // validate() checks the strategy
   return c;
 }
 
 std::string shape_text(const train::TrainConfig& c) {
   if (c.model == train::ModelKind::kMlp) {
-    return format("mlp D %d H %d L %d", c.mlp.input_dim, c.mlp.hidden_dim, c.mlp.num_blocks);
+    return fmt::format("mlp D {} H {} L {}", c.mlp.input_dim, c.mlp.hidden_dim, c.mlp.num_blocks);
   }
-  return format("moe D %d F %d E %d top-%d", c.moe.moe.d_model, c.moe.moe.d_ff,
-                c.moe.moe.num_experts, c.moe.moe.top_k);
+  return fmt::format("moe D {} F {} E {} top-{}", c.moe.moe.d_model, c.moe.moe.d_ff,
+                     c.moe.moe.num_experts, c.moe.moe.top_k);
+}
+
+// What runs: "1 rank", "1 rank accumulating as 4 would", "8 ranks (dp 4 x tp 2)".
+std::string ranks_text(const train::TrainConfig& c) {
+  switch (c.strategy) {
+    case train::Strategy::kSingle:
+      return "1 rank";
+    case train::Strategy::kAccum:
+      return fmt::format("1 rank accumulating as {} would", c.ranks);
+    case train::Strategy::kDpTp:
+      return fmt::format("{} ranks (dp {} x tp {})", c.ranks, c.ranks / c.tp_size, c.tp_size);
+    default:
+      return fmt::format("{} rank{}", c.ranks, c.ranks == 1 ? "" : "s");
+  }
+}
+
+// One line on stderr when rank threads outnumber the cores: they take turns, so step times
+// are not those of as many devices.
+void note_oversubscription(const train::TrainConfig& c, bool quiet) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  const int threads =
+      c.strategy == train::Strategy::kSingle || c.strategy == train::Strategy::kAccum ? 1 : c.ranks;
+  if (quiet || cores == 0 || threads <= static_cast<int>(cores)) return;
+  std::fprintf(stderr,
+               "note: %d rank threads on %u cores take turns (oversubscribed): results hold, step "
+               "times are not those of %d devices\n",
+               threads, cores, threads);
 }
 
 // Loss lines are printed for steps 0, every, 2 every, ... and the last (ten or so lines).
@@ -140,26 +219,15 @@ void print_ranks(const train::RunResult& run) {
     for (int c = 0; c < model::kNumMemoryCategories; ++c) row.push_back(bytes_text(r.memory[c]));
     const OpCounters total = r.counters.total();
     row.push_back(bytes_text(double(total.bytes_sent) / run.steps));
-    row.push_back(format("%.1f", double(total.msgs_sent) / run.steps));
+    row.push_back(fmt::format("{:.1f}", double(total.msgs_sent) / run.steps));
     t.add(row);
   }
   std::printf("\nper rank: peak memory by category, traffic per step\n");
   t.print(stdout, "  ");
 }
 
-}  // namespace
-
-int train_main(const Words& words) {
-  Args a("train", words,
-         {"strategy", "model",     "ranks", "steps",   "batch",  "micro-batches", "optimizer",
-          "lr",       "precision", "dim",   "hidden",  "layers", "experts",       "top-k",
-          "tp",       "algo",      "seed",  "pitfall", "report", "trace"},
-         {"help", "check", "quiet"});
-  if (a.on("help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  train::TrainConfig config = parse_config(a);
+int run_train(const CLI::App& a, const TrainFlags& f) {
+  train::TrainConfig config = parse_config(a, f);
   try {
     train::validate(config);
   } catch (const UsageError& e) {
@@ -169,21 +237,23 @@ int train_main(const Words& words) {
   // Only the process of global rank 0 prints and writes files (all of them, with threads).
   const bool root = train::holds_global_rank0();
   OutputFile report, trace;
-  if (root && a.has("report")) report = OutputFile("train", "report", a.str("report", ""));
-  if (root && a.has("trace")) trace = OutputFile("train", "trace", a.str("trace", ""));
-  config.trace = a.has("trace");  // every rank records its timeline; rank 0 writes the file
-  const bool check = a.on("check");
+  if (root && given(a, "--report")) report = OutputFile("train", "report", f.report);
+  if (root && given(a, "--trace")) trace = OutputFile("train", "trace", f.trace);
+  config.trace = given(a, "--trace");  // every rank records its timeline; rank 0 writes the file
+  const bool check = f.check;
   const train::CheckPlan plan = train::plan_check(config);
 
   if (root) {
-    std::printf("dtsim train: %s, %s (%zu params), %d ranks, %d steps, batch %d",
+    std::printf("dtsim train: %s, %s (%zu params), %s, %d steps, batch %d",
                 train::to_string(config.strategy), shape_text(config).c_str(),
-                train::model_layout(config).size(), config.ranks, config.steps,
+                train::model_layout(config).size(), ranks_text(config).c_str(), config.steps,
                 config.global_batch);
     if (config.micro_batches > 1) std::printf(" in %d micro-batches", config.micro_batches);
     std::printf(", %s lr %g, %s, algo %s%s\n", optimizer_name(config.optimizer), config.lr,
                 precision_name(config.precision), to_string(config.algo),
                 config.pitfall == train::Pitfall::kForgetDivide ? ", PITFALL forget-divide" : "");
+    std::fflush(stdout);
+    note_oversubscription(config, f.quiet);
     std::printf("\n  step  loss\n");
     std::fflush(stdout);
   }
@@ -193,13 +263,13 @@ int train_main(const Words& words) {
   {
     // The run, its reference, and the floor partner when the tolerance alone fails. Each
     // loss line is printed as its step finishes.
-    Progress progress(check ? 3 : 1, root && !a.on("quiet"));
+    Progress progress(check ? 3 : 1, root && !f.quiet);
     auto on_step = [&](int done, double) { progress.set_steps(done, config.steps); };
     progress.advance(std::string("training ") + train::to_string(config.strategy));
     config.on_step = [&](int done, double loss) {
       on_step(done, loss);
       if (prints_loss(done - 1, config.steps)) {
-        progress.print_line(format("  %4d  %.6f", done - 1, loss));
+        progress.print_line(fmt::format("  {:4d}  {:.6f}", done - 1, loss));
       }
     };
     trained = train::launch_training(config);
@@ -211,7 +281,9 @@ int train_main(const Words& words) {
       const train::RunResult reference = train::run_training(reference_config);
       result = train::judge(plan, *trained, reference, [&](const train::TrainConfig& c) {
         progress.advance("reassociation floor");
-        return train::run_training(c);
+        train::TrainConfig floor = c;
+        floor.on_step = on_step;
+        return train::run_training(floor);
       });
     }
   }
@@ -233,13 +305,32 @@ int train_main(const Words& words) {
   if (report.open()) {
     report.commit(
         report_json(config, train::model_layout(config).size(), run, check ? &result : nullptr));
-    std::printf("report: %s\n", report.path().c_str());
+    std::printf("report: %s\n", report.name().c_str());
   }
   if (trace.open()) {
     trace.commit(trace_json(config, run));
-    std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", trace.path().c_str());
+    std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", trace.name().c_str());
   }
   return check && !result.passed ? 1 : 0;
+}
+
+}  // namespace
+
+Command add_train(CLI::App& dtsim) {
+  CLI::App* app = dtsim.add_subcommand(
+      "train", "train one strategy on N rank threads; --check against single-rank training");
+  describe(
+      app,
+      "Trains a small model with one strategy, every rank a thread, and prints the loss every\n"
+      "few steps, then per rank the memory it holds by category and the bytes it sends per\n"
+      "step (from the runtime's counters).");
+  app->option_defaults()->always_capture_default();
+  app->fallthrough();  // --config belongs to dtsim
+  auto flags = std::make_shared<TrainFlags>();
+  declare(app, *flags);
+  app->footer(
+      "example: dtsim train --strategy zero2 --model mlp --ranks 4 --optimizer adam --check");
+  return {app, [app, flags] { return run_train(*app, *flags); }};
 }
 
 }  // namespace dtsim::cli

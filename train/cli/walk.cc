@@ -2,6 +2,9 @@
 // prints the lesson's "walk the shapes" table: per step, which rank sent which chunk to
 // whom and every rank's buffer afterwards; then the result against a single-threaded
 // reference and the traffic each rank sent, read from the runtime's counters.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -12,27 +15,17 @@
 #include "runtime/communicator.h"
 #include "runtime/split.h"
 #include "runtime/world.h"
-#include "train/cli/args.h"
 #include "train/cli/commands.h"
+#include "train/cli/flags.h"
 
 namespace dtsim::cli {
 namespace {
 
-const char* kHelp =
-    "usage: dtsim walk --op OP [--ranks N] [--numel K] [--algo A] [--root R]\n"
-    "\n"
-    "Runs one collective with the lockstep trace on and prints, step by step, which rank\n"
-    "sends which chunk to whom and every rank's buffer afterwards, then the traffic.\n"
-    "Inputs are chosen so sums can be checked by eye: with N <= 8 and K <= 9, element i of\n"
-    "rank r is (i + 1) * 10^r, so 1111 means ranks 0-3 all contributed.\n"
-    "\n"
-    "  --op     all_reduce | reduce_scatter | all_gather | all_to_all | broadcast | reduce\n"
-    "  --ranks  number of rank threads, 1..16 (default 4)\n"
-    "  --numel  elements per rank, 0..64 (default 8)\n"
-    "  --algo   ring | rd | tree | direct | deterministic (default: the op's usual one)\n"
-    "  --root   source of broadcast / destination of reduce (default 0)\n"
-    "\n"
-    "example: dtsim walk --op all_reduce --ranks 4 --numel 8\n";
+// What the command line sets.
+struct WalkFlags {
+  std::string op, algo;
+  int ranks = 4, numel = 8, root = 0;
+};
 
 using Vec = std::vector<int64_t>;
 
@@ -147,30 +140,19 @@ std::string phase_name(const Plan& p, int phase, int step) {
   return p.op;
 }
 
-}  // namespace
-
-int walk_main(const Words& words) {
-  Args a("walk", words, {"op", "ranks", "numel", "algo", "root"}, {"help"});
-  if (a.on("help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (!a.has("op"))
-    fail(
-        "walk",
-        "--op is required (all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce)");
+int run_walk(const WalkFlags& f) {
   Plan p;
-  p.op =
-      a.choice("op", "",
-               {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"});
-  p.n = static_cast<int>(a.integer("ranks", 4, 1, 16));
-  p.numel = static_cast<size_t>(a.integer("numel", 8, 0, 64));
-  p.root = static_cast<int>(a.integer("root", 0, 0, p.n - 1));
-  const std::string algo = a.str("algo", p.op == "all_reduce" ? "ring" : "auto");
-  if (!parse_algo(algo, &p.algo)) {
-    fail("walk",
-         "--algo must be one of ring, rd, tree, direct, deterministic (got '" + algo + "')");
+  p.op = f.op;
+  p.n = f.ranks;
+  p.numel = static_cast<size_t>(f.numel);
+  if (f.root >= p.n) {
+    fail("walk", fmt::format("--root must be between 0 and {} (got {}): roots are ranks of "
+                             "--ranks {}",
+                             p.n - 1, f.root, p.n));
   }
+  p.root = f.root;
+  const std::string algo = f.algo.empty() ? (p.op == "all_reduce" ? "ring" : "auto") : f.algo;
+  parse_algo(algo, &p.algo);  // OneOf(algo_names()) accepted it
 
   WorldOptions opts;
   opts.trace = true;
@@ -244,6 +226,34 @@ int walk_main(const Words& words) {
   }
   std::printf("\n");
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_walk(CLI::App& dtsim) {
+  CLI::App* app = dtsim.add_subcommand(
+      "walk", "print a collective step by step: who sends which chunk to whom");
+  describe(app,
+           "Runs one collective with the lockstep trace on and prints, step by step, which rank\n"
+           "sends which chunk to whom and every rank's buffer afterwards, then the traffic.\n"
+           "Inputs are chosen so sums can be checked by eye: with N <= 8 and K <= 9, element i of\n"
+           "rank r is (i + 1) * 10^r, so 1111 means ranks 0-3 all contributed.");
+  app->option_defaults()->always_capture_default();
+  app->fallthrough();  // --config belongs to dtsim
+  auto f = std::make_shared<WalkFlags>();
+  app->add_option("--op", f->op, "the collective")
+      ->check(OneOf(
+          {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"}))
+      ->required();
+  app->add_option("--ranks", f->ranks, "number of rank threads")->transform(Integer(1, 16));
+  app->add_option("--numel", f->numel, "elements per rank")->transform(Integer(0, 64));
+  app->add_option("--algo", f->algo, "[default: the op's usual one]")
+      ->check(OneOf(algo_names()))
+      ->default_str("");
+  app->add_option("--root", f->root, "source of broadcast / destination of reduce")
+      ->transform(Integer(0, 15));
+  app->footer("example: dtsim walk --op all_reduce --ranks 4 --numel 8");
+  return {app, [f] { return run_walk(*f); }};
 }
 
 }  // namespace dtsim::cli

@@ -1,0 +1,89 @@
+// The process's MPI: one progress thread that makes every MPI call of the process. It
+// calls MPI_Init_thread(MPI_THREAD_FUNNELED) itself, so FUNNELED is the level it needs:
+// rank threads never call MPI, they hand work to this thread through the lock-free queues
+// of an MpiLink (mpi_link.h). It polls while a World is attached, so nonblocking sends
+// progress while ranks compute; idle, it backs off to sleeping on a doorbell.
+//
+// MPI starts on the first MPI World and ends (MPI_Finalize) when the process exits,
+// unless a peer process was lost, in which case finalizing could hang and is skipped.
+//
+// Termination: mpirun ends a job whose process died by sending SIGTERM to the others
+// (then SIGKILL about a second later). In an MPI process a handler turns SIGTERM and
+// SIGINT into a failure of the running World, naming where each local rank was and whom
+// it waited for, so that ranks abort, output files are discarded as the stack unwinds,
+// and the process exits non-zero with that one line; between runs it exits at once.
+//
+// Thread safety: instance(), attach(), detach() and the accessors are safe from any thread.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/doorbell.h"
+#include "runtime/transport/mpi/wire.h"
+#include "runtime/transport/mpi/wire_pool.h"
+
+namespace dtsim::mpi {
+
+class MpiLink;
+
+class MpiProcess {
+ public:
+  // Starts MPI on first use (blocks until MPI_Init_thread returned).
+  static MpiProcess& instance();
+
+  int rank() const { return rank_; }  // in MPI_COMM_WORLD
+  int size() const { return size_; }
+  int thread_level() const { return provided_; }
+  // Each MPI World gets the next number; every process builds its Worlds in the same order.
+  uint64_t next_world_number() { return ++worlds_; }
+
+  // Makes `link` the World the progress thread serves (one at a time).
+  void attach(MpiLink* link);
+  // Waits (up to `timeout`) for the link's sends to complete, then stops serving it.
+  // Returns false if they did not complete.
+  bool detach(MpiLink* link, std::chrono::milliseconds timeout);
+  // A peer process is gone: skip MPI_Finalize at exit.
+  void mark_peer_lost() { peer_lost_.store(true); }
+  bool peer_lost() const { return peer_lost_.load(); }
+  // A termination signal arrived: runs end without waiting for the other processes.
+  bool terminating() const { return terminating_.load(std::memory_order_acquire); }
+  // Rank threads ring it after queueing work for the progress thread.
+  Doorbell& bell() { return bell_; }
+
+ private:
+  MpiProcess();
+  ~MpiProcess();
+  void main();
+  // Waits for SIGTERM / SIGINT (posted by the handler) and fails the running World.
+  void watch_signals();
+
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> peer_lost_{false};
+  std::atomic<bool> terminating_{false};
+  std::thread signal_thread_;
+  std::atomic<MpiLink*> link_{nullptr};
+  std::atomic<MpiLink*> detaching_{nullptr};
+  std::atomic<bool> detached_{false};
+  int rank_ = 0;
+  int size_ = 1;
+  int provided_ = 0;
+  uint64_t worlds_ = 0;
+  Doorbell bell_;
+  // progress thread only
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::vector<WireBuf> future_;
+  WirePool recv_pool_;
+};
+
+}  // namespace dtsim::mpi

@@ -1,0 +1,64 @@
+// The dtsim command line on CLI11: validators whose messages are dtsim's one-line errors,
+// the one place the --algo choices come from, and the conversion of any CLI11 parse error
+// into "dtsim <command>: <what is wrong>; <how to fix it>" (main() prints it, exit code 2).
+//
+// Thread safety: everything here runs on the main thread while parsing.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/types.h"
+
+namespace dtsim::cli {
+
+// Throws UsageError("dtsim <command>: <message>").
+[[noreturn]] void fail(const std::string& command, const std::string& message);
+
+// A whole number in [lo, hi]; accepts 7e9 as well as 7000000000 and rewrites the value
+// to its digits. Help shows "INT in [lo, hi]".
+CLI::Validator Integer(int64_t lo, int64_t hi);
+// A finite number in [lo, hi].
+CLI::Validator Number(double lo, double hi);
+// One of `choices`; `hint`, when not empty, is appended to the error ("FSDP is zero3").
+CLI::Validator OneOf(std::vector<std::string> choices, std::string hint = "");
+
+// The --algo names every command accepts (runtime::parse_algo's spellings).
+std::vector<std::string> algo_names();
+
+// True when flag `name` ("--ranks") was given on the command line, in --config or by its
+// environment variable.
+bool given(const CLI::App& app, const std::string& name);
+
+// `e` as one line: "dtsim train: --ranks must be between 1 and 256 (got 0)". `command`
+// is the subcommand being parsed ("" before one was named).
+std::string one_line(const CLI::ParseError& e, const std::string& command, const CLI::App& dtsim);
+
+// Help text as dtsim prints it: a command's long description (describe()) above its
+// usage, and option labels without CLI11's type prefix ("INT in [1, 256]=4", "{a|b}=a").
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_description(const CLI::App* app) const override;
+  std::string make_option_opts(const CLI::Option* opt) const override;
+};
+
+// Sets `app`'s long description, shown by its -h above the usage line (the short one, given
+// to add_subcommand, is what `dtsim -h` lists).
+void describe(CLI::App* app, const std::string& text);
+
+// Reads --config FILE for the command being run: bare keys (`ranks = 8`) are that
+// command's flags, `[train]` sections name a command explicitly.
+class CommandConfig : public CLI::ConfigTOML {
+ public:
+  // `commands` are the section names a file may hold.
+  CommandConfig(std::string command, std::vector<std::string> commands)
+      : command_(std::move(command)), commands_(std::move(commands)) {}
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
+
+ private:
+  std::string command_;
+  std::vector<std::string> commands_;
+};
+
+}  // namespace dtsim::cli
