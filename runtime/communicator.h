@@ -116,11 +116,14 @@ class Communicator {
 
   // Collective over this communicator (every rank calls it with the same `ranks`, local
   // ranks of this communicator): returns the new group's communicator on its members and
-  // nullptr elsewhere. Like torch.distributed.new_group.
-  std::unique_ptr<Communicator> new_group(const std::vector<int>& ranks);
+  // nullptr elsewhere. Like torch.distributed.new_group. The group is named
+  // `kind`[members] ("dp[0,2]"): errors, the flight recorder and the traffic counters
+  // (RankCounters::groups) show it.
+  std::unique_ptr<Communicator> new_group(const std::vector<int>& ranks,
+                                          const std::string& kind = "group");
   // Collective: ranks with the same color form a group, ordered by (key, rank). Like
-  // MPI_Comm_split; a negative color returns nullptr.
-  std::unique_ptr<Communicator> split(int color, int key);
+  // MPI_Comm_split; a negative color returns nullptr. Named like new_group.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& kind = "group");
 
   // Type-erased entry points behind the templates above (counts are in elements).
   void all_reduce_raw(void* data, size_t count, DType t, ReduceOp op, Algo algo);
@@ -157,6 +160,7 @@ class Communicator {
   std::string name_;
   uint64_t seq_ = 0;
   uint64_t groups_made_ = 0;
+  size_t traffic_ = 0;              // index of this communicator in ctx_->counters.groups
   std::string broken_;              // the call that failed on this rank, or ""
   std::vector<std::byte> scratch_;  // reused temporaries of the algorithms
   std::vector<size_t> counts_;      // all_to_all split sizes, reused

@@ -52,9 +52,10 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // Owner thread. begin() opens a call; end() closes the call begin() opened last.
-  void begin(uint64_t comm, const std::string& comm_name, uint64_t seq, const Signature& sig);
-  void end(CallState state, uint64_t bytes_sent);
+  // Owner thread. begin() opens a call; end() closes the call begin() opened last. Each
+  // returns the time it stamped (FastClock nanoseconds), so callers need not read it again.
+  int64_t begin(uint64_t comm, const std::string& comm_name, uint64_t seq, const Signature& sig);
+  int64_t end(CallState state, uint64_t bytes_sent);
   // The global rank this rank is blocked receiving from, or -1.
   void set_waiting_on(int peer) { waiting_on_.store(peer, std::memory_order_relaxed); }
   void set_phase(RankPhase p) { phase_.store(p, std::memory_order_release); }
