@@ -72,6 +72,37 @@ def case_estimate():
            "--stage 2 shows one row:\n" + out)
 
 
+def case_walk_pipeline():
+    # The issue's two diagrams: p 4, m 8, bubble 3/11; 1F1B holds at most 4 on stage 0.
+    rc, out, err = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "gpipe")
+    expect(rc == 0 and err == "", f"gpipe exit code {rc}: {err}")
+    expect_match(r"^stage 0 F0 F1 F2 F3 F4 F5 F6 F7  \.  \.  \.  \.  \.  \. B0 B1 B2 B3 B4 B5 B6 B7$",
+                 out, "gpipe stage 0 row")
+    expect_match(r"^stage 3  \.  \.  \. F0 F1 F2 F3 F4 F5 F6 F7 B0 ", out, "gpipe stage 3 row")
+    expect_match(r"^bubble: 3/11 of the slots idle \(27\.3%.*formula \(p - 1\)/\(m \+ p - 1\) = 3/11$",
+                 out, "gpipe bubble")
+    expect_match(r"^  stage 0: 8 \(bound 8\)$", out, "gpipe holds all 8")
+    rc, out, _ = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "1f1b")
+    expect(rc == 0, f"1f1b exit code {rc}")
+    expect_match(r"^stage 0 F0 F1 F2 F3  \.  \.  \. B0 F4 B1 F5 B2 F6 B3 F7 B4  \. B5  \. B6  \. B7$",
+                 out, "1f1b stage 0 row")
+    expect_match(r"^bubble: 3/11 ", out, "1f1b bubble")
+    for r, peak in enumerate([4, 3, 2, 1]):
+        expect_match(rf"^  stage {r}: {peak} \(bound {peak}\)$", out, f"1f1b peak stage {r}")
+    rc, out, _ = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "interleaved",
+                     "--virtual-stages", "2")
+    expect(rc == 0, f"interleaved exit code {rc}")
+    expect_match(r"^stage 0 F0\.0 F1\.0 F2\.0 F3\.0 F0\.1 ", out, "interleaved cells")
+    expect_match(r"^bubble: 3/19 .*formula \(p - 1\)/\(v m \+ p - 1\) = 3/19$", out,
+                 "interleaved bubble")
+    expect_match(r"^F3\.1: forward of micro-batch 3 through the stage's chunk 1", out, "legend")
+    rc, out, _ = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "zb-h1")
+    expect(rc == 0 and re.search(r"^bubble: 1/9 ", out, re.M), f"zb-h1 {rc}:\n{out}")
+    # Defaults: 1f1b, 8 micro-batches; one stage has no bubble.
+    rc, out, _ = run("walk", "--pp", "1")
+    expect(rc == 0 and "bubble: 0/1 " in out, f"--pp 1: {rc}\n{out}")
+
+
 def case_train():
     rc, out, _ = run("train", "--strategy", "zero3", "--ranks", "4", "--steps", "6", "--quiet")
     expect(rc == 0, f"train exit code {rc}")
@@ -245,6 +276,13 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["estimate", "--params", "-1"], "--params must be between"),
     (["estimate", "--params", "7e9", "--precision", "fp8"], "--precision must be one of bf16, fp32"),
     (["walk"], "--op is required"),
+    (["walk", "--pp", "0"], "--pp must be between 1 and 64 (got 0)"),
+    (["walk", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved",
+      "--virtual-stages", "2"], "--micro-batches 6 must be a multiple of --pp 4 for --schedule interleaved"),
+    (["walk", "--pp", "4", "--virtual-stages", "2"], "--virtual-stages 2 needs --schedule interleaved"),
+    (["walk", "--pp", "4", "--schedule", "pipedream"], "--schedule must be one of gpipe, 1f1b, interleaved, zb-h1"),
+    (["walk", "--schedule", "gpipe"], "--schedule needs --pp"),
+    (["walk", "--pp", "2", "--op", "all_reduce"], "--op walks a collective; with --pp give only"),
     (["walk", "--op", "scan"], "--op must be one of all_reduce"),
     (["walk", "--op", "reduce", "--root", "5"], "--root must be between 0 and 3 (got 5)"),
     (["demo", "--steps", "0"], "--steps must be between 1"),
