@@ -70,6 +70,40 @@ def case_estimate():
     rc, out, _ = run("estimate", "--params", "1e6", "--ranks", "4", "--stage", "2")
     expect(rc == 0 and out.count("(+ grads)") == 1 and "(DDP)" not in out.split("\n\n")[1],
            "--stage 2 shows one row:\n" + out)
+    # Without mesh flags the output is what it was before the mesh existed, to the byte.
+    rc, out, _ = run("estimate", "--params", "7e9", "--ranks", "8")
+    expect(out == FLAT_ESTIMATE, "flat estimate changed:\n" + out)
+    # The mesh: a device's slice of the model, ZeRO along dp, the pipeline from its schedule.
+    rc, out, _ = run("estimate", "--params", "7e9", "--dp", "2", "--tp", "2", "--pp", "4",
+                     "--zero", "1", "--micro-batches", "8", "--activations", "16e9")
+    expect(rc == 0, f"mesh estimate exit code {rc}")
+    expect_match(r"^dtsim estimate: 7e\+09 params on a mesh of dp 2 x tp 2 x pp 4 = 16 devices", out,
+                 "mesh header")
+    expect_match(r"^  ZeRO-1 +1\.75 GB +1\.75 GB +1\.75 GB +1\.75 GB +1\.75 GB +8\.75 GB +10 +1\.75 GB$",
+                 out, "mesh state row")
+    expect_match(r"^pipeline bubble: 3/11 of the slots idle \(27\.3%\).* = 3/11$", out, "bubble")
+    expect_match(r"^  stage 0: 4 in flight = 16 GB$", out, "1f1b stage 0: 4 x A/4")
+    expect_match(r"^  stage 3: 1 in flight = 4 GB$", out, "1f1b stage 3: 1 x A/4")
+    expect_match(r"^largest device: 8\.75 GB of model state \+ 16 GB of activations = 24\.75 GB$",
+                 out, "largest device")
+    rc, out, _ = run("estimate", "--params", "1e9", "--pp", "4", "--micro-batches", "8",
+                     "--schedule", "interleaved", "--virtual-stages", "2")
+    expect(rc == 0 and re.search(r"^pipeline bubble: 3/19 ", out, re.M), f"interleaved:\n{out}")
+    expect_match(r"^  stage 0: 11 in flight$", out, "interleaved in-flight chunks")
+
+
+FLAT_ESTIMATE = """dtsim estimate: 7e+09 params, 8 ranks, mixed precision (bf16 weights and gradients, fp32 master), adam
+
+  stage          weights    grads  master  adam_m  adam_v     total  B/param  sent/step
+  -------------------------------------------------------------------------------------
+  0 (DDP)          14 GB    14 GB   28 GB   28 GB   28 GB    112 GB       16    24.5 GB
+  1 (opt state)    14 GB    14 GB  3.5 GB  3.5 GB  3.5 GB   38.5 GB      5.5    24.5 GB
+  2 (+ grads)      14 GB  1.75 GB  3.5 GB  3.5 GB  3.5 GB  26.25 GB     3.75    24.5 GB
+  3 (+ weights)  1.75 GB  1.75 GB  3.5 GB  3.5 GB  3.5 GB     14 GB        2   36.75 GB
+
+stage 0 (DDP): 16 bytes/param x 7e+09 params = 112 GB per device; one gradient is 14 GB (bf16);
+a ring all-reduce of it sends 2(N - 1)/N x 14 GB = 24.5 GB per device per step.
+"""
 
 
 def case_walk_pipeline():
@@ -275,6 +309,13 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["estimate", "--params", "7e9", "--stage", "4"], "--stage must be between 0 and 3"),
     (["estimate", "--params", "-1"], "--params must be between"),
     (["estimate", "--params", "7e9", "--precision", "fp8"], "--precision must be one of bf16, fp32"),
+    (["estimate", "--params", "7e9", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved",
+      "--virtual-stages", "2"], "--micro-batches 6 must be a multiple of --pp 4"),
+    (["estimate", "--params", "7e9", "--pp", "2", "--virtual-stages", "2"], "--virtual-stages 2 needs --schedule interleaved"),
+    (["estimate", "--params", "7e9", "--pp", "0"], "--pp must be between 1 and 1024 (got 0)"),
+    (["estimate", "--params", "7e9", "--dp", "2", "--ranks", "8"], "--ranks is the flat estimate's data-parallel size; with the mesh give --dp"),
+    (["estimate", "--params", "7e9", "--zero", "1", "--stage", "1"], "--stage is the flat estimate's ZeRO stage; with the mesh give --zero"),
+    (["estimate", "--params", "7e9", "--zero", "4"], "--zero must be between 0 and 3"),
     (["walk"], "--op is required"),
     (["walk", "--pp", "0"], "--pp must be between 1 and 64 (got 0)"),
     (["walk", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved",
