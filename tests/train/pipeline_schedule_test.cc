@@ -33,7 +33,7 @@ std::string name_of(const ScheduleSpec& s) {
 std::vector<ScheduleSpec> all_specs() {
   std::vector<ScheduleSpec> specs;
   for (int p : {1, 2, 3, 4, 8, 16}) {
-    for (int m : {1, 2, 3, 5, 8, 16, 32}) {
+    for (int m : {1, 3, 4, 8, 16}) {  // below, at and above p
       for (ScheduleKind k :
            {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1}) {
         specs.push_back({k, p, m, 1});
@@ -41,9 +41,12 @@ std::vector<ScheduleSpec> all_specs() {
     }
     if (p == 1) continue;
     for (int v : {1, 2, 4}) {
-      for (int groups : {1, 2, 4}) specs.push_back({ScheduleKind::kInterleaved, p, groups * p, v});
+      for (int groups : {1, 2}) specs.push_back({ScheduleKind::kInterleaved, p, groups * p, v});
     }
   }
+  specs.push_back({ScheduleKind::kInterleaved, 4, 16, 4});  // several groups per chunk
+  specs.push_back({ScheduleKind::kInterleaved, 16, 64, 2});
+  specs.push_back({ScheduleKind::kOneFOneB, 16, 64, 1});
   return specs;
 }
 
