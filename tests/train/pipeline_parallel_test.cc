@@ -1,0 +1,116 @@
+// dp x pp training of the MLP under every schedule the executor runs: with --algo
+// deterministic it is bitwise equal to single-rank accumulation over the same micro-batches
+// (run_accum with dp groups of M), and every rank sends per step the point-to-point bytes of
+// the formula.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pipeline_test_util.h"
+#include "train/pipeline_parallel/pipeline_parallel.h"
+#include "train/pipeline_parallel/pipeline_stage.h"
+#include "train/pipeline_parallel/schedule_check.h"
+#include "train/strategies.h"
+#include "train_test_util.h"
+
+namespace dtsim::train::pipeline {
+namespace {
+
+struct Case {
+  ScheduleSpec spec;
+  int dp = 1;
+  int layers = 4;
+  model::Precision precision = model::Precision::kFp32;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  PrintTo(c.spec, os);
+  *os << " dp " << c.dp << " layers " << c.layers;
+}
+
+std::string case_name(const Case& c) {
+  return test_name(c.spec) + "_dp" + std::to_string(c.dp) + "_L" + std::to_string(c.layers) +
+         (c.precision == model::Precision::kMixedBf16 ? "_bf16" : "");
+}
+
+TrainConfig config_of(const Case& c) {
+  TrainConfig config = mlp_config(Strategy::kDdp, c.dp * c.spec.stages);
+  config.mlp.num_blocks = c.layers;
+  config.micro_batches = c.spec.micro_batches;
+  config.global_batch = 8 * c.dp * c.spec.micro_batches;
+  config.algo = Algo::kDeterministic;
+  config.optimizer = model::OptimizerKind::kAdam;
+  config.lr = 0.01f;
+  config.precision = c.precision;
+  config.steps = 3;
+  return config;
+}
+
+class PipelineTraining : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineTraining, BitwiseEqualToAccumulationAndSendsTheFormula) {
+  const Case c = GetParam();
+  const TrainConfig config = config_of(c);
+  const RunResult got = *run_pipeline(config, c.spec, c.dp);
+
+  TrainConfig accum = config;
+  accum.strategy = Strategy::kAccum;
+  accum.ranks = c.dp;  // dp groups of M micro-batches
+  const RunResult want = run_accum(accum);
+
+  ASSERT_EQ(got.params.size(), want.params.size());
+  EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), want.params.size() * sizeof(float)),
+            0)
+      << compare(got, want, 0, 0);
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_NEAR(got.losses[s], want.losses[s], 1e-6 * std::abs(want.losses[s])) << "step " << s;
+  }
+  const int b = config.global_batch / (c.dp * c.spec.micro_batches);
+  const int width = config.mlp.input_dim;
+  for (int r = 0; r < config.ranks; ++r) {
+    const OpCounters& sent = got.ranks[r].counters[OpKind::kSend];
+    EXPECT_EQ(sent.bytes_sent,
+              config.steps * p2p_bytes_per_step(c.spec, r % c.spec.stages, b, width))
+        << "rank " << r;
+    EXPECT_EQ(got.ranks[r].memory[static_cast<int>(model::MemoryCategory::kActivations)],
+              stage_activation_bytes(config, c.spec, r % c.spec.stages, b))
+        << "rank " << r << ": peak activations";
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB}) {
+    for (int p : {1, 2, 4}) v.push_back({{k, p, 8, 1}, 1, 4});
+    v.push_back({{k, 2, 4, 1}, 2, 4});  // dp x pp
+    v.push_back({{k, 3, 2, 1}, 1, 3});
+  }
+  v.push_back({{ScheduleKind::kOneFOneB, 8, 8, 1}, 2, 8});  // 16 ranks
+  v.push_back({{ScheduleKind::kInterleaved, 4, 8, 2}, 1, 8});
+  v.push_back({{ScheduleKind::kInterleaved, 2, 4, 2}, 2, 4});
+  v.push_back({{ScheduleKind::kOneFOneB, 4, 8, 1}, 1, 4, model::Precision::kMixedBf16});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipeline, PipelineTraining, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(PipelineTrainingRejects, WhatCannotRun) {
+  TrainConfig config = config_of({{ScheduleKind::kOneFOneB, 4, 8, 1}, 1, 4});
+  config.mlp.num_blocks = 6;
+  EXPECT_EQ(validate_pipeline(config, {ScheduleKind::kOneFOneB, 4, 8, 1}, 1),
+            "--layers 6 must be a multiple of --pp x --virtual-stages = 4 (each chunk holds the "
+            "same number of blocks)");
+  config.mlp.num_blocks = 4;
+  EXPECT_NE(validate_pipeline(config, {ScheduleKind::kZeroBubbleH1, 4, 8, 1}, 1).find("zb-h1"),
+            std::string::npos);
+  config.model = ModelKind::kMoe;
+  EXPECT_EQ(validate_pipeline(config, {ScheduleKind::kOneFOneB, 4, 8, 1}, 1),
+            "--pp runs the MLP (--model mlp)");
+}
+
+}  // namespace
+}  // namespace dtsim::train::pipeline

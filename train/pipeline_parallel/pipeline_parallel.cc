@@ -1,0 +1,265 @@
+#include "train/pipeline_parallel/pipeline_parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "model/layer_stack.h"
+#include "model/mlp.h"
+#include "train/accounting.h"
+#include "train/grad_ops.h"
+#include "train/launch.h"
+#include "train/pipeline_parallel/pipeline_stage.h"
+#include "train/pipeline_parallel/schedule_check.h"
+#include "train/slice_optimizer.h"
+#include "train/step_runner.h"
+#include "train/trainee.h"
+
+namespace dtsim::train::pipeline {
+namespace {
+
+// A chunk's LayerStack as the executor drives it.
+class LayerStackChunk : public StageChunk {
+ public:
+  explicit LayerStackChunk(model::LayerStack& stack) : stack_(stack) {}
+  int in_dim() const override { return stack_.in_dim(); }
+  int out_dim() const override { return stack_.out_dim(); }
+  std::span<const float> forward(int pass, std::span<const float> x, int batch) override {
+    return stack_.forward(pass, x, batch);
+  }
+  std::span<const float> backward(int pass, std::span<float> dy, int batch, float grad_scale,
+                                  bool input_grad) override {
+    return stack_.backward(pass, dy, {grad_scale, batch}, nullptr, input_grad);
+  }
+
+ private:
+  model::LayerStack& stack_;
+};
+
+model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
+  const auto [first, last] = chunk_layers(config, spec, chunk);
+  return model::mlp_layers(config.mlp, first, last);
+}
+
+// The parameters stage s holds, chunk after chunk (for assembling the result).
+model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& spec, int stage) {
+  model::Layers all;
+  for (int c = stage; c < spec.stages * spec.virtual_stages; c += spec.stages) {
+    for (auto& l : layers_of_chunk(config, spec, c)) all.push_back(std::move(l));
+  }
+  return model::layout_of(all);
+}
+
+// One rank: stage s of replica d. Its step is one MicroBatch for the runner (the replica's
+// M micro-batches, which the schedule orders); only the last stage reports the loss.
+template <class T>
+class PipelineRank : public RankStrategy {
+ public:
+  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, Communicator& pipe,
+               Communicator& dp, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks)
+      : config_(config),
+        spec_(spec),
+        dp_(dp),
+        chunks_(chunks),
+        micro_(data_parallel_micro_batches(config, dp.size(), dp.rank())),
+        timeline_(&runner.timeline()) {
+    std::vector<StageChunk*> views;
+    for (auto& t : chunks_) {
+      adapters_.push_back(std::make_unique<LayerStackChunk>(t->stack()));
+      views.push_back(adapters_.back().get());
+      with_buffers(t->store(), [&](auto params, auto grads) {
+        if constexpr (std::is_same_v<typename decltype(params)::value_type, T>) {
+          params_.push_back(params);
+          grads_.push_back(grads);
+          opts_.push_back(make_slice_optimizer(config, params, &t->memory()));
+        }
+      });
+    }
+    stage_ = std::make_unique<PipelineStage>(make_schedule(spec), pipe.rank(), views, &pipe,
+                                             &buffers_, &runner.timeline());
+    last_stage_ = pipe.rank() == (spec.stages * spec.virtual_stages - 1) % spec.stages;
+    for (const MicroBatch& mb : micro_) mbs_.push_back({mb.size, mb.grad_scale});
+  }
+
+  std::vector<MicroBatch> micro_batches() const override {
+    const int b = micro_.front().size, m = static_cast<int>(micro_.size());
+    const MicroBatch step{micro_.front().first, m * b, micro_.front().grad_scale, 0, last_stage_};
+    return {step};
+  }
+  void begin_step() override {
+    for (auto& t : chunks_) t->store().zero_grad();
+  }
+  float forward_backward(int step, const MicroBatch& /*whole*/) override {
+    Trainee& first = *chunks_.front();
+    Trainee& last = *chunks_.back();
+    StageData data;
+    data.inputs = [&](int i) { return first.load_batch(step, micro_[i].first, micro_[i].size); };
+    data.loss = [&](int i, std::span<const float> y, std::span<float> dy) {
+      last.load_batch(step, micro_[i].first, micro_[i].size);
+      return last.loss().forward_backward(y, last.targets(), micro_[i].size, micro_[i].grad_scale,
+                                          dy);
+    };
+    losses_.assign(micro_.size(), 0.0f);
+    stage_->run(mbs_, data, &losses_);
+    // The runner adds mean x samples: the mean over the replica's micro-batches.
+    double sum = 0;
+    for (float l : losses_) sum += l;
+    return static_cast<float>(sum / static_cast<double>(losses_.size()));
+  }
+  void sync_gradients() override {
+    if (dp_.size() == 1) return;
+    for (std::span<T> g : grads_) {
+      timeline_->collective("all_reduce", dp_,
+                            [&] { dp_.all_reduce(g, ReduceOp::kSum, config_.algo); });
+      divide(g, dp_.size());
+    }
+  }
+  void optimizer_step() override {
+    for (size_t j = 0; j < opts_.size(); ++j) opts_[j]->step(params_[j], grads_[j]);
+  }
+  void observe_memory(PeakMemory& peak) override {
+    model::MemoryLedger all;
+    for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+      const auto cat = static_cast<model::MemoryCategory>(c);
+      int64_t bytes = buffers_.bytes(cat);
+      for (auto& t : chunks_) bytes += t->memory().bytes(cat);
+      all.add(cat, bytes);
+    }
+    peak.observe(all);
+  }
+  std::vector<float> final_params() override {
+    std::vector<float> out;
+    for (auto& t : chunks_) {
+      const std::vector<float> p = t->store().params_as_float();
+      out.insert(out.end(), p.begin(), p.end());
+    }
+    return out;
+  }
+
+ private:
+  const TrainConfig& config_;
+  ScheduleSpec spec_;
+  Communicator& dp_;
+  std::vector<std::unique_ptr<Trainee>>& chunks_;
+  std::vector<MicroBatch> micro_;
+  std::vector<StageMicroBatch> mbs_;
+  std::vector<std::unique_ptr<LayerStackChunk>> adapters_;
+  std::vector<std::span<T>> params_, grads_;
+  std::vector<std::unique_ptr<SliceOptimizer>> opts_;
+  model::MemoryLedger buffers_;  // the stage's received activations, gradients, loss grads
+  std::unique_ptr<PipelineStage> stage_;
+  std::vector<float> losses_;
+  RankTimeline* timeline_;
+  bool last_stage_ = false;
+};
+
+}  // namespace
+
+std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
+  const int blocks = config.mlp.num_blocks, chunks = spec.stages * spec.virtual_stages;
+  const int first = first_layer(chunk, blocks, chunks);
+  const int last = chunk == chunks - 1 ? blocks + 1 : first_layer(chunk + 1, blocks, chunks);
+  return {first, last};
+}
+
+int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& spec, int stage,
+                               int batch) {
+  const int64_t b = batch, d = config.mlp.input_dim, h = config.mlp.hidden_dim,
+                o = config.mlp.output_dim;
+  const int p = spec.stages, chunks = p * spec.virtual_stages;
+  const std::vector<int> passes = peak_in_flight_per_chunk(make_schedule(spec), stage);
+  int64_t floats = 0;
+  bool receives_activations = false, receives_gradients = false;
+  for (int j = 0; j < spec.virtual_stages; ++j) {
+    const int c = stage + j * p;
+    const bool last = c == chunks - 1;
+    const auto [first, end] = chunk_layers(config, spec, c);
+    const int64_t k = (last ? end - 1 : end) - first;  // blocks
+    floats += passes[j] * b * (d + k * d + 2 * k * h + (last ? o : 0));
+    floats += 2 * b * h + (last ? b * d : 0);
+    if (last) floats += passes[j] * b * o;
+    if (config.precision == model::Precision::kMixedBf16) {  // the store's fp32 layer views
+      const int64_t block = 2 * h * d + h + d, head = o * d + o;
+      floats += 2 * std::max(k > 0 ? block : 0, last ? head : 0);
+    }
+    receives_activations |= c > 0;
+    receives_gradients |= !last;
+  }
+  floats += (receives_activations + receives_gradients) * b * d;
+  return floats * int64_t{sizeof(float)};
+}
+
+std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
+  if (std::string why = validate(spec); !why.empty()) return why;
+  if (spec.kind == ScheduleKind::kZeroBubbleH1) {
+    return "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
+           "split into input and weight gradients, which the layers do not have";
+  }
+  if (config.model != ModelKind::kMlp) return "--pp runs the MLP (--model mlp)";
+  const int chunks = spec.stages * spec.virtual_stages;
+  if (config.mlp.num_blocks % chunks != 0) {
+    return fmt::format(
+        "--layers {} must be a multiple of --pp x --virtual-stages = {} (each "
+        "chunk holds the same number of blocks)",
+        config.mlp.num_blocks, chunks);
+  }
+  if (config.ranks != dp * spec.stages) {
+    return fmt::format("--ranks {} must be --dp x --pp = {}", config.ranks, dp * spec.stages);
+  }
+  if (config.micro_batches != spec.micro_batches) {
+    return fmt::format("--micro-batches {} but the schedule has {}", config.micro_batches,
+                       spec.micro_batches);
+  }
+  if (config.global_batch % (dp * spec.micro_batches) != 0) {
+    return fmt::format("--batch {} must be divisible by --dp x --micro-batches = {}",
+                       config.global_batch, dp * spec.micro_batches);
+  }
+  return "";
+}
+
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator& pipe,
+                       Communicator& dp, StepRunner& runner) {
+  const int p = spec.stages, stage = pipe.rank();
+  std::vector<std::unique_ptr<Trainee>> chunks;
+  for (int c = stage; c < p * spec.virtual_stages; c += p) {
+    chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c)));
+  }
+  auto run = [&](auto tag) {
+    PipelineRank<decltype(tag)> rank(config, spec, pipe, dp, runner, chunks);
+    runner.run(rank);
+  };
+  if (config.precision == model::Precision::kFp32) {
+    run(float{});
+  } else {
+    run(BFloat16{});
+  }
+}
+
+AssembleParams assemble_pipeline(const TrainConfig& config, const ScheduleSpec& spec,
+                                 std::function<int(int rank)> stage_of) {
+  return assemble_slices(
+      model_layout(config),
+      [config, spec, stage_of](int rank) { return stage_layout(config, spec, stage_of(rank)); },
+      "pipeline");
+}
+
+std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
+  if (std::string why = validate_pipeline(config, spec, dp); !why.empty()) {
+    throw UsageError("dtsim train: " + why);
+  }
+  const int p = spec.stages;
+  return launch(
+      config,
+      [&](Communicator& world, StepRunner& runner) {
+        const int stage = world.rank() % p, replica = world.rank() / p;
+        std::unique_ptr<Communicator> pipe = world.split(replica, stage, "pp");
+        std::unique_ptr<Communicator> data = world.split(stage, replica, "dp");
+        run_pipeline_rank(config, spec, *pipe, *data, runner);
+      },
+      assemble_pipeline(config, spec, [p](int rank) { return rank % p; }));
+}
+
+}  // namespace dtsim::train::pipeline

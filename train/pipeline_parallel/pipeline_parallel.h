@@ -1,0 +1,65 @@
+// Pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021; interleaved
+// 1F1B, Megatron-LM) on the data-parallel axis: dp x pp ranks, rank d pp + s is stage s of
+// replica d. The model's L blocks are cut into p v chunks of L/(p v) blocks (the head rides
+// with the last chunk); stage s holds chunks s, s + p, ... Each step, every replica runs
+// its M micro-batches through its pipeline with a checked schedule (schedule.h, executed
+// by pipeline_stage.h): activations go forward and their gradients back by point-to-point
+// sends on the pipeline group; the last stage computes the loss. Then each stage
+// all-reduces its gradients over the dp ranks of the same stage (in rank order under
+// --algo deterministic) and divides by dp, and steps its own optimizer. A stage's weight
+// gradients accumulate in micro-batch order, so with --algo deterministic the run is
+// bitwise equal to run_accum with dp groups of M micro-batches.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "runtime/communicator.h"
+#include "train/config.h"
+#include "train/launch.h"
+#include "train/pipeline_parallel/schedule.h"
+#include "train/result.h"
+#include "train/step_runner.h"
+
+namespace dtsim::train::pipeline {
+
+// The model layers [first, last) of chunk `chunk` (0..p v - 1): blocks
+// [c L/(p v), (c + 1) L/(p v)), and the head too for the last chunk.
+std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk);
+
+// "" when `config` can run as dp x pp with `spec`, else one line naming the flag: the MLP
+// only, its blocks (--layers) divisible by p v, the batch by dp M, and config.ranks and
+// config.micro_batches equal to dp p and M.
+std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp);
+
+// The activation bytes pipeline rank `stage` holds at its peak with micro-batches of
+// `batch` samples (all fp32), by the formula: each local chunk j keeps P_j passes, P_j its
+// peak in-flight micro-batches (peak_in_flight_per_chunk), of b (D + k D + 2 k H [+ O]) floats
+// (the input copy, k block outputs and each block's saved pre-activation and GELU output,
+// and the head's output on the last chunk), plus its workspace of 2 b H floats (a block's
+// backward) and, on the last chunk, b D for the head's input gradient; the stage adds one
+// received activation and one received gradient buffer of b D floats where it receives them,
+// and b O per micro-batch in flight on the last chunk for the loss gradient. Under mixed
+// precision each chunk's ParamStore also keeps two fp32 views of its largest layer.
+int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& spec, int stage,
+                               int batch);
+
+// One rank's part of a run, for a launcher that made the groups: stage pipe.rank() of
+// replica dp.rank(), where `pipe` holds the replica's stages in order and `dp` the ranks of
+// the same stage in every replica. Builds the stage's chunks and runs `runner` over them.
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator& pipe,
+                       Communicator& dp, StepRunner& runner);
+
+// Assembles the full parameters from every rank's part; stage_of(rank) is its stage.
+AssembleParams assemble_pipeline(const TrainConfig& config, const ScheduleSpec& spec,
+                                 std::function<int(int rank)> stage_of);
+
+// Runs config.steps steps on config.ranks = dp x spec.stages ranks, world rank
+// replica x p + stage; the result where global rank 0 is, as launch() returns it. Throws
+// UsageError when validate_pipeline() objects.
+std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp);
+
+}  // namespace dtsim::train::pipeline
