@@ -98,6 +98,41 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Pipeline, PipelineTraining, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return case_name(info.param); });
 
+TEST(PipelineTrace, EachStagesTrackIsItsScheduleAndTheWallBubbleIsMeasured) {
+  const Case c{{ScheduleKind::kInterleaved, 2, 4, 2}, 2, 4};
+  TrainConfig config = config_of(c);
+  config.trace = true;
+  const RunResult got = *run_pipeline(config, c.spec, c.dp);
+  const Schedule schedule = make_schedule(c.spec);
+  for (int r = 0; r < config.ranks; ++r) {
+    std::vector<std::string> want, seen;
+    for (int step = 0; step < config.steps; ++step) {
+      for (const Action& a : schedule.ranks[r % c.spec.stages]) {
+        if (is_compute(a.op)) want.push_back(label(a, 2, 2));
+      }
+    }
+    for (const PhaseEvent& e : got.ranks[r].timeline) {
+      if (e.name[0] == 'F' || e.name[0] == 'B') seen.push_back(e.name);
+      EXPECT_LE(e.start, e.end);
+    }
+    EXPECT_EQ(seen, want) << "rank " << r << ": one F/B phase per micro-batch and chunk, in "
+                          << "schedule order";
+  }
+  for (int replica = 0; replica < c.dp; ++replica) {
+    std::vector<const std::vector<PhaseEvent>*> stages;
+    for (int s = 0; s < c.spec.stages; ++s) {
+      stages.push_back(&got.ranks[replica * c.spec.stages + s].timeline);
+    }
+    for (int step = 0; step < config.steps; ++step) {
+      const WallBubble w = wall_bubble(stages, c.spec, step);
+      EXPECT_GT(w.busy_seconds, 0);
+      EXPECT_LE(w.busy_seconds, c.spec.stages * w.span_seconds);
+      EXPECT_GE(w.bubble, 0);
+      EXPECT_LT(w.bubble, 1);
+    }
+  }
+}
+
 TEST(PipelineTrainingRejects, WhatCannotRun) {
   TrainConfig config = config_of({{ScheduleKind::kOneFOneB, 4, 8, 1}, 1, 4});
   config.mlp.num_blocks = 6;

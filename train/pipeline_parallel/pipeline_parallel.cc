@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -190,6 +191,28 @@ int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& sp
   }
   floats += (receives_activations + receives_gradients) * b * d;
   return floats * int64_t{sizeof(float)};
+}
+
+WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
+                       const ScheduleSpec& spec, int step) {
+  const int per_step = 2 * spec.micro_batches * spec.virtual_stages;  // compute phases
+  WallBubble w;
+  std::chrono::steady_clock::time_point first = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::time_point::min();
+  for (const std::vector<PhaseEvent>* events : timelines) {
+    int seen = 0;
+    for (const PhaseEvent& e : *events) {
+      const bool compute = e.name.size() > 1 && (e.name[0] == 'F' || e.name[0] == 'B') &&
+                           e.name[1] >= '0' && e.name[1] <= '9';
+      if (!compute || seen++ / per_step != step) continue;
+      w.busy_seconds += std::chrono::duration<double>(e.end - e.start).count();
+      first = std::min(first, e.start);
+      last = std::max(last, e.end);
+    }
+  }
+  if (last > first) w.span_seconds = std::chrono::duration<double>(last - first).count();
+  if (w.span_seconds > 0) w.bubble = 1 - w.busy_seconds / (spec.stages * w.span_seconds);
+  return w;
 }
 
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {

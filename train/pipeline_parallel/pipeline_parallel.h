@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/communicator.h"
 #include "train/config.h"
@@ -46,6 +47,18 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 // precision each chunk's ParamStore also keeps two fp32 views of its largest layer.
 int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& spec, int stage,
                                int batch);
+
+// The bubble of step `step` measured in wall time on the --trace timelines of one
+// replica's stages (timelines[s]: stage s's events, TrainConfig::trace): each stage's
+// forward and backward phases (named F3, B3, F3.1 as walk draws them) are its busy time;
+// the step spans from the first phase's start to the last one's end over all stages.
+struct WallBubble {
+  double busy_seconds = 0;  // summed over the stages
+  double span_seconds = 0;  // first start to last end
+  double bubble = 0;        // 1 - busy / (p span)
+};
+WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
+                       const ScheduleSpec& spec, int step);
 
 // One rank's part of a run, for a launcher that made the groups: stage pipe.rank() of
 // replica dp.rank(), where `pipe` holds the replica's stages in order and `dp` the ranks of
