@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "model/layer_stack.h"
+#include "model/mlp.h"
 #include "pipeline_test_util.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/pipeline_parallel/pipeline_stage.h"
@@ -23,6 +25,7 @@ struct Case {
   int dp = 1;
   int layers = 4;
   model::Precision precision = model::Precision::kFp32;
+  int zero = 0;  // ZeRO stage along dp
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -32,7 +35,8 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 std::string case_name(const Case& c) {
   return test_name(c.spec) + "_dp" + std::to_string(c.dp) + "_L" + std::to_string(c.layers) +
-         (c.precision == model::Precision::kMixedBf16 ? "_bf16" : "");
+         (c.precision == model::Precision::kMixedBf16 ? "_bf16" : "") +
+         (c.zero > 0 ? "_zero" + std::to_string(c.zero) : "");
 }
 
 TrainConfig config_of(const Case& c) {
@@ -53,7 +57,7 @@ class PipelineTraining : public ::testing::TestWithParam<Case> {};
 TEST_P(PipelineTraining, BitwiseEqualToAccumulationAndSendsTheFormula) {
   const Case c = GetParam();
   const TrainConfig config = config_of(c);
-  const RunResult got = *run_pipeline(config, c.spec, c.dp);
+  const RunResult got = *run_pipeline(config, c.spec, c.dp, c.zero);
 
   TrainConfig accum = config;
   accum.strategy = Strategy::kAccum;
@@ -78,6 +82,16 @@ TEST_P(PipelineTraining, BitwiseEqualToAccumulationAndSendsTheFormula) {
     EXPECT_EQ(got.ranks[r].memory[static_cast<int>(model::MemoryCategory::kActivations)],
               stage_activation_bytes(config, c.spec, r % c.spec.stages, b))
         << "rank " << r << ": peak activations";
+    // Adam's m: the stage's parameters, or under ZeRO-1 this dp rank's shard of each chunk.
+    int64_t m_bytes = 0;
+    const int stage = r % c.spec.stages, replica = r / c.spec.stages;
+    for (int ch = stage; ch < c.spec.stages * c.spec.virtual_stages; ch += c.spec.stages) {
+      const auto [first, last] = chunk_layers(config, c.spec, ch);
+      const size_t n = model::layout_of(model::mlp_layers(config.mlp, first, last)).size();
+      m_bytes += 4 * (c.zero ? model::shard_range(n, c.dp, replica).size() : n);
+    }
+    EXPECT_EQ(got.ranks[r].memory[static_cast<int>(model::MemoryCategory::kAdamM)], m_bytes)
+        << "rank " << r;
   }
 }
 
@@ -92,6 +106,8 @@ std::vector<Case> cases() {
   v.push_back({{ScheduleKind::kInterleaved, 4, 8, 2}, 1, 8});
   v.push_back({{ScheduleKind::kInterleaved, 2, 4, 2}, 2, 4});
   v.push_back({{ScheduleKind::kOneFOneB, 4, 8, 1}, 1, 4, model::Precision::kMixedBf16});
+  v.push_back({{ScheduleKind::kOneFOneB, 2, 4, 1}, 2, 4, model::Precision::kFp32, 1});
+  v.push_back({{ScheduleKind::kInterleaved, 2, 4, 2}, 4, 4, model::Precision::kFp32, 1});
   return v;
 }
 

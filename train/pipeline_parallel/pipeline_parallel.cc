@@ -18,6 +18,7 @@
 #include "train/slice_optimizer.h"
 #include "train/step_runner.h"
 #include "train/trainee.h"
+#include "train/zero3_hooks.h"
 
 namespace dtsim::train::pipeline {
 namespace {
@@ -59,14 +60,16 @@ model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& s
 template <class T>
 class PipelineRank : public RankStrategy {
  public:
-  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, Communicator& pipe,
-               Communicator& dp, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks)
+  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
+               Communicator* dp, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
+               int zero_stage)
       : config_(config),
         spec_(spec),
         dp_(dp),
         chunks_(chunks),
-        micro_(data_parallel_micro_batches(config, dp.size(), dp.rank())),
-        timeline_(&runner.timeline()) {
+        micro_(data_parallel_micro_batches(config, dp ? dp->size() : 1, dp ? dp->rank() : 0)),
+        timeline_(&runner.timeline()),
+        zero_stage_(zero_stage) {
     std::vector<StageChunk*> views;
     for (auto& t : chunks_) {
       adapters_.push_back(std::make_unique<LayerStackChunk>(t->stack()));
@@ -75,13 +78,20 @@ class PipelineRank : public RankStrategy {
         if constexpr (std::is_same_v<typename decltype(params)::value_type, T>) {
           params_.push_back(params);
           grads_.push_back(grads);
-          opts_.push_back(make_slice_optimizer(config, params, &t->memory()));
+          // ZeRO-1: this dp rank's shard of the chunk's optimizer state only.
+          const model::ParamRange mine =
+              zero_stage >= 1 && dp ? model::shard_range(params.size(), dp->size(), dp->rank())
+                                    : model::ParamRange{0, params.size()};
+          shards_.push_back(mine);
+          opts_.push_back(
+              make_slice_optimizer(config, params.subspan(mine.begin, mine.size()), &t->memory()));
         }
       });
     }
-    stage_ = std::make_unique<PipelineStage>(make_schedule(spec), pipe.rank(), views, &pipe,
-                                             &buffers_, &runner.timeline());
-    last_stage_ = pipe.rank() == (spec.stages * spec.virtual_stages - 1) % spec.stages;
+    const int stage = pipe ? pipe->rank() : 0;
+    stage_ = std::make_unique<PipelineStage>(make_schedule(spec), stage, views, pipe, &buffers_,
+                                             &runner.timeline());
+    last_stage_ = stage == (spec.stages * spec.virtual_stages - 1) % spec.stages;
     for (const MicroBatch& mb : micro_) mbs_.push_back({mb.size, mb.grad_scale});
   }
 
@@ -110,16 +120,45 @@ class PipelineRank : public RankStrategy {
     for (float l : losses_) sum += l;
     return static_cast<float>(sum / static_cast<double>(losses_.size()));
   }
+  // Plain data parallelism all-reduces each chunk's gradients over the stage's dp group;
+  // ZeRO-1 reduce-scatters them (the shard's sum lands in its slice of the buffer).
   void sync_gradients() override {
-    if (dp_.size() == 1) return;
-    for (std::span<T> g : grads_) {
-      timeline_->collective("all_reduce", dp_,
-                            [&] { dp_.all_reduce(g, ReduceOp::kSum, config_.algo); });
-      divide(g, dp_.size());
+    if (dp_ == nullptr || dp_->size() == 1) return;
+    Communicator& dp = *dp_;
+    for (size_t j = 0; j < grads_.size(); ++j) {
+      std::span<T> g = grads_[j];
+      if (zero_stage_ == 0) {
+        timeline_->collective("all_reduce", dp,
+                              [&] { dp.all_reduce(g, ReduceOp::kSum, config_.algo); });
+        divide(g, dp.size());
+        continue;
+      }
+      shard_sum_.resize(shards_[j].size());
+      timeline_->collective("reduce_scatter", dp, [&] {
+        dp.reduce_scatter(std::span<const T>(g), std::span<T>(shard_sum_), ReduceOp::kSum,
+                          reduce_scatter_algo(config_.algo));
+      });
+      std::span<T> mine = g.subspan(shards_[j].begin, shards_[j].size());
+      std::copy(shard_sum_.begin(), shard_sum_.end(), mine.begin());
+      divide(mine, dp.size());
     }
   }
   void optimizer_step() override {
-    for (size_t j = 0; j < opts_.size(); ++j) opts_[j]->step(params_[j], grads_[j]);
+    for (size_t j = 0; j < opts_.size(); ++j) {
+      const model::ParamRange r = shards_[j];
+      opts_[j]->step(params_[j].subspan(r.begin, r.size()), grads_[j].subspan(r.begin, r.size()));
+    }
+  }
+  // ZeRO-1: the updated shards travel back to every dp rank of the stage.
+  void sync_params() override {
+    if (zero_stage_ == 0 || dp_ == nullptr || dp_->size() == 1) return;
+    for (size_t j = 0; j < params_.size(); ++j) {
+      const model::ParamRange r = shards_[j];
+      timeline_->collective("all_gather", *dp_, [&] {
+        dp_->all_gather(std::span<const T>(params_[j].subspan(r.begin, r.size())), params_[j],
+                        all_gather_algo(config_.algo));
+      });
+    }
   }
   void observe_memory(PeakMemory& peak) override {
     model::MemoryLedger all;
@@ -143,7 +182,7 @@ class PipelineRank : public RankStrategy {
  private:
   const TrainConfig& config_;
   ScheduleSpec spec_;
-  Communicator& dp_;
+  Communicator* dp_;
   std::vector<std::unique_ptr<Trainee>>& chunks_;
   std::vector<MicroBatch> micro_;
   std::vector<StageMicroBatch> mbs_;
@@ -154,6 +193,9 @@ class PipelineRank : public RankStrategy {
   std::unique_ptr<PipelineStage> stage_;
   std::vector<float> losses_;
   RankTimeline* timeline_;
+  int zero_stage_;
+  std::vector<model::ParamRange> shards_;  // per chunk: this dp rank's optimizer shard
+  std::vector<T> shard_sum_;               // reduce-scatter output (scratch)
   bool last_stage_ = false;
 };
 
@@ -243,15 +285,15 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
   return "";
 }
 
-void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator& pipe,
-                       Communicator& dp, StepRunner& runner) {
-  const int p = spec.stages, stage = pipe.rank();
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
+                       Communicator* dp, StepRunner& runner, int zero_stage) {
+  const int p = spec.stages, stage = pipe ? pipe->rank() : 0;
   std::vector<std::unique_ptr<Trainee>> chunks;
   for (int c = stage; c < p * spec.virtual_stages; c += p) {
     chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c)));
   }
   auto run = [&](auto tag) {
-    PipelineRank<decltype(tag)> rank(config, spec, pipe, dp, runner, chunks);
+    PipelineRank<decltype(tag)> rank(config, spec, pipe, dp, runner, chunks, zero_stage);
     runner.run(rank);
   };
   if (config.precision == model::Precision::kFp32) {
@@ -269,9 +311,14 @@ AssembleParams assemble_pipeline(const TrainConfig& config, const ScheduleSpec& 
       "pipeline");
 }
 
-std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
+std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp,
+                                      int zero_stage) {
   if (std::string why = validate_pipeline(config, spec, dp); !why.empty()) {
     throw UsageError("dtsim train: " + why);
+  }
+  if (zero_stage != 0 && zero_stage != 1) {
+    throw UsageError("dtsim train: --zero " + std::to_string(zero_stage) +
+                     " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
   }
   const int p = spec.stages;
   return launch(
@@ -280,7 +327,7 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleS
         const int stage = world.rank() % p, replica = world.rank() / p;
         std::unique_ptr<Communicator> pipe = world.split(replica, stage, "pp");
         std::unique_ptr<Communicator> data = world.split(stage, replica, "dp");
-        run_pipeline_rank(config, spec, *pipe, *data, runner);
+        run_pipeline_rank(config, spec, pipe.get(), data.get(), runner, zero_stage);
       },
       assemble_pipeline(config, spec, [p](int rank) { return rank % p; }));
 }

@@ -60,11 +60,14 @@ struct WallBubble {
 WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
                        const ScheduleSpec& spec, int step);
 
-// One rank's part of a run, for a launcher that made the groups: stage pipe.rank() of
-// replica dp.rank(), where `pipe` holds the replica's stages in order and `dp` the ranks of
-// the same stage in every replica. Builds the stage's chunks and runs `runner` over them.
-void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator& pipe,
-                       Communicator& dp, StepRunner& runner);
+// One rank's part of a run, for a launcher that made the groups: stage pipe->rank() of
+// replica dp->rank(), where `pipe` holds the replica's stages in order and `dp` the ranks of
+// the same stage in every replica (either null when its axis has size 1, as Mesh gives
+// them). Builds the stage's chunks and runs `runner` over them.
+// zero_stage 1 shards each stage's optimizer state over its dp ranks (ZeRO-1 along dp:
+// reduce-scatter the gradients, step the shard, all-gather the parameters); 0 all-reduces.
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
+                       Communicator* dp, StepRunner& runner, int zero_stage = 0);
 
 // Assembles the full parameters from every rank's part; stage_of(rank) is its stage.
 AssembleParams assemble_pipeline(const TrainConfig& config, const ScheduleSpec& spec,
@@ -73,6 +76,7 @@ AssembleParams assemble_pipeline(const TrainConfig& config, const ScheduleSpec& 
 // Runs config.steps steps on config.ranks = dp x spec.stages ranks, world rank
 // replica x p + stage; the result where global rank 0 is, as launch() returns it. Throws
 // UsageError when validate_pipeline() objects.
-std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp);
+std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp,
+                                      int zero_stage = 0);
 
 }  // namespace dtsim::train::pipeline

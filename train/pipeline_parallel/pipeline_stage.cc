@@ -32,8 +32,9 @@ PipelineStage::PipelineStage(Schedule schedule, int stage, std::vector<StageChun
         "--schedule zb-h1 needs a backward split into input and weight gradients, which the "
         "layers do not offer; draw it with dtsim walk --pp");
   }
+  const bool group_ok = pipe_ == nullptr ? p_ == 1 : pipe_->size() == p_ && pipe_->rank() == stage_;
   if (static_cast<int>(chunks_.size()) != s.virtual_stages || stage_ < 0 || stage_ >= p_ ||
-      pipe_ == nullptr || pipe_->size() != p_ || pipe_->rank() != stage_) {
+      !group_ok) {
     throw std::invalid_argument(
         fmt::format("PipelineStage: {} chunks for v = {}, stage {} of {}, pipeline group of {}",
                     chunks_.size(), s.virtual_stages, stage_, p_, pipe_ ? pipe_->size() : 0));
@@ -82,8 +83,10 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
     throw std::invalid_argument(fmt::format(
         "PipelineStage::run: {} micro-batches, the schedule has {}", mbs.size(), s.micro_batches));
   }
-  const OpCounters send_before = pipe_->counters()[OpKind::kSend];
-  const OpCounters recv_before = pipe_->counters()[OpKind::kRecv];
+  static const RankCounters kNone;  // one stage: no pipeline group, nothing sent
+  const RankCounters& counters = pipe_ ? pipe_->counters() : kNone;
+  const OpCounters send_before = counters[OpKind::kSend];
+  const OpCounters recv_before = counters[OpKind::kRecv];
   const int v = s.virtual_stages, last = chunks_total_ - 1;
   for (const Action& a : schedule_.ranks[stage_]) {
     const int i = a.micro_batch, batch = mbs[i].batch;
@@ -145,8 +148,8 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
         throw std::logic_error("PipelineStage: split backward is not supported");
     }
   }
-  const OpCounters& sent = pipe_->counters()[OpKind::kSend];
-  const OpCounters& received = pipe_->counters()[OpKind::kRecv];
+  const OpCounters& sent = counters[OpKind::kSend];
+  const OpCounters& received = counters[OpKind::kRecv];
   stats_.p2p_bytes_sent = sent.bytes_sent - send_before.bytes_sent;
   stats_.p2p_messages_sent = sent.msgs_sent - send_before.msgs_sent;
   stats_.p2p_bytes_received = received.bytes_recv - recv_before.bytes_recv;

@@ -71,8 +71,8 @@ struct StageStats {
 class PipelineStage {
  public:
   // `chunks[j]` is global chunk stage + j p of `schedule` (j = 0..v-1); `pipe` is the
-  // pipeline group, whose rank is the stage. `ledger` records the stage's own buffers
-  // (received activations and gradients, loss gradients) as activations; `timeline` (may be
+  // pipeline group, whose rank is the stage (null only for p = 1). `ledger` records the stage's own
+  // buffers (received activations and gradients, loss gradients) as activations; `timeline` (may be
   // null) gets a phase per forward and backward, named as walk draws them (F3, B3, F3.1).
   // Throws std::invalid_argument for ZB-H1 (no split backward here) or a mismatch.
   PipelineStage(Schedule schedule, int stage, std::vector<StageChunk*> chunks, Communicator* pipe,
