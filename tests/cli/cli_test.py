@@ -518,12 +518,13 @@ def case_demo():
     rc, out, err = run("demo", "--quiet")
     expect(rc == 0, f"demo exit code {rc}\n{out}\n{err}")
     expect(err == "", "--quiet: nothing on stderr")
-    rows = re.findall(r"^(\S+(?: forget-divide sgd)?) +(mlp|moe) ", out, re.M)
+    rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", out, re.M)
     want = [(s, "mlp") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "tp",
-                                 "dp-tp", "ddp forget-divide sgd"]]
-    want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep"]]
+                                 "dp-tp", "dp 2 x tp 2 zero1", "ddp forget-divide sgd"]]
+    want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep",
+                                  "dp 4 ep 2"]]
     expect(rows == want, f"rows {rows}")
-    expect(len(re.findall(r" PASS ", out)) == 12, "twelve PASS verdicts:\n" + out)
+    expect(len(re.findall(r" PASS ", out)) == 14, "fourteen PASS verdicts:\n" + out)
     expect_match(r"^ddp forget-divide sgd +mlp .* FAIL \(expected FAIL\) ", out, "pitfall row")
     expect_match(r"^ddp +mlp .* 0  bitwise vs accum +PASS ", out, "ddp bitwise row")
     expect_match(r"16 B/param,\n112 GB per GPU .* 14 GB of bf16 gradients sends 24\.5 GB", out,

@@ -11,6 +11,7 @@
 #include "runtime/world.h"
 #include "train/mesh.h"
 #include "train/strategies.h"
+#include "train/trainee.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {
@@ -157,6 +158,23 @@ TEST(MeshPresets, MeshFlagsOfAPresetRunThePresetBitForBit) {
     EXPECT_EQ(a.losses, b.losses);
     EXPECT_EQ(a.params, b.params);
   }
+}
+
+// A pipeline's chunks: the blocks split evenly, the head on the last chunk, each chunk's
+// initial parameters the whole model's slice, bit for bit.
+TEST(PipelineLayers, ChunksCoverTheModelWithItsInitialParameters) {
+  TrainConfig c = mlp_config(Strategy::kMesh, 1);
+  c.mlp.num_blocks = 4;
+  Trainee whole(c);
+  std::vector<float> joined;
+  for (int chunk = 0; chunk < 2; ++chunk) {
+    Trainee part(c, pipeline_layers(c, 2 * chunk, 2 * chunk + 2));
+    EXPECT_EQ(part.stack().num_layers(), chunk == 1 ? 3 : 2);
+    const std::vector<float> p = part.store().params_as_float();
+    joined.insert(joined.end(), p.begin(), p.end());
+  }
+  EXPECT_EQ(joined, whole.store().params_as_float());
+  EXPECT_THROW(pipeline_layers(c, 3, 5), UsageError);
 }
 
 struct BadMesh {
