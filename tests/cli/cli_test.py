@@ -278,7 +278,11 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--model", "moe", "--top-k", "3"], "--top-k must be between 1 and 2"),
     (["train", "--experts", "8"], "--experts applies to --model moe"),
     (["train", "--model", "moe", "--layers", "3"], "--layers applies to --model mlp"),
-    (["train", "--tp", "2"], "--tp applies to --strategy dp-tp (tp uses every rank: its width is --ranks)"),
+    (["train", "--strategy", "tp", "--tp", "2"], "--strategy tp is a preset of the mesh; give either --strategy or the mesh flags (--dp --tp --pp --ep --zero), not both"),
+    (["train", "--dp", "2", "--tp", "2", "--pp", "2", "--ranks", "4"], "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the world has 4 (--ranks); make the product the world size"),
+    (["train", "--model", "moe", "--dp", "4", "--ep", "3", "--experts", "6"], "--ep 3 does not divide --dp 4: experts are sharded over groups of --ep data-parallel ranks"),
+    (["train", "--pp", "2", "--layers", "4"], "--pp 2: pipeline parallelism is not yet wired into train"),
+    (["train", "--schedule", "gpipe"], "--schedule applies to a pipeline: give --pp > 1"),
     (["train", "--pitfall", "forget-sync"], "--pitfall must be one of forget-divide"),
     (["train", "--strategy", "tp", "--pitfall", "forget-divide"], "--pitfall forget-divide applies to --strategy ddp"),
     (["train", "--steps"], "--steps needs a value"),
@@ -514,12 +518,13 @@ def case_demo():
     rc, out, err = run("demo", "--quiet")
     expect(rc == 0, f"demo exit code {rc}\n{out}\n{err}")
     expect(err == "", "--quiet: nothing on stderr")
-    rows = re.findall(r"^(\S+(?: forget-divide sgd)?) +(mlp|moe) ", out, re.M)
+    rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", out, re.M)
     want = [(s, "mlp") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "tp",
-                                 "dp-tp", "ddp forget-divide sgd"]]
-    want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep"]]
+                                 "dp-tp", "dp 2 x tp 2 zero1", "ddp forget-divide sgd"]]
+    want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep",
+                                  "dp 4 ep 2"]]
     expect(rows == want, f"rows {rows}")
-    expect(len(re.findall(r" PASS ", out)) == 12, "twelve PASS verdicts:\n" + out)
+    expect(len(re.findall(r" PASS ", out)) == 14, "fourteen PASS verdicts:\n" + out)
     expect_match(r"^ddp forget-divide sgd +mlp .* FAIL \(expected FAIL\) ", out, "pitfall row")
     expect_match(r"^ddp +mlp .* 0  bitwise vs accum +PASS ", out, "ddp bitwise row")
     expect_match(r"16 B/param,\n112 GB per GPU .* 14 GB of bf16 gradients sends 24\.5 GB", out,
