@@ -133,10 +133,12 @@ void validate_pipeline(const TrainConfig& c) {
           "--layers " + str(c.mlp.num_blocks) + " does not divide into --pp " + str(c.pp) +
               " x --virtual-stages " + str(c.virtual_stages) + " = " + str(chunks) +
               " pipeline chunks; give --layers a multiple of " + str(chunks));
-  // pipeline: not yet (sched's executor defines run_pipeline; then this line goes).
-  fail("--pp " + str(c.pp) +
-       ": pipeline parallelism is not yet wired into train (its executor lands with branch "
-       "sched); use --pp 1");
+  require(c.zero <= 1,
+          "--zero " + str(c.zero) +
+              " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+  require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
+          "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
+              " x --micro-batches " + str(c.micro_batches));
 }
 
 // --dp --tp --pp --ep --zero (Strategy::kMesh): the product is the world, each axis fits
@@ -214,7 +216,7 @@ std::optional<RunResult> launch_training(const TrainConfig& requested) {
     case Strategy::kDpTp:
       return run_dp_tp(config);
     case Strategy::kMesh:
-      // pipeline: when config.pp > 1, return run_pipeline(config) (validate refuses it now).
+      if (config.pp > 1) return run_pipeline(config);  // train/pipeline_parallel/
       if (config.model == ModelKind::kMlp) return run_tensor_parallel(config, config.mesh());
       return run_expert_parallel(config, config.mesh());
   }

@@ -224,12 +224,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadMesh{"Zero3WithTp", [](TrainConfig& c) { c.zero = 3; }, "--zero 3 with --tp 2"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
-        BadMesh{"PipelineNotYet",
+        BadMesh{"PipelineWithZero2",
                 [](TrainConfig& c) {
                   c.pp = 2;
                   c.ranks = 8;
+                  c.zero = 2;
                 },
-                "pipeline parallelism is not yet wired"},
+                "--zero 2 with --pp: a pipeline shards along dp with ZeRO-1 only"},
         BadMesh{"LayersDoNotSplitIntoStages",
                 [](TrainConfig& c) {
                   c.pp = 2;
