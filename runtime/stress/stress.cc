@@ -20,9 +20,9 @@ using stress::StepKind;
 
 constexpr size_t kMaxMessages = 8;
 
-// Thrown by the rank that finds a wrong result: World::run then aborts every other rank at
-// once (instead of letting them wait out the deadline for a peer that stopped making
-// sense), and run_stress counts the failure from the slot, not twice.
+// Thrown by the rank that finds a wrong result (in a thread world): World::run then aborts
+// every other rank at once (instead of letting them wait out the deadline for a peer that
+// stopped making sense), and run_stress counts the failure from the slot, not twice.
 struct WrongResult : Error {
   using Error::Error;
 };
@@ -105,7 +105,9 @@ void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, 
                          (rep ? " (repeat)" : "") + ": rank " + std::to_string(r) + " (global " +
                          std::to_string(comm.global_rank()) + ") " + diff;
       if (slot.failures.size() < kMaxMessages) slot.failures.push_back(what);
-      throw WrongResult(what);  // the first wrong result ends the iteration's world
+      // The first wrong result ends the iteration's world. Not across processes: there the
+      // others would see only an abort, and every rank's counts are summed after the run.
+      if (!o.process.mpi) throw WrongResult(what);
     }
     // A late reader of a live pointer must not find the right bytes by luck.
     std::fill(slot.in.begin(), slot.in.end(), ~kPoison);
@@ -221,6 +223,9 @@ StressResult run_stress(const StressOptions& o,
     try {
       world.run([&](Communicator& c) { run_rank(c, o, it, want, slots[c.rank()]); });
     } catch (const RankFailure& e) {
+      // Across processes a failed run may mean a lost process: stop, with the error
+      // (sum_counts below would wait out another deadline for the lost process).
+      if (o.process.mpi) throw;
       failed = true;
       bool wrong_result = false;  // already counted and described by its rank's slot
       try {
