@@ -63,7 +63,7 @@ TrainConfig config_of(const Case& c) {
 
 class PipelineTraining : public ::testing::TestWithParam<Case> {};
 
-TEST_P(PipelineTraining, BitwiseEqualToAccumulationAndSendsTheFormula) {
+TEST_P(PipelineTraining, MatchesAccumulationBitwiseWithoutTpAndSendsTheFormula) {
   const Case c = GetParam();
   const TrainConfig config = config_of(c);
   const RunResult got = run_training(config);
