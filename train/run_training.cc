@@ -4,6 +4,8 @@
 
 #include "runtime/types.h"
 #include "runtime/world.h"
+#include "train/mesh.h"
+#include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/strategies.h"
 
@@ -128,15 +130,11 @@ void validate_pipeline(const TrainConfig& c) {
           "--pp " + str(c.pp) + " needs --model mlp (its blocks are the pipeline's layers)");
   const std::string why = pipeline::validate(schedule_spec(c));
   require(why.empty(), why);
-  const int chunks = c.pp * c.virtual_stages;
-  require(c.mlp.num_blocks % chunks == 0,
-          "--layers " + str(c.mlp.num_blocks) + " does not divide into --pp " + str(c.pp) +
-              " x --virtual-stages " + str(c.virtual_stages) + " = " + str(chunks) +
-              " pipeline chunks; give --layers a multiple of " + str(chunks));
-  // pipeline: not yet (sched's executor defines run_pipeline; then this line goes).
-  fail("--pp " + str(c.pp) +
-       ": pipeline parallelism is not yet wired into train (its executor lands with branch "
-       "sched); use --pp 1");
+  require(c.tp_size == 1 && c.ep == 1,
+          "--pp " + str(c.pp) + " with --tp or --ep is not supported yet; use --dp x --pp");
+  require(c.zero <= 1, "--pp " + str(c.pp) + " takes --zero 0 or 1 (ZeRO-1 along dp per stage)");
+  const std::string pipe = pipeline::validate_pipeline(c, schedule_spec(c), c.mesh().dp);
+  require(pipe.empty(), pipe);
 }
 
 // --dp --tp --pp --ep --zero (Strategy::kMesh): the product is the world, each axis fits
@@ -192,6 +190,19 @@ void validate(const TrainConfig& config) {
   validate_pipeline(config);
 }
 
+std::optional<RunResult> run_pipeline(const TrainConfig& config) {
+  const MeshShape shape = config.mesh();
+  const pipeline::ScheduleSpec spec = schedule_spec(config);
+  return launch(
+      config,
+      [&](Communicator& comm, StepRunner& runner) {
+        Mesh mesh(comm, shape);
+        pipeline::run_pipeline_rank(config, spec, mesh.pp(), mesh.dp(), runner, config.zero);
+      },
+      pipeline::assemble_pipeline(config, spec,
+                                  [shape](int rank) { return mesh_coord(shape, rank).pp; }));
+}
+
 std::optional<RunResult> launch_training(const TrainConfig& requested) {
   TrainConfig config = requested;
   resolve_preset(config);  // a preset given by its mesh runs the preset's code
@@ -214,7 +225,7 @@ std::optional<RunResult> launch_training(const TrainConfig& requested) {
     case Strategy::kDpTp:
       return run_dp_tp(config);
     case Strategy::kMesh:
-      // pipeline: when config.pp > 1, return run_pipeline(config) (validate refuses it now).
+      if (config.pp > 1) return run_pipeline(config);
       if (config.model == ModelKind::kMlp) return run_tensor_parallel(config, config.mesh());
       return run_expert_parallel(config, config.mesh());
   }

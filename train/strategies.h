@@ -39,7 +39,8 @@ std::optional<RunResult> run_tensor_parallel(const TrainConfig& config,
 // Expert parallel on a dp mesh with experts over groups of shape.ep dp ranks: ep and mesh.
 std::optional<RunResult> run_expert_parallel(const TrainConfig& config,
                                              const MeshShape& shape);  // expert_parallel.cc
-// Pipeline parallel (config.pp > 1); defined by the pipeline executor's branch (sched).
+// Pipeline parallel (config.pp > 1) on the Mesh: dp x pp, pipeline/pipeline_parallel.h's
+// run_pipeline_rank on each rank (run_training.cc).
 std::optional<RunResult> run_pipeline(const TrainConfig& config);
 
 }  // namespace dtsim::train

@@ -281,7 +281,7 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--strategy", "tp", "--tp", "2"], "--strategy tp is a preset of the mesh; give either --strategy or the mesh flags (--dp --tp --pp --ep --zero), not both"),
     (["train", "--dp", "2", "--tp", "2", "--pp", "2", "--ranks", "4"], "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the world has 4 (--ranks); make the product the world size"),
     (["train", "--model", "moe", "--dp", "4", "--ep", "3", "--experts", "6"], "--ep 3 does not divide --dp 4: experts are sharded over groups of --ep data-parallel ranks"),
-    (["train", "--pp", "2", "--layers", "4"], "--pp 2: pipeline parallelism is not yet wired into train"),
+    (["train", "--tp", "2", "--pp", "2", "--layers", "4"], "--pp 2 with --tp or --ep is not supported yet; use --dp x --pp"),
     (["train", "--schedule", "gpipe"], "--schedule applies to a pipeline: give --pp > 1"),
     (["train", "--pitfall", "forget-sync"], "--pitfall must be one of forget-divide"),
     (["train", "--strategy", "tp", "--pitfall", "forget-divide"], "--pitfall forget-divide applies to --strategy ddp"),
