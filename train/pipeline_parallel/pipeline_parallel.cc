@@ -18,7 +18,7 @@
 #include "train/slice_optimizer.h"
 #include "train/step_runner.h"
 #include "train/trainee.h"
-#include "train/zero3_hooks.h"
+#include "train/data_parallel/zero3_hooks.h"
 
 namespace dtsim::train::pipeline {
 namespace {
