@@ -4,8 +4,6 @@
 
 #include "runtime/types.h"
 #include "runtime/world.h"
-#include "train/mesh.h"
-#include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/strategies.h"
 
@@ -130,11 +128,20 @@ void validate_pipeline(const TrainConfig& c) {
           "--pp " + str(c.pp) + " needs --model mlp (its blocks are the pipeline's layers)");
   const std::string why = pipeline::validate(schedule_spec(c));
   require(why.empty(), why);
-  require(c.tp_size == 1 && c.ep == 1,
-          "--pp " + str(c.pp) + " with --tp or --ep is not supported yet; use --dp x --pp");
-  require(c.zero <= 1, "--pp " + str(c.pp) + " takes --zero 0 or 1 (ZeRO-1 along dp per stage)");
-  const std::string pipe = pipeline::validate_pipeline(c, schedule_spec(c), c.mesh().dp);
-  require(pipe.empty(), pipe);
+  const int chunks = c.pp * c.virtual_stages;
+  require(c.mlp.num_blocks % chunks == 0,
+          "--layers " + str(c.mlp.num_blocks) + " does not divide into --pp " + str(c.pp) +
+              " x --virtual-stages " + str(c.virtual_stages) + " = " + str(chunks) +
+              " pipeline chunks; give --layers a multiple of " + str(chunks));
+  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
+          "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
+          "split into input and weight gradients, which the layers do not have");
+  require(c.zero <= 1,
+          "--zero " + str(c.zero) +
+              " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+  require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
+          "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
+              " x --micro-batches " + str(c.micro_batches));
 }
 
 // --dp --tp --pp --ep --zero (Strategy::kMesh): the product is the world, each axis fits
@@ -190,19 +197,6 @@ void validate(const TrainConfig& config) {
   validate_pipeline(config);
 }
 
-std::optional<RunResult> run_pipeline(const TrainConfig& config) {
-  const MeshShape shape = config.mesh();
-  const pipeline::ScheduleSpec spec = schedule_spec(config);
-  return launch(
-      config,
-      [&](Communicator& comm, StepRunner& runner) {
-        Mesh mesh(comm, shape);
-        pipeline::run_pipeline_rank(config, spec, mesh.pp(), mesh.dp(), runner, config.zero);
-      },
-      pipeline::assemble_pipeline(config, spec,
-                                  [shape](int rank) { return mesh_coord(shape, rank).pp; }));
-}
-
 std::optional<RunResult> launch_training(const TrainConfig& requested) {
   TrainConfig config = requested;
   resolve_preset(config);  // a preset given by its mesh runs the preset's code
@@ -225,7 +219,7 @@ std::optional<RunResult> launch_training(const TrainConfig& requested) {
     case Strategy::kDpTp:
       return run_dp_tp(config);
     case Strategy::kMesh:
-      if (config.pp > 1) return run_pipeline(config);
+      if (config.pp > 1) return run_pipeline(config);  // train/pipeline_parallel/
       if (config.model == ModelKind::kMlp) return run_tensor_parallel(config, config.mesh());
       return run_expert_parallel(config, config.mesh());
   }

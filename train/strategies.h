@@ -40,8 +40,7 @@ std::optional<RunResult> run_tensor_parallel(const TrainConfig& config,
 // Expert parallel on a dp mesh with experts over groups of shape.ep dp ranks: ep and mesh.
 std::optional<RunResult> run_expert_parallel(const TrainConfig& config,
                                              const MeshShape& shape);  // expert_parallel/
-// Pipeline parallel (config.pp > 1) on the Mesh: dp x pp, pipeline/pipeline_parallel.h's
-// run_pipeline_rank on each rank (run_training.cc).
+// Pipeline parallel (config.pp > 1) on the Mesh (pipeline_parallel/pipeline_parallel.cc).
 std::optional<RunResult> run_pipeline(const TrainConfig& config);
 
 }  // namespace dtsim::train

@@ -38,6 +38,12 @@ TEST_P(MpiPipeline, BitwiseEqualToAccumulation) {
   if (world % c.dp != 0 || world / c.dp < 2) GTEST_SKIP() << "needs a pipeline of 2 or more";
   const int p = world / c.dp;
   TrainConfig config;
+  config.strategy = Strategy::kMesh;
+  config.dp = c.dp;
+  config.pp = p;
+  config.schedule = c.kind;
+  config.virtual_stages = c.v;
+  config.tp_size = 1;
   config.model = ModelKind::kMlp;
   config.ranks = world;
   config.threads_per_process = threads_per_process();
@@ -48,8 +54,7 @@ TEST_P(MpiPipeline, BitwiseEqualToAccumulation) {
   config.algo = Algo::kDeterministic;
   config.optimizer = model::OptimizerKind::kAdam;
   config.lr = 0.01f;
-  const ScheduleSpec spec{c.kind, p, config.micro_batches, c.v};
-  const std::optional<RunResult> got = run_pipeline(config, spec, c.dp);
+  const std::optional<RunResult> got = launch_training(config);
   if (!got) return;  // the result lives in the process of global rank 0
   TrainConfig accum = config;
   accum.strategy = Strategy::kAccum;

@@ -224,19 +224,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadMesh{"Zero3WithTp", [](TrainConfig& c) { c.zero = 3; }, "--zero 3 with --tp 2"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
-        BadMesh{"PipelineWithTpNotYet",
+        BadMesh{"PipelineWithZero2",
                 [](TrainConfig& c) {
                   c.pp = 2;
                   c.ranks = 8;
+                  c.zero = 2;
                 },
-                "--pp 2 with --tp or --ep is not supported yet"},
+                "--zero 2 with --pp: a pipeline shards along dp with ZeRO-1 only"},
         BadMesh{"LayersDoNotSplitIntoStages",
                 [](TrainConfig& c) {
-                  c.tp_size = 1;
                   c.pp = 2;
+                  c.ranks = 8;
                   c.mlp.num_blocks = 3;
                 },
-                "--layers 3 must be a multiple of --pp x --virtual-stages = 2"},
+                "--layers 3 does not divide into --pp 2"},
         BadMesh{"ZeroBubbleCannotTrain",
                 [](TrainConfig& c) {
                   c.tp_size = 1;

@@ -11,14 +11,18 @@
 #include "model/layer_stack.h"
 #include "model/mlp.h"
 #include "train/accounting.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
+#include "train/mesh.h"
 #include "train/pipeline_parallel/pipeline_stage.h"
 #include "train/pipeline_parallel/schedule_check.h"
 #include "train/slice_optimizer.h"
 #include "train/step_runner.h"
+#include "train/strategies.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
+#include "train/traced_comm.h"
 #include "train/trainee.h"
-#include "train/data_parallel/zero3_hooks.h"
 
 namespace dtsim::train::pipeline {
 namespace {
@@ -41,16 +45,23 @@ class LayerStackChunk : public StageChunk {
   model::LayerStack& stack_;
 };
 
-model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
+// Chunk `chunk`'s layers on tensor-parallel rank `tp_rank` of `tp_size` (tp: the group its
+// blocks all-reduce on; null for the layout only).
+model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
+                              int tp_rank = 0, int tp_size = 1, TracedComm* tp = nullptr) {
   const auto [first, last] = chunk_layers(config, spec, chunk);
-  return model::mlp_layers(config.mlp, first, last);
+  if (tp_size == 1) return model::mlp_layers(config.mlp, first, last);
+  model::Layers all = tp_mlp_layers(config.mlp, tp_rank, tp_size, tp);
+  return model::Layers(std::make_move_iterator(all.begin() + first),
+                       std::make_move_iterator(all.begin() + last));
 }
 
 // The parameters stage s holds, chunk after chunk (for assembling the result).
-model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& spec, int stage) {
+model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& spec, int stage,
+                                int tp_rank, int tp_size) {
   model::Layers all;
   for (int c = stage; c < spec.stages * spec.virtual_stages; c += spec.stages) {
-    for (auto& l : layers_of_chunk(config, spec, c)) all.push_back(std::move(l));
+    for (auto& l : layers_of_chunk(config, spec, c, tp_rank, tp_size)) all.push_back(std::move(l));
   }
   return model::layout_of(all);
 }
@@ -61,8 +72,8 @@ template <class T>
 class PipelineRank : public RankStrategy {
  public:
   PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
-               Communicator* dp, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
-               int zero_stage)
+               Communicator* dp, bool reports_loss, StepRunner& runner,
+               std::vector<std::unique_ptr<Trainee>>& chunks, int zero_stage)
       : config_(config),
         spec_(spec),
         dp_(dp),
@@ -91,19 +102,24 @@ class PipelineRank : public RankStrategy {
     const int stage = pipe ? pipe->rank() : 0;
     stage_ = std::make_unique<PipelineStage>(make_schedule(spec), stage, views, pipe, &buffers_,
                                              &runner.timeline());
-    last_stage_ = stage == (spec.stages * spec.virtual_stages - 1) % spec.stages;
-    for (const MicroBatch& mb : micro_) mbs_.push_back({mb.size, mb.grad_scale});
+    // The last stage computes the loss; of a tensor-parallel group, its rank 0 reports it.
+    const bool last_stage = stage == (spec.stages * spec.virtual_stages - 1) % spec.stages;
+    for (MicroBatch& mb : micro_) {
+      mb.reports_loss = last_stage && reports_loss;
+      mbs_.push_back({mb.size, mb.grad_scale});
+    }
   }
 
-  std::vector<MicroBatch> micro_batches() const override {
-    const int b = micro_.front().size, m = static_cast<int>(micro_.size());
-    const MicroBatch step{micro_.front().first, m * b, micro_.front().grad_scale, 0, last_stage_};
-    return {step};
-  }
+  // The replica's M micro-batches, run in the schedule's order by run_micro_batches.
+  std::vector<MicroBatch> micro_batches() const override { return micro_; }
   void begin_step() override {
     for (auto& t : chunks_) t->store().zero_grad();
   }
-  float forward_backward(int step, const MicroBatch& /*whole*/) override {
+  float forward_backward(int, const MicroBatch&) override {
+    throw std::logic_error("PipelineRank runs its micro-batches in run_micro_batches");
+  }
+  bool run_micro_batches(int step, const std::vector<MicroBatch>& /*mbs*/,
+                         std::vector<float>* losses) override {
     Trainee& first = *chunks_.front();
     Trainee& last = *chunks_.back();
     StageData data;
@@ -113,12 +129,8 @@ class PipelineRank : public RankStrategy {
       return last.loss().forward_backward(y, last.targets(), micro_[i].size, micro_[i].grad_scale,
                                           dy);
     };
-    losses_.assign(micro_.size(), 0.0f);
-    stage_->run(mbs_, data, &losses_);
-    // The runner adds mean x samples: the mean over the replica's micro-batches.
-    double sum = 0;
-    for (float l : losses_) sum += l;
-    return static_cast<float>(sum / static_cast<double>(losses_.size()));
+    stage_->run(mbs_, data, losses);
+    return true;
   }
   // Plain data parallelism all-reduces each chunk's gradients over the stage's dp group;
   // ZeRO-1 reduce-scatters them (the shard's sum lands in its slice of the buffer).
@@ -191,12 +203,10 @@ class PipelineRank : public RankStrategy {
   std::vector<std::unique_ptr<SliceOptimizer>> opts_;
   model::MemoryLedger buffers_;  // the stage's received activations, gradients, loss grads
   std::unique_ptr<PipelineStage> stage_;
-  std::vector<float> losses_;
   RankTimeline* timeline_;
   int zero_stage_;
   std::vector<model::ParamRange> shards_;  // per chunk: this dp rank's optimizer shard
   std::vector<T> shard_sum_;               // reduce-scatter output (scratch)
-  bool last_stage_ = false;
 };
 
 }  // namespace
@@ -271,9 +281,6 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
         "chunk holds the same number of blocks)",
         config.mlp.num_blocks, chunks);
   }
-  if (config.ranks != dp * spec.stages) {
-    return fmt::format("--ranks {} must be --dp x --pp = {}", config.ranks, dp * spec.stages);
-  }
   if (config.micro_batches != spec.micro_batches) {
     return fmt::format("--micro-batches {} but the schedule has {}", config.micro_batches,
                        spec.micro_batches);
@@ -285,15 +292,23 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
   return "";
 }
 
-void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
-                       Communicator* dp, StepRunner& runner, int zero_stage) {
-  const int p = spec.stages, stage = pipe ? pipe->rank() : 0;
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
+                       const PipelineGroups& groups, StepRunner& runner, int zero_stage) {
+  const int p = spec.stages, stage = groups.pipe ? groups.pipe->rank() : 0;
+  std::unique_ptr<TracedComm> tp;
+  if (groups.tp != nullptr) {
+    tp = std::make_unique<TracedComm>(*groups.tp, runner.timeline(), config.algo);
+  }
+  const int tp_rank = groups.tp ? groups.tp->rank() : 0,
+            tp_size = groups.tp ? groups.tp->size() : 1;
   std::vector<std::unique_ptr<Trainee>> chunks;
   for (int c = stage; c < p * spec.virtual_stages; c += p) {
-    chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c)));
+    chunks.push_back(std::make_unique<Trainee>(
+        config, layers_of_chunk(config, spec, c, tp_rank, tp_size, tp.get())));
   }
   auto run = [&](auto tag) {
-    PipelineRank<decltype(tag)> rank(config, spec, pipe, dp, runner, chunks, zero_stage);
+    PipelineRank<decltype(tag)> rank(config, spec, groups.pipe, groups.dp, tp_rank == 0, runner,
+                                     chunks, zero_stage);
     runner.run(rank);
   };
   if (config.precision == model::Precision::kFp32) {
@@ -303,33 +318,34 @@ void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Comm
   }
 }
 
-AssembleParams assemble_pipeline(const TrainConfig& config, const ScheduleSpec& spec,
-                                 std::function<int(int rank)> stage_of) {
-  return assemble_slices(
-      model_layout(config),
-      [config, spec, stage_of](int rank) { return stage_layout(config, spec, stage_of(rank)); },
-      "pipeline");
-}
+}  // namespace dtsim::train::pipeline
 
-std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp,
-                                      int zero_stage) {
-  if (std::string why = validate_pipeline(config, spec, dp); !why.empty()) {
+namespace dtsim::train {
+
+std::optional<RunResult> run_pipeline(const TrainConfig& config) {
+  const MeshShape shape = config.mesh();
+  const pipeline::ScheduleSpec spec = schedule_spec(config);
+  if (std::string why = pipeline::validate_pipeline(config, spec, shape.dp); !why.empty()) {
     throw UsageError("dtsim train: " + why);
   }
-  if (zero_stage != 0 && zero_stage != 1) {
-    throw UsageError("dtsim train: --zero " + std::to_string(zero_stage) +
+  if (config.zero != 0 && config.zero != 1) {
+    throw UsageError("dtsim train: --zero " + std::to_string(config.zero) +
                      " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
   }
-  const int p = spec.stages;
   return launch(
       config,
       [&](Communicator& world, StepRunner& runner) {
-        const int stage = world.rank() % p, replica = world.rank() / p;
-        std::unique_ptr<Communicator> pipe = world.split(replica, stage, "pp");
-        std::unique_ptr<Communicator> data = world.split(stage, replica, "dp");
-        run_pipeline_rank(config, spec, pipe.get(), data.get(), runner, zero_stage);
+        Mesh mesh(world, shape);
+        pipeline::run_pipeline_rank(config, spec, {mesh.pp(), mesh.dp(), mesh.tp()}, runner,
+                                    config.zero);
       },
-      assemble_pipeline(config, spec, [p](int rank) { return rank % p; }));
+      assemble_slices(
+          model_layout(config),
+          [config, spec, shape](int rank) {
+            const MeshCoord c = mesh_coord(shape, rank);
+            return pipeline::stage_layout(config, spec, c.pp, c.tp, shape.tp);
+          },
+          "pipeline"));
 }
 
-}  // namespace dtsim::train::pipeline
+}  // namespace dtsim::train

@@ -1,14 +1,16 @@
 // Pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021; interleaved
-// 1F1B, Megatron-LM) on the data-parallel axis: dp x pp ranks, rank d pp + s is stage s of
-// replica d. The model's L blocks are cut into p v chunks of L/(p v) blocks (the head rides
-// with the last chunk); stage s holds chunks s, s + p, ... Each step, every replica runs
-// its M micro-batches through its pipeline with a checked schedule (schedule.h, executed
-// by pipeline_stage.h): activations go forward and their gradients back by point-to-point
-// sends on the pipeline group; the last stage computes the loss. Then each stage
-// all-reduces its gradients over the dp ranks of the same stage (in rank order under
-// --algo deterministic) and divides by dp, and steps its own optimizer. A stage's weight
-// gradients accumulate in micro-batch order, so with --algo deterministic the run is
-// bitwise equal to run_accum with dp groups of M micro-batches.
+// 1F1B, Megatron-LM) on the device mesh (train/mesh.h): dp x tp x pp ranks. The model's L
+// blocks are cut into p v chunks of L/(p v) blocks (the head rides with the last chunk);
+// stage s holds chunks s, s + p, ..., each as a stack of plain or tensor-parallel layers.
+// Each step, every replica runs its M micro-batches through its pipeline with a checked
+// schedule (schedule.h, executed by pipeline_stage.h): activations go forward and their
+// gradients back by point-to-point sends on the pipeline group; the last stage computes the
+// loss (its tp rank 0 reports it). Then each stage all-reduces its gradients over the dp
+// ranks of the same (tp, pp) position (in rank order under --algo deterministic) and
+// divides by dp, or with ZeRO-1 reduce-scatters them and all-gathers the updated shards,
+// and steps its own optimizer. A stage's weight gradients accumulate in micro-batch order,
+// so without tp and with --algo deterministic the run is bitwise equal to run_accum with dp
+// groups of M micro-batches. train::run_pipeline (strategies.h) is the entry point.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,8 @@ namespace dtsim::train::pipeline {
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk);
 
 // "" when `config` can run as dp x pp with `spec`, else one line naming the flag: the MLP
-// only, its blocks (--layers) divisible by p v, the batch by dp M, and config.ranks and
-// config.micro_batches equal to dp p and M.
+// only, its blocks (--layers) divisible by p v, the batch by dp M, config.micro_batches = M
+// (the mesh's own checks are train::validate's).
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp);
 
 // The activation bytes pipeline rank `stage` holds at its peak with micro-batches of
@@ -60,23 +62,19 @@ struct WallBubble {
 WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
                        const ScheduleSpec& spec, int step);
 
-// One rank's part of a run, for a launcher that made the groups: stage pipe->rank() of
-// replica dp->rank(), where `pipe` holds the replica's stages in order and `dp` the ranks of
-// the same stage in every replica (either null when its axis has size 1, as Mesh gives
-// them). Builds the stage's chunks and runs `runner` over them.
+// A rank's groups on the mesh (train/mesh.h; null where an axis has size 1): `pipe` holds
+// its replica's stages in stage order (its rank is the stage), `dp` the same (tp, pp)
+// position of every replica, `tp` its tensor-parallel group (blocks split Megatron-style).
+struct PipelineGroups {
+  Communicator* pipe = nullptr;
+  Communicator* dp = nullptr;
+  Communicator* tp = nullptr;
+};
+
+// One rank's part of a run: builds the stage's chunks and runs `runner` over them.
 // zero_stage 1 shards each stage's optimizer state over its dp ranks (ZeRO-1 along dp:
 // reduce-scatter the gradients, step the shard, all-gather the parameters); 0 all-reduces.
-void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
-                       Communicator* dp, StepRunner& runner, int zero_stage = 0);
-
-// Assembles the full parameters from every rank's part; stage_of(rank) is its stage.
-AssembleParams assemble_pipeline(const TrainConfig& config, const ScheduleSpec& spec,
-                                 std::function<int(int rank)> stage_of);
-
-// Runs config.steps steps on config.ranks = dp x spec.stages ranks, world rank
-// replica x p + stage; the result where global rank 0 is, as launch() returns it. Throws
-// UsageError when validate_pipeline() objects.
-std::optional<RunResult> run_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp,
-                                      int zero_stage = 0);
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
+                       const PipelineGroups& groups, StepRunner& runner, int zero_stage = 0);
 
 }  // namespace dtsim::train::pipeline
