@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "model/param_layout.h"
-#include "train/ddp.h"
+#include "train/data_parallel/ddp.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 

@@ -12,7 +12,7 @@
 #include "model/moe_layer.h"
 #include "model/rng.h"
 #include "runtime/world.h"
-#include "train/ep_moe.h"
+#include "train/expert_parallel/ep_moe_layer.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 

@@ -13,7 +13,7 @@
 #include "model/mlp.h"
 #include "runtime/world.h"
 #include "train/strategies.h"
-#include "train/tp_mlp_block.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {
