@@ -18,9 +18,10 @@ struct RankContext {
   int rank = 0;
   std::unique_ptr<Transport> transport;
   RankCounters counters;
-  RankTrace trace;
+  RankTrace trace;  // trace.h; written only when tracing
   bool tracing = false;
   size_t lend_bytes = SIZE_MAX;  // Exchange::send_or_lend lends payloads this large
+  uint8_t world_features = 0;    // WorldFeature bits (algorithms/registry.h) of this world
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
   // Algo::kMpi, where the world has one (an MPI world of one rank per process).
