@@ -47,6 +47,7 @@ struct Row {
                          // gradient's scale, so it would hide most of an N-times-too-large step
   train::MeshShape mesh = {};  // Strategy::kMesh only
   int zero = 0;
+  int micro = 1;  // micro-batches per replica (a pipeline's m; 1F1B schedule)
 };
 
 train::TrainConfig base_config(ModelKind model, int steps) {
@@ -85,6 +86,7 @@ std::vector<Row> rows() {
       r.push_back({Strategy::kTp, m, ring});
       r.push_back({Strategy::kDpTp, m, ring});
       r.push_back({Strategy::kMesh, m, ring, false, {.dp = 2, .tp = 2, .pp = 1, .ep = 1}, 1});
+      r.push_back({Strategy::kMesh, m, det, false, {.dp = 2, .tp = 1, .pp = 2, .ep = 1}, 0, 4});
       r.push_back({Strategy::kDdp, m, det, true});
     } else {
       r.push_back({Strategy::kEp, m, ring});
@@ -194,8 +196,10 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
         c.pp = row.mesh.pp;
         c.ep = row.mesh.ep;
         c.zero = row.zero;
+        c.micro_batches = row.micro;
         label = fmt::format("dp {}", c.dp);
         if (c.tp_size > 1) label += fmt::format(" x tp {}", c.tp_size);
+        if (c.pp > 1) label += fmt::format(" x pp {} 1f1b", c.pp);
         if (c.ep > 1) label += fmt::format(" ep {}", c.ep);
         if (c.zero > 0) label += fmt::format(" zero{}", c.zero);
       }
