@@ -170,6 +170,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a 
   echo "GB/s is 1e9 B/s; busbw uses nccl-tests' factors. Times are medians (see each command)."
   cat "$TMP/targets"
   [[ -f bench/results_notes.md ]] && { echo; cat bench/results_notes.md; }
+  # Issue 12's compute-speed runs (bench/torch_compare.sh, bench_gemm) take minutes each
+  # and install PyTorch; their recorded output is pasted in, each under its command.
+  [[ -f bench/compute_results.md ]] && { echo; cat bench/compute_results.md; }
   cat "$TMP/targets_section" "$TMP/body"
 } >"$OUT"
 echo "wrote $OUT in $((SECONDS - START)) s" >&2

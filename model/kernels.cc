@@ -2,18 +2,15 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "model/check.h"
+#include "model/gemm.h"
 #include "model/parallel.h"
 
 namespace dtsim::model {
 namespace {
-
-using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Map = Eigen::Map<MatR>;
-using CMap = Eigen::Map<const MatR>;
-using CRowVec = Eigen::Map<const Eigen::RowVectorXf>;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
@@ -29,19 +26,70 @@ void for_elements(size_t n, Fn&& fn) {
   });
 }
 
+// A pack of 16 floats: a whole number of SIMD registers for SSE, AVX and AVX-512. The
+// elementwise kernels compute every element, the tail's too, through the same aligned
+// fixed-size Eigen expression (packet math only, no scalar libm call), so y[i] depends on
+// x[i] alone, never on the element's position, the buffer's alignment or the chunking.
+constexpr int kPack = 16;
+using Pack = Eigen::Array<float, kPack, 1>;
+
+Pack load(const float* p, int n) {
+  Pack v;
+  if (n == kPack) {
+    v = Eigen::Map<const Pack>(p);
+  } else {
+    v.setZero();
+    std::copy(p, p + n, v.data());
+  }
+  return v;
+}
+
+void store(const Pack& v, float* p, int n) {
+  if (n == kPack) {
+    Eigen::Map<Pack> dst(p);
+    dst = v;
+  } else {
+    std::copy(v.data(), v.data() + n, p);
+  }
+}
+
+// Calls fn(i, count) for the packs of [0, n), count = kPack except for the tail.
+template <class Fn>
+void for_packs(size_t n, Fn&& fn) {
+  for_elements(n, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i += kPack)
+      fn(i, static_cast<int>(std::min<size_t>(kPack, i1 - i)));
+  });
+}
+
+// GELU (tanh form) is evaluated as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
+// 0.5 (1 + tanh u) = 1 / (1 + e^{-2u}), so one vectorised exp (Eigen's packet exp, no libm
+// call) gives both the forward and, with e s^2 = s (1 - s), the derivative
+//   gelu'(x) = s + 2 x u'(x) e s^2,  s = 1 / (1 + e),  e = e^{-2u}.
+// Accuracy against a double-precision evaluation: see tests/model/kernels_test.cc.
+Pack gelu_exp(const Pack& v) { return ((-2.0f * kSqrt2OverPi) * (v + kGeluC * v.cube())).exp(); }
+
 }  // namespace
 
+// GEMMs are cut along a weight dimension into gemm_slice_width slices (fixed by the shape,
+// so the bits never depend on the thread count); each slice is one sgemm.
 void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b,
                     std::span<float> y, int batch, int in, int out) {
   DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   DTSIM_CHECK(y.size() >= size_t(batch) * out && (b.empty() || b.size() == size_t(out)));
-  const CMap X(x.data(), batch, in);  // (B, in)
-  const CMap W(w.data(), out, in);    // (out, in)
-  Map Y(y.data(), batch, out);        // (B, out)
-  for_row_blocks(batch, int64_t{in} * out, [&](int r0, int r1) {
-    auto y_blk = Y.middleRows(r0, r1 - r0);
-    y_blk.noalias() = X.middleRows(r0, r1 - r0) * W.transpose();
-    if (!b.empty()) y_blk.rowwise() += CRowVec(b.data(), out);
+  // Bias fused: y starts as the broadcast bias and the GEMM accumulates onto it.
+  const int64_t work = int64_t{batch} * in * out;
+  for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int c0, int c1) {
+    float beta = 0.0f;
+    if (!b.empty()) {
+      for (int r = 0; r < batch; ++r) {
+        std::copy(b.data() + c0, b.data() + c1, y.data() + size_t(r) * out + c0);
+      }
+      beta = 1.0f;
+    }
+    // y[:, c0:c1] (B, c) = x (B, in) * w[c0:c1, :]^T
+    sgemm(false, true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in, beta,
+          y.data() + c0, out);
   });
 }
 
@@ -50,23 +98,30 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                      int in, int out) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
   DTSIM_CHECK(w.size() == size_t(out) * in);
-  const CMap dY(dy.data(), batch, out);  // (B, out)
-  const CMap X(x.data(), batch, in);     // (B, in)
-  const CMap W(w.data(), out, in);       // (out, in)
+  const int64_t work = int64_t{batch} * in * out;
   if (!dx.empty()) {
     DTSIM_CHECK(dx.size() >= size_t(batch) * in);
-    Map dX(dx.data(), batch, in);  // (B, in)
-    for_row_blocks(batch, int64_t{in} * out, [&](int r0, int r1) {
-      dX.middleRows(r0, r1 - r0).noalias() += dY.middleRows(r0, r1 - r0) * W;
+    // dx[:, c0:c1] (B, c) += dy (B, out) * w[:, c0:c1] (out, c)
+    for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+      sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, 1.0f,
+            dx.data() + c0, in);
     });
   }
   if (!dw.empty()) {
     DTSIM_CHECK(dw.size() == size_t(out) * in);
-    Map dW(dw.data(), out, in);  // (out, in)
-    // Each block owns rows [o0, o1) of dW; the reduction over the batch stays in one task.
-    for_row_blocks(out, int64_t{batch} * in, [&](int o0, int o1) {
-      dW.middleRows(o0, o1 - o0).noalias() += dY.middleCols(o0, o1 - o0).transpose() * X;
-    });
+    // dw (out, in) += dy^T (out, B) * x (B, in), sliced along its larger side; the reduction
+    // over the batch stays inside one sgemm.
+    if (out >= in) {
+      for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
+        sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, 1.0f,
+              dw.data() + size_t(o0) * in, in);
+      });
+    } else {
+      for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+        sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, 1.0f,
+              dw.data() + c0, in);
+      });
+    }
   }
   if (!db.empty()) {
     DTSIM_CHECK(db.size() == size_t(out));
@@ -79,23 +134,22 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
 
 void gelu_forward(std::span<const float> x, std::span<float> y) {
   DTSIM_CHECK(y.size() >= x.size());
-  for_elements(x.size(), [&](size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; ++i) {
-      const float v = x[i];
-      y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluC * v * v * v)));
-    }
+  for_packs(x.size(), [&](size_t i, int n) {
+    const Pack v = load(x.data() + i, n);
+    const Pack out = v / (1.0f + gelu_exp(v));
+    store(out, y.data() + i, n);
   });
 }
 
 void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
   DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
-  for_elements(x.size(), [&](size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; ++i) {
-      const float v = x[i];
-      const float t = std::tanh(kSqrt2OverPi * (v + kGeluC * v * v * v));
-      const float dt = kSqrt2OverPi * (1.0f + 3.0f * kGeluC * v * v) * (1.0f - t * t);
-      dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
-    }
+  for_packs(x.size(), [&](size_t i, int n) {
+    const Pack v = load(x.data() + i, n), g = load(dy.data() + i, n);
+    const Pack e = gelu_exp(v);
+    const Pack s = 1.0f / (1.0f + e);
+    const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
+    const Pack out = load(dx.data() + i, n) + g * (s + v * du * (e * s) * s);
+    store(out, dx.data() + i, n);
   });
 }
 
@@ -133,8 +187,12 @@ void softmax_forward(std::span<const float> logits, std::span<float> probs, int 
     const float* z = logits.data() + size_t(r) * classes;
     float* p = probs.data() + size_t(r) * classes;
     const float m = *std::max_element(z, z + classes);
+    for (int c = 0; c < classes; c += kPack) {
+      const int n = std::min(kPack, classes - c);
+      store((load(z + c, n) - m).exp(), p + c, n);
+    }
     float sum = 0.0f;
-    for (int c = 0; c < classes; ++c) sum += (p[c] = std::exp(z[c] - m));
+    for (int c = 0; c < classes; ++c) sum += p[c];  // in order: independent of the ISA
     const float inv = 1.0f / sum;
     for (int c = 0; c < classes; ++c) p[c] *= inv;
   }
@@ -180,6 +238,27 @@ void softmax_cross_entropy_backward(std::span<const float> probs, std::span<cons
     for (int c = 0; c < classes; ++c) {
       dz[c] += grad_scale * (p[c] - (c == labels[r] ? 1.0f : 0.0f));
     }
+  }
+}
+
+void bf16_widen(std::span<const BFloat16> in, std::span<float> out) {
+  DTSIM_CHECK(out.size() >= in.size());
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(in.data());
+  uint32_t* dst = reinterpret_cast<uint32_t*>(out.data());
+  for (size_t i = 0; i < in.size(); ++i) dst[i] = uint32_t{src[i]} << 16;
+}
+
+void bf16_accumulate(std::span<BFloat16> acc, std::span<const float> add) {
+  DTSIM_CHECK(add.size() >= acc.size());
+  static_assert(sizeof(BFloat16) == sizeof(uint16_t));
+  uint16_t* a = reinterpret_cast<uint16_t*>(acc.data());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    const float sum = std::bit_cast<float>(uint32_t{a[i]} << 16) + add[i];
+    const uint32_t u = std::bit_cast<uint32_t>(sum);
+    // BFloat16::round_from_float without the branch, so the loop vectorises.
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16) | 0x0040u;
+    a[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
   }
 }
 

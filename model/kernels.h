@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <span>
 
+#include "common/bf16.h"
+
 namespace dtsim::model {
 
 // y (B, out) = x (B, in) * w^T + b, with w (out, in) and b (out) or empty for no bias.
@@ -53,5 +55,11 @@ void softmax_forward(std::span<const float> logits, std::span<float> probs, int 
 // dlogits (B, C) += probs * (dprobs - sum_j probs_j * dprobs_j), row-wise.
 void softmax_backward(std::span<const float> probs, std::span<const float> dprobs,
                       std::span<float> dlogits, int batch, int classes);
+
+// Mixed precision: out[i] = float(in[i]) (exact). Vectorised, no rounding involved.
+void bf16_widen(std::span<const BFloat16> in, std::span<float> out);
+// Mixed precision: acc[i] = bf16(float(acc[i]) + add[i]), the sum rounded to nearest even
+// exactly as BFloat16(float) does (NaN stays NaN). Vectorised, bitwise equal to the scalar.
+void bf16_accumulate(std::span<BFloat16> acc, std::span<const float> add);
 
 }  // namespace dtsim::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/check.h"
+#include "model/kernels.h"
 
 namespace dtsim::model {
 
@@ -72,9 +73,7 @@ void ParamStore::zero_grad() {
 std::span<const float> ParamStore::layer_params(int layer) {
   const ParamRange r = layout_.layer_range(layer);
   if (precision_ == Precision::kFp32) return params_.span().subspan(r.begin, r.size());
-  for (size_t i = 0; i < r.size(); ++i) {
-    work_params_[i] = static_cast<float>(params_bf16_[r.begin + i]);
-  }
+  bf16_widen(params_bf16_.span().subspan(r.begin, r.size()), work_params_.span());
   return work_params_.span().first(r.size());
 }
 
@@ -88,10 +87,7 @@ std::span<float> ParamStore::begin_layer_grads(int layer) {
 void ParamStore::end_layer_grads(int layer) {
   if (precision_ == Precision::kFp32) return;
   const ParamRange r = layout_.layer_range(layer);
-  for (size_t i = 0; i < r.size(); ++i) {
-    BFloat16& g = grads_bf16_[r.begin + i];
-    g = BFloat16(static_cast<float>(g) + work_grads_[i]);
-  }
+  bf16_accumulate(grads_bf16_.span().subspan(r.begin, r.size()), work_grads_.span());
 }
 
 }  // namespace dtsim::model

@@ -13,11 +13,12 @@ void all_gather_direct(Exchange& ex, const void* in, void* out, size_t total) {
   std::byte* mine = ex.at(out, ch.offset(r));
   if (mine != in && ch.size(r)) std::memmove(mine, in, ch.size(r) * ex.esize());
   for (int p = 0; p < n; ++p) {
-    if (p != r) ex.send(p, 0, mine, ch.size(r), r);
+    if (p != r) ex.send_or_lend(p, 0, mine, ch.size(r), r);  // peers write elsewhere in out
   }
   for (int p = 0; p < n; ++p) {
     if (p != r) ex.recv_copy(p, 0, ex.at(out, ch.offset(p)), ch.size(p));
   }
+  ex.settle();
   ex.snapshot(0, out, total);
 }
 

@@ -29,8 +29,9 @@ void broadcast_tree(Exchange& ex, void* data, size_t count, int root) {
 void broadcast_direct(Exchange& ex, void* data, size_t count, int root) {
   if (ex.rank() == root) {
     for (int p = 0; p < ex.size(); ++p) {
-      if (p != root) ex.send(p, 0, data, count);
+      if (p != root) ex.send_or_lend(p, 0, data, count);  // one buffer, not N - 1 copies
     }
+    ex.settle();
   } else {
     ex.recv_copy(root, 0, data, count);
   }

@@ -18,8 +18,8 @@ constexpr size_t kSmallAllReduceBytes = 32 * 1024;
 // Communicator ids keep the top bit clear: it marks point-to-point sequence numbers.
 uint64_t mix(uint64_t a, uint64_t b) { return mix64(a, b) & ~(1ull << 63); }
 
-std::string group_name(const std::vector<int>& ranks) {
-  std::string s = "group[";
+std::string group_name(const std::string& kind, const std::vector<int>& ranks) {
+  std::string s = kind + "[";
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (i) s.push_back(',');
     if (i == 8 && ranks.size() > 9) {
@@ -68,6 +68,9 @@ Communicator::Communicator(RankContext* ctx, uint64_t id, std::vector<int> ranks
   sent_.resize(ranks_.size());
   received_.resize(ranks_.size());
   lent_.resize(ranks_.size());
+  traffic_ = ctx_->counters.groups.size();
+  ctx_->counters.groups.push_back(
+      GroupTraffic{name_, ranks_, std::vector<PeerTraffic>(ranks_.size())});
 }
 
 std::vector<FlightEntry> Communicator::flight_record() const {
@@ -270,29 +273,68 @@ uint64_t& Communicator::p2p_counter(std::vector<std::vector<std::pair<int, uint6
   return v.back().second;
 }
 
+void Communicator::check_tag(int tag, const char* what) const {
+  if (tag < 0) {
+    usage(std::string(what) + ": tag " + std::to_string(tag) +
+          " is out of range; use a tag in [0, " + std::to_string(kMaxTag) + "]");
+  }
+}
+
+void Communicator::check_usable(const char* call) const {
+  if (broken_.empty()) return;
+  throw AbortedError(std::string(call) + " on communicator " + name_ + " (rank " +
+                     std::to_string(rank_) + "): the communicator is unusable since its " +
+                     broken_ +
+                     " failed on this rank; after an error a communicator is not used again "
+                     "(as in NCCL): return from the job, or use another communicator");
+}
+
+void Communicator::mark_broken(const std::string& call) {
+  if (broken_.empty()) broken_ = call;
+  if (ctx_->recorder) ctx_->recorder->note_failure();
+}
+
 void Communicator::send_raw(const void* data, size_t count, DType t, int dst, int tag) {
   check_peer(dst, "send");
+  check_tag(tag, "send");
   const uint64_t n = p2p_counter(sent_, dst, tag)++;
   const size_t bytes = count * dtype_size(t);
   WaitSite site{name_.c_str(), n, sig(OpKind::kSend, t, ReduceOp::kSum, Algo::kAuto, -1, count)};
   const MessageKey key{id_, (1ull << 63) | (uint64_t(uint32_t(tag)) << 32) | (n & 0xffffffffu),
                        static_cast<uint32_t>(rank_)};
-  ctx_->transport->send(ranks_[dst], key, site.sig, {static_cast<const std::byte*>(data), bytes},
-                        site);
+  check_usable("send");
+  try {
+    ctx_->transport->send(ranks_[dst], key, site.sig, {static_cast<const std::byte*>(data), bytes},
+                          site);
+  } catch (...) {
+    mark_broken("send to rank " + std::to_string(dst) + " on tag " + std::to_string(tag));
+    throw;
+  }
   OpCounters& c = ctx_->counters[OpKind::kSend];
   c.calls += 1;
   c.steps += 1;
   c.msgs_sent += 1;
   c.bytes_sent += bytes;
+  PeerTraffic& p = ctx_->counters.groups[traffic_].peers[dst];
+  p.msgs_sent += 1;
+  p.bytes_sent += bytes;
 }
 
 void Communicator::recv_raw(void* data, size_t count, DType t, int src, int tag) {
   check_peer(src, "recv");
+  check_tag(tag, "recv");
   const uint64_t n = p2p_counter(received_, src, tag)++;
   WaitSite site{name_.c_str(), n, sig(OpKind::kRecv, t, ReduceOp::kSum, Algo::kAuto, -1, count)};
   const MessageKey key{id_, (1ull << 63) | (uint64_t(uint32_t(tag)) << 32) | (n & 0xffffffffu),
                        static_cast<uint32_t>(src)};
-  Message m = ctx_->transport->recv(ranks_[src], key, site);
+  check_usable("recv");
+  Message m;
+  try {
+    m = ctx_->transport->recv(ranks_[src], key, site);
+  } catch (...) {
+    mark_broken("recv from rank " + std::to_string(src) + " on tag " + std::to_string(tag));
+    throw;
+  }
   const size_t bytes = count * dtype_size(t);
   if (m.size != bytes) {
     const size_t got = m.size;
@@ -308,9 +350,13 @@ void Communicator::recv_raw(void* data, size_t count, DType t, int src, int tag)
   c.steps += 1;
   c.msgs_recv += 1;
   c.bytes_recv += bytes;
+  PeerTraffic& p = ctx_->counters.groups[traffic_].peers[src];
+  p.msgs_recv += 1;
+  p.bytes_recv += bytes;
 }
 
-std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks) {
+std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks,
+                                                      const std::string& kind) {
   // Check that every rank passed the same list: all_reduce (h, -h) with MAX.
   uint64_t h = 1469598103934665603ull;
   for (int r : ranks) h = mix(h, static_cast<uint64_t>(r));
@@ -333,10 +379,10 @@ std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
     usage("new_group: a rank is listed twice; list each member once");
   }
   if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
-  return std::make_unique<Communicator>(ctx_, id, global, group_name(global));
+  return std::make_unique<Communicator>(ctx_, id, global, group_name(kind, global));
 }
 
-std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& kind) {
   const size_t n = static_cast<size_t>(size());
   std::vector<int64_t> mine = {color, key};
   std::vector<int64_t> all(2 * n);
@@ -350,7 +396,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   std::sort(members.begin(), members.end());
   std::vector<int> global;
   for (auto& m : members) global.push_back(ranks_[m.second]);
-  return std::make_unique<Communicator>(ctx_, id, global, group_name(global));
+  return std::make_unique<Communicator>(ctx_, id, global, group_name(kind, global));
 }
 
 }  // namespace dtsim

@@ -7,6 +7,12 @@
 // same collectives in the same order with matching sizes; a mismatch raises MismatchError
 // (or a TimeoutError naming the missing peer) instead of hanging.
 //
+// After an error (TimeoutError, MismatchError, AbortedError, or any exception) escapes a
+// collective or a send/recv, the communicator is unusable on that rank, as in NCCL: every
+// later call on it throws AbortedError at once, naming the call that failed. Its peers may
+// be anywhere in that call, so no later message on it could be trusted to match. Return
+// from the job (World::run reports the first failure); other communicators stay usable.
+//
 // Uneven lengths split like torch.tensor_split (split.h): chunk i of n over N ranks has
 // n / N + (i < n % N) elements.
 //
@@ -96,7 +102,9 @@ class Communicator {
   // Returns once every rank of the communicator has entered the barrier.
   void barrier();
 
-  // Point to point, matched in order per (peer, tag).
+  // Point to point, matched in order per (peer, tag). Tags are 0..kMaxTag (like MPI's
+  // MPI_TAG_UB, which is at least 32767); others throw UsageError.
+  static constexpr int kMaxTag = 0x7fffffff;
   template <class T>
   void send(std::span<const T> data, int dst, int tag = 0) {
     send_raw(data.data(), data.size(), dtype_of<T>(), dst, tag);
@@ -108,11 +116,14 @@ class Communicator {
 
   // Collective over this communicator (every rank calls it with the same `ranks`, local
   // ranks of this communicator): returns the new group's communicator on its members and
-  // nullptr elsewhere. Like torch.distributed.new_group.
-  std::unique_ptr<Communicator> new_group(const std::vector<int>& ranks);
+  // nullptr elsewhere. Like torch.distributed.new_group. The group is named
+  // `kind`[members] ("dp[0,2]"): errors, the flight recorder and the traffic counters
+  // (RankCounters::groups) show it.
+  std::unique_ptr<Communicator> new_group(const std::vector<int>& ranks,
+                                          const std::string& kind = "group");
   // Collective: ranks with the same color form a group, ordered by (key, rank). Like
-  // MPI_Comm_split; a negative color returns nullptr.
-  std::unique_ptr<Communicator> split(int color, int key);
+  // MPI_Comm_split; a negative color returns nullptr. Named like new_group.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& kind = "group");
 
   // Type-erased entry points behind the templates above (counts are in elements).
   void all_reduce_raw(void* data, size_t count, DType t, ReduceOp op, Algo algo);
@@ -136,6 +147,11 @@ class Communicator {
   void check_peer(int peer, const char* what) const;
   // Algo::kMpi: the library's own collective (native_collectives.h).
   void run_native(const NativeCall& call, Exchange& ex);
+  void check_tag(int tag, const char* what) const;
+  // AbortedError if an earlier call on this communicator failed on this rank.
+  void check_usable(const char* call) const;
+  // Marks the communicator unusable: `call` failed on this rank.
+  void mark_broken(const std::string& call);
 
   RankContext* ctx_;
   uint64_t id_;
@@ -144,6 +160,8 @@ class Communicator {
   std::string name_;
   uint64_t seq_ = 0;
   uint64_t groups_made_ = 0;
+  size_t traffic_ = 0;              // index of this communicator in ctx_->counters.groups
+  std::string broken_;              // the call that failed on this rank, or ""
   std::vector<std::byte> scratch_;  // reused temporaries of the algorithms
   std::vector<size_t> counts_;      // all_to_all split sizes, reused
   std::vector<uint8_t> lent_;       // by peer: the current call lent it a message

@@ -1,9 +1,13 @@
-// Traffic accounting: what each rank sent and received, per collective kind. Written only
-// by the rank's own thread, read after World::run returns (no atomics needed).
+// Traffic accounting: what each rank sent and received, per collective kind and per
+// (communicator, peer). Written only by the rank's own thread, read after World::run
+// returns (no atomics needed). Per-peer slots are allocated when a communicator is made,
+// so counting a message never allocates.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "runtime/types.h"
 
@@ -16,6 +20,7 @@ struct OpCounters {
   uint64_t bytes_sent = 0;
   uint64_t msgs_recv = 0;
   uint64_t bytes_recv = 0;
+  uint64_t nanos = 0;  // wall time inside the calls (collectives only; 0 for send/recv)
 
   OpCounters& operator+=(const OpCounters& o) {
     calls += o.calls;
@@ -24,12 +29,31 @@ struct OpCounters {
     bytes_sent += o.bytes_sent;
     msgs_recv += o.msgs_recv;
     bytes_recv += o.bytes_recv;
+    nanos += o.nanos;
     return *this;
   }
 };
 
+// What this rank exchanged with one member of one communicator (collectives and p2p).
+struct PeerTraffic {
+  uint64_t msgs_sent = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t msgs_recv = 0;
+  uint64_t bytes_recv = 0;
+};
+
+// One communicator this rank belonged to: its name ("world", "dp[0,2]", "group[1,3]"), its
+// members (global ranks, in communicator order) and the traffic with each, indexed like
+// `ranks` (peers[i] is the traffic with global rank ranks[i]).
+struct GroupTraffic {
+  std::string name;
+  std::vector<int> ranks;
+  std::vector<PeerTraffic> peers;
+};
+
 struct RankCounters {
   std::array<OpCounters, kNumOpKinds> by_op{};
+  std::vector<GroupTraffic> groups;  // one per communicator made in the run, in order
 
   const OpCounters& operator[](OpKind k) const { return by_op[static_cast<int>(k)]; }
   OpCounters& operator[](OpKind k) { return by_op[static_cast<int>(k)]; }

@@ -5,29 +5,39 @@
 #include <exception>
 #include <string>
 
+#include "runtime/fast_clock.h"
+
 namespace dtsim {
 
 Exchange::Exchange(Communicator& comm, const Signature& sig)
-    : comm_(comm), ctx_(*comm.ctx_), sig_(sig), esize_(dtype_size(sig.dtype)) {
+    : comm_(comm),
+      ctx_(*comm.ctx_),
+      sig_(sig),
+      esize_(dtype_size(sig.dtype)),
+      peers_(ctx_.counters.groups[comm.traffic_].peers.data()) {
+  comm_.check_usable(describe(sig).c_str());
   site_.comm_name = comm_.name_.c_str();
   site_.seq = comm_.seq_++;
   site_.sig = sig;
   uncaught_ = std::uncaught_exceptions();
-  if (ctx_.recorder) ctx_.recorder->begin(comm_.id_, comm_.name_, site_.seq, sig);
+  start_ns_ = ctx_.recorder ? ctx_.recorder->begin(comm_.id_, comm_.name_, site_.seq, sig)
+                            : FastClock::now_ns();
 }
 
 Exchange::~Exchange() {
   // An algorithm settles before it returns; this is for one that throws (or forgot): the
   // caller may free the buffer as soon as the call is over, so no peer may still read it.
   settle_lends(/*unwinding=*/true);
-  if (ctx_.recorder) {
-    ctx_.recorder->end(
-        std::uncaught_exceptions() > uncaught_ ? CallState::kFailed : CallState::kDone,
-        bytes_sent_);
-  }
+  const bool failed = std::uncaught_exceptions() > uncaught_;
+  const int64_t end_ns =
+      ctx_.recorder
+          ? ctx_.recorder->end(failed ? CallState::kFailed : CallState::kDone, bytes_sent_)
+          : FastClock::now_ns();
+  if (failed) comm_.broken_ = describe(sig_) + " at seq " + std::to_string(site_.seq);
   OpCounters& c = ctx_.counters[sig_.op];
   c.calls += 1;
   c.steps += static_cast<uint64_t>(done_steps_ + steps_);
+  c.nanos += static_cast<uint64_t>(std::max<int64_t>(end_ns - start_ns_, 0));
 }
 
 void Exchange::note_step(int step) { steps_ = std::max(steps_, step + 1); }
@@ -58,6 +68,8 @@ void Exchange::post(int peer, int step, const void* data, size_t count, int chun
   c.msgs_sent += 1;
   c.bytes_sent += bytes;
   bytes_sent_ += bytes;
+  peers_[peer].msgs_sent += 1;
+  peers_[peer].bytes_sent += bytes;
   if (ctx_.tracing) {
     ctx_.trace.sends.push_back(
         TraceSend{site_.seq, sig_.op, phase(), step, comm_.rank_, peer, chunk, count});
@@ -81,6 +93,8 @@ Message Exchange::recv(int peer, int step, size_t count) {
   OpCounters& c = ctx_.counters[sig_.op];
   c.msgs_recv += 1;
   c.bytes_recv += m.size;
+  peers_[peer].msgs_recv += 1;
+  peers_[peer].bytes_recv += m.size;
   return m;
 }
 

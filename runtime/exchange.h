@@ -86,6 +86,8 @@ class Exchange {
   int base_ = 0;        // tag of step 0 of the current phase
   int steps_ = 0;       // steps of the current phase this rank took part in
   int done_steps_ = 0;  // steps of the finished phases
+  PeerTraffic* peers_;  // this communicator's per-peer counters (RankCounters::groups)
+  int64_t start_ns_ = 0;
   uint64_t bytes_sent_ = 0;
   int uncaught_ = 0;   // std::uncaught_exceptions() at entry: did the call fail?
   bool lent_ = false;  // lent anything not yet settled (which peers: comm_.lent_)

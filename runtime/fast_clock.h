@@ -16,8 +16,10 @@ class FastClock {
     const Calibration& c = calibration();
 #if defined(__x86_64__)
     if (c.ok) {
-      return c.base_ns +
-             static_cast<int64_t>(static_cast<double>(read_tsc() - c.base_tsc) * c.ns_per_tick);
+      // Signed: a core whose TSC lags base_tsc by a few ticks reads slightly earlier, not
+      // 2^64 ticks later.
+      const auto ticks = static_cast<int64_t>(read_tsc() - c.base_tsc);
+      return c.base_ns + static_cast<int64_t>(static_cast<double>(ticks) * c.ns_per_tick);
     }
 #endif
     return steady_ns();

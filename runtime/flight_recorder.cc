@@ -79,8 +79,8 @@ std::string describe(const FlightEntry& e) {
          to_string(e.state) + "," + timing;
 }
 
-void FlightRecorder::begin(uint64_t comm, const std::string& comm_name, uint64_t seq,
-                           const Signature& sig) {
+int64_t FlightRecorder::begin(uint64_t comm, const std::string& comm_name, uint64_t seq,
+                              const Signature& sig) {
   const uint64_t call = head_.load(kRelaxed);
   Slot& s = slots_[call % kDepth];
   const uint32_t v = s.version.load(kRelaxed);
@@ -91,7 +91,8 @@ void FlightRecorder::begin(uint64_t comm, const std::string& comm_name, uint64_t
   s.sig_bits.store(pack(sig), kPublish);
   s.count.store(sig.count, kPublish);
   s.bytes.store(0, kPublish);
-  s.start_ns.store(FastClock::now_ns(), kPublish);
+  const int64_t now = FastClock::now_ns();
+  s.start_ns.store(now, kPublish);
   s.end_ns.store(0, kPublish);
   s.state.store(static_cast<uint8_t>(CallState::kRunning), kPublish);
   uint64_t words[4] = {0, 0, 0, 0};
@@ -99,18 +100,22 @@ void FlightRecorder::begin(uint64_t comm, const std::string& comm_name, uint64_t
   for (int i = 0; i < 4; ++i) s.name[i].store(words[i], kPublish);
   s.version.store(v + 2, std::memory_order_release);
   head_.store(call + 1, std::memory_order_release);
+  return now;
 }
 
-void FlightRecorder::end(CallState state, uint64_t bytes_sent) {
+int64_t FlightRecorder::end(CallState state, uint64_t bytes_sent) {
+  const int64_t now = FastClock::now_ns();
   const uint64_t call = head_.load(kRelaxed);
-  if (call == 0) return;
+  if (call == 0) return now;
   Slot& s = slots_[(call - 1) % kDepth];
   const uint32_t v = s.version.load(kRelaxed);
   s.version.store(v + 1, kRelaxed);
   s.bytes.store(bytes_sent, kPublish);
-  s.end_ns.store(FastClock::now_ns(), kPublish);
+  s.end_ns.store(now, kPublish);
   s.state.store(static_cast<uint8_t>(state), kPublish);
   s.version.store(v + 2, std::memory_order_release);
+  if (state == CallState::kFailed) note_failure();
+  return now;
 }
 
 bool FlightRecorder::read(uint64_t index, FlightEntry* out, bool with_name) const {
@@ -177,6 +182,7 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
 void FlightRecorder::reset() {
   head_.store(0, std::memory_order_release);
   waiting_on_.store(-1, kRelaxed);
+  failures_.store(0, kRelaxed);
   phase_.store(RankPhase::kIdle, std::memory_order_release);
 }
 

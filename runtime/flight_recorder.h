@@ -52,17 +52,22 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // Owner thread. begin() opens a call; end() closes the call begin() opened last.
-  void begin(uint64_t comm, const std::string& comm_name, uint64_t seq, const Signature& sig);
-  void end(CallState state, uint64_t bytes_sent);
+  // Owner thread. begin() opens a call; end() closes the call begin() opened last. Each
+  // returns the time it stamped (FastClock nanoseconds), so callers need not read it again.
+  int64_t begin(uint64_t comm, const std::string& comm_name, uint64_t seq, const Signature& sig);
+  int64_t end(CallState state, uint64_t bytes_sent);
   // The global rank this rank is blocked receiving from, or -1.
   void set_waiting_on(int peer) { waiting_on_.store(peer, std::memory_order_relaxed); }
   void set_phase(RankPhase p) { phase_.store(p, std::memory_order_release); }
+  // A call of this rank failed in this run (collective or point to point): messages it
+  // left unreceived, or sent and never saw received, belong to that failure.
+  void note_failure() { failures_.fetch_add(1, std::memory_order_relaxed); }
 
   // Any thread.
   RankPhase phase() const { return phase_.load(std::memory_order_acquire); }
   int waiting_on() const { return waiting_on_.load(std::memory_order_relaxed); }
   uint64_t calls() const { return head_.load(std::memory_order_acquire); }
+  uint32_t failures() const { return failures_.load(std::memory_order_relaxed); }
   // The call in progress, if any.
   bool current(FlightEntry* out) const;
   // Like current(), without the communicator name: no allocation (message path).
@@ -95,6 +100,7 @@ class FlightRecorder {
   std::array<Slot, kDepth> slots_;
   std::atomic<uint64_t> head_{0};  // calls begun; the open call is head_ - 1
   std::atomic<int> waiting_on_{-1};
+  std::atomic<uint32_t> failures_{0};
   std::atomic<RankPhase> phase_{RankPhase::kIdle};
 };
 

@@ -17,6 +17,10 @@ namespace dtsim {
 
 void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
                            std::span<const std::byte> payload, const WaitSite& site) {
+  if (dst == rank_) {  // nothing to save, and settle() would wait on this very thread
+    send(dst, key, sig, payload, site);
+    return;
+  }
   jitter();
   if (sched_) sched_->yield(rank_, schedule::Point::kLend);
   check_abort(site, dst);
@@ -127,7 +131,7 @@ void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
   // deadline, and its desync report should still name the rank this one waits for.
   const WaitingOn published(state_->recorder(rank_), dst);
   const auto timeout = state_->options().timeout;
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = deadline_after(Clock::now(), timeout);
   if (spin_poll(spin_, settled) || yield_poll(settled)) return;
   Doorbell& bell = state_->bell(rank_);
   while (!settled()) {

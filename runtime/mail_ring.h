@@ -92,6 +92,18 @@ class MailRing {
     return true;
   }
 
+  // Consumer, or anyone between jobs: the next message, left in place. False if none.
+  bool peek(Envelope& out) const {
+    const Slot& s = slots_[tail_local_ & (Depth - 1)];
+    if (s.turn.load(std::memory_order_acquire) != tail_local_ + 1) return false;
+    out.key = MessageKey{s.comm, s.seq, s.tag};
+    out.sig = s.sig;
+    out.size = s.size_kind & ((uint64_t{1} << kKindShift) - 1);
+    out.kind = static_cast<PayloadKind>(s.size_kind >> kKindShift);
+    out.payload = s.payload;
+    return true;
+  }
+
   // Consumer: is a message waiting?
   bool ready() const {
     return slots_[tail_local_ & (Depth - 1)].turn.load(std::memory_order_acquire) ==

@@ -2,15 +2,17 @@
 //
 // Thread safety: a Channel (src -> dst) has exactly one producer of `mail` (src's thread)
 // and one consumer (dst's thread), and the reverse for `free`, through which dst hands
-// payload buffers back to src for reuse. `stash` is touched by dst's thread only.
-// Memory grows with the data in flight: an idle channel owns no payload storage.
+// payload buffers back to src for reuse. Messages that arrive ahead of the one a rank
+// waits for wait in that rank's Stash (stash.h).
+// Memory: a Channel is about 3.5 KiB and there are N^2 of them; pooled payload buffers
+// (in flight, stashed, or cached in `free`) count against the world-wide budget
+// (WorldOptions::max_bytes_in_flight), and every run returns the cached ones.
 #pragma once
 
 #include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "runtime/mail_ring.h"
 #include "runtime/transport.h"
@@ -33,7 +35,6 @@ inline constexpr size_t kChannelByteBudget = size_t{32} << 20;
 struct Channel {
   MailRing<kMailboxDepth> mail;
   boost::lockfree::spsc_queue<PayloadBuffer, boost::lockfree::capacity<2 * kMailboxDepth>> free;
-  std::vector<Envelope> stash;  // arrived ahead of the message the receiver waits for
   // Bytes of large payloads sent and not yet released: the sender adds, the receiver
   // subtracts on release. Its own cache line: it is touched only for large messages.
   alignas(64) std::atomic<size_t> large_bytes{0};
@@ -51,7 +52,14 @@ struct Channel {
   uint64_t lends_written_off = 0;  // withdrawn before anyone claimed them
 };
 
-// Allocates a payload buffer of at least `size` bytes (power of two, 64-byte aligned).
+// The capacity allocate_payload() gives `size` bytes: a power of two, at least 64.
+inline size_t payload_capacity(size_t size) {
+  size_t cap = 64;
+  while (cap < size) cap *= 2;
+  return cap;
+}
+// A payload buffer of payload_capacity(size) bytes, 64-byte aligned (no accounting:
+// WorldState::try_allocate_payload counts it against the budget).
 PayloadBuffer allocate_payload(size_t size);
 void free_payload(PayloadBuffer b);
 

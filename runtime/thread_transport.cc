@@ -73,7 +73,8 @@ void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
   e.key = key;
   e.sig = sig;
   e.size = payload.size();
-  if (e.size >= kLargeMessageBytes) reserve_bytes(ch, e.size, dst, site);
+  const bool self = dst == rank_;
+  if (e.size >= kLargeMessageBytes && !self) reserve_bytes(ch, e.size, dst, site);
   if (state_->options().unsafe_live_sends && !payload.empty()) {
     e.kind = PayloadKind::kBorrowed;
     e.payload.buf = {const_cast<std::byte*>(payload.data()), 0};
@@ -82,15 +83,76 @@ void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
     if (e.size) std::memcpy(e.payload.bytes, payload.data(), e.size);
   } else {
     PayloadBuffer b;
-    if (!ch.free.pop(b) || b.capacity < payload.size()) {
-      free_payload(b);
-      b = allocate_payload(payload.size());
+    try {
+      b = take_buffer(ch, payload.size(), dst, site);
+    } catch (...) {
+      if (e.size >= kLargeMessageBytes && !self) {
+        ch.large_bytes.fetch_sub(e.size, std::memory_order_release);
+      }
+      throw;
     }
     std::memcpy(b.data, payload.data(), payload.size());
     e.kind = PayloadKind::kPooled;
     e.payload.buf = {b.data, b.capacity};
   }
+  if (self) {
+    // The receiver is this thread: no ring, whose bound it could only wait out on itself.
+    stash_or_fail(rank_, e, site);
+    return;
+  }
   deliver(ch, e, dst, site);
+}
+
+PayloadBuffer ThreadTransport::take_buffer(Channel& ch, size_t size, int dst,
+                                           const WaitSite& site) {
+  PayloadBuffer b;
+  if (ch.free.pop(b)) {
+    if (b.capacity >= size) return b;
+    state_->free_payload(b);
+  }
+  if (state_->try_allocate_payload(size, &b)) return b;
+  const size_t budget = state_->payload_budget();
+  if (payload_capacity(size) > budget) {
+    throw UsageError("rank " + std::to_string(rank_) + " in " + describe(site.sig) + " (seq " +
+                     std::to_string(site.seq) + ", communicator " + site.comm_name +
+                     ") sends a message of " + std::to_string(size) +
+                     " bytes, more than the whole world-wide in-flight budget of " +
+                     std::to_string(budget) +
+                     " bytes; raise WorldOptions::max_bytes_in_flight or send less at once");
+  }
+  // Flow control: wait for receivers to free buffers (every waiting rank frees its cache).
+  auto reclaim = [&] { sched_ ? reclaim_controlled() : state_->reclaim(rank_); };
+  reclaim();
+  if (state_->try_allocate_payload(size, &b)) return b;
+  state_->begin_budget_wait();
+  struct EndWait {
+    WorldState* s;
+    ~EndWait() { s->end_budget_wait(); }
+  } end_wait{state_};
+  const std::function<bool()> room = [&] { return state_->payload_fits(size); };
+  wait_as_sender(
+      [&] {
+        reclaim();
+        return state_->try_allocate_payload(size, &b);
+      },
+      -1, site,
+      "waiting for room in the world-wide budget of " + std::to_string(budget) +
+          " bytes of payloads in flight (WorldOptions::max_bytes_in_flight) to send " +
+          std::to_string(size) + " bytes to rank " + std::to_string(dst) +
+          ": the messages sent and not yet received need more; raise the budget, or use an "
+          "algorithm that keeps less in flight (ring instead of direct)",
+      &room);
+  return b;
+}
+
+void ThreadTransport::stash_or_fail(int src, const Envelope& e, const WaitSite& site) {
+  if (state_->stash(rank_).put(src, e)) return;
+  drop(state_->channel(src, rank_), e, src);
+  throw MismatchError("rank " + std::to_string(src) + " sent rank " + std::to_string(rank_) +
+                      " two messages with the same key (communicator " + site.comm_name + ", seq " +
+                      std::to_string(e.key.seq) + ", tag " + std::to_string(e.key.tag) +
+                      ") before it received the first: two communicators share an id, or a "
+                      "sequence number was reused");
 }
 
 void ThreadTransport::deliver(Channel& ch, const Envelope& e, int dst, const WaitSite& site) {
@@ -104,8 +166,12 @@ void ThreadTransport::drop(Channel& ch, const Envelope& e, int src) {
     drop_lend(ch, e, src);
     return;
   }
-  if (e.size >= kLargeMessageBytes) ch.large_bytes.fetch_sub(e.size, std::memory_order_release);
-  if (e.kind == PayloadKind::kPooled) free_payload({e.payload.buf.data, e.payload.buf.capacity});
+  if (e.size >= kLargeMessageBytes && &ch != &state_->channel(rank_, rank_)) {
+    ch.large_bytes.fetch_sub(e.size, std::memory_order_release);
+  }
+  if (e.kind == PayloadKind::kPooled) {
+    state_->free_payload({e.payload.buf.data, e.payload.buf.capacity});
+  }
 }
 
 void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const WaitSite& site) {
@@ -117,7 +183,9 @@ void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const Wa
   if (!fits()) {
     const std::function<bool()> can = fits;
     wait_as_sender(fits, dst, site,
-                   "left a full per-channel byte budget of this rank's large messages unreceived",
+                   "sending to rank " + std::to_string(dst) +
+                       ", which left a full per-channel budget of this rank's large messages "
+                       "unreceived: that rank stopped receiving",
                    &can);
   }
   ch.large_bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -133,7 +201,10 @@ void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
           state_->bell(dst).ring();  // make sure the receiver is awake to drain it
           return false;
         },
-        dst, site, "kept its mailbox full", &can);
+        dst, site,
+        "sending to rank " + std::to_string(dst) +
+            ", which kept its mailbox full: that rank stopped receiving",
+        &can);
   } catch (...) {
     drop(ch, e, /*src=*/-1);
     throw;
@@ -141,28 +212,34 @@ void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
 }
 
 void ThreadTransport::wait_as_sender(const std::function<bool()>& ready, int dst,
-                                     const WaitSite& site, const char* why,
+                                     const WaitSite& site, const std::string& why,
                                      const std::function<bool()>* can) {
-  if (sched_ && can) {
-    while (!ready()) {
-      check_abort(site, dst);
-      block(schedule::WaitKind::kRoom, dst, &site, *can);
-    }
-    return;
-  }
   // A sender waits only when its receiver is far behind (a full mailbox, a spent byte
   // budget): rare, so it polls with doubling sleeps up to 1 ms instead of having the
-  // receiver signal on every receive.
-  const auto deadline = Clock::now() + state_->options().timeout;
+  // receiver signal on every receive. Under the controlled scheduler it blocks there
+  // instead, runnable again when `can` holds, and has no deadline (a deadlock is reported).
+  const bool controlled = sched_ && can;
+  const auto deadline = deadline_after(Clock::now(), state_->options().timeout);
   auto nap = std::chrono::microseconds(1);
   while (!ready()) {
-    check_abort(site, dst);
+    check_abort(site, dst < 0 ? rank_ : dst);
+    const std::string where = "rank " + std::to_string(rank_) + " in " + describe(site.sig) +
+                              " (seq " + std::to_string(site.seq) + ", communicator " +
+                              site.comm_name + ")";
+    if (dst >= 0 && state_->recorder(dst).phase() == RankPhase::kFinished) {
+      // It will never receive again: no point waiting out the deadline.
+      throw TimeoutError(where + " gave up sending to rank " + std::to_string(dst) +
+                         ", which already returned from its job: it skipped this call or "
+                         "called fewer collectives; every rank must call the same collectives "
+                         "in the same order");
+    }
+    if (controlled) {
+      block_sender(dst, site, *can);
+      continue;
+    }
     if (Clock::now() >= deadline) {
-      throw TimeoutError("rank " + std::to_string(rank_) + " timed out after " +
-                         seconds_text(state_->options().timeout) + " in " + describe(site.sig) +
-                         " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
-                         ") sending to rank " + std::to_string(dst) + ", which " + why +
-                         ": that rank stopped receiving");
+      throw TimeoutError(where + " timed out after " + seconds_text(state_->options().timeout) +
+                         " " + why);
     }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(1000));
@@ -180,6 +257,27 @@ void ThreadTransport::check_fingerprint(const Envelope& e, int src, const Messag
   throw MismatchError(mismatch_message(key.seq, site.comm_name, rank_, site.sig, src, e.sig));
 }
 
+void ThreadTransport::fail_stale(const Envelope& e, int src, const WaitSite& site) {
+  // src sent this for a collective this rank has already finished (this rank is at a later
+  // sequence number on the same communicator): it can never be received.
+  drop(state_->channel(src, rank_), e, src);
+  FlightEntry mine;
+  bool found = false;
+  for (const FlightEntry& x : state_->recorder(rank_).entries()) {
+    if (x.comm == e.key.comm && x.seq == e.key.seq) mine = x, found = true;
+  }
+  if (found && !(mine.sig == e.sig)) {
+    throw MismatchError(mismatch_message(e.key.seq, site.comm_name, rank_, mine.sig, src, e.sig));
+  }
+  throw MismatchError(
+      "rank " + std::to_string(src) + " sent " + describe(e.sig) + " (seq " +
+      std::to_string(e.key.seq) + ", communicator " + site.comm_name + ") to rank " +
+      std::to_string(rank_) + ", which " +
+      (found ? "called the same at that seq and finished it" : "had passed that seq") +
+      " without receiving it (found at seq " + std::to_string(site.seq) + " in " +
+      describe(site.sig) + "); every rank must call the same collectives in the same order");
+}
+
 bool ThreadTransport::try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
                                Envelope* out) {
   Envelope e;
@@ -189,7 +287,11 @@ bool ThreadTransport::try_take(Channel& ch, int src, const MessageKey& key, cons
       *out = e;
       return true;
     }
-    ch.stash.push_back(e);
+    if (is_collective(e.key) && is_collective(key) && e.key.comm == key.comm &&
+        e.key.seq < key.seq) {
+      fail_stale(e, src, site);
+    }
+    stash_or_fail(src, e, site);
   }
   return false;
 }
@@ -216,14 +318,14 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
   Channel& ch = state_->channel(src, rank_);
   Envelope e;
   bool found = mutant_ == Mutant::kRecvWrongStep && take_newest(ch, src, key, site, &e);
-  for (size_t i = 0; !found && i < ch.stash.size(); ++i) {
-    if (ch.stash[i].key == key) {
-      e = ch.stash[i];
-      ch.stash.erase(ch.stash.begin() + static_cast<std::ptrdiff_t>(i));
-      check_fingerprint(e, src, key, site);
-      found = true;
-      break;
-    }
+  if (!found && (found = state_->stash(rank_).take(src, key, &e))) {
+    check_fingerprint(e, src, key, site);
+  }
+  if (!found && src == rank_) {
+    throw MismatchError("rank " + std::to_string(rank_) + " in " + describe(site.sig) + " (seq " +
+                        std::to_string(site.seq) + ", communicator " + site.comm_name +
+                        ") receives from itself a message it has not sent: a receive from self "
+                        "must follow the matching send");
   }
   if (!found && sched_) found = recv_controlled(ch, src, key, site, &e);
   auto take = [&] { return try_take(ch, src, key, site, &e); };
@@ -236,7 +338,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
   if (!found) {
     const auto timeout = state_->options().timeout;
     const auto waited_from = Clock::now();
-    const auto deadline = waited_from + timeout;
+    const auto deadline = deadline_after(waited_from, timeout);
     auto give_up = deadline;  // earlier once the peer has returned from its job
     bool returned = false;
     Doorbell& bell = state_->bell(rank_);
@@ -247,6 +349,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
         found = true;
         break;
       }
+      if (state_->pressure()) state_->reclaim(rank_);
       const auto now = Clock::now();
       if (peer == PeerCheck::kReturned && !returned) {
         returned = true;
@@ -297,13 +400,14 @@ void ThreadTransport::release(int src, Message& msg) {
     msg.lent = false;
     return;
   }
-  if (msg.size >= kLargeMessageBytes) {
+  if (msg.size >= kLargeMessageBytes && src != rank_) {  // self-sends skip that budget
     state_->channel(src, rank_).large_bytes.fetch_sub(msg.size, std::memory_order_release);
     msg.size = 0;  // released once
   }
   if (msg.buffer == nullptr) return;
   PayloadBuffer b{static_cast<std::byte*>(msg.buffer), msg.capacity};
-  if (!state_->channel(src, rank_).free.push(b)) free_payload(b);
+  // While a rank waits for the world-wide budget, free instead of caching for reuse.
+  if (state_->pressure() || !state_->channel(src, rank_).free.push(b)) state_->free_payload(b);
   msg.buffer = nullptr;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "runtime/schedule/scheduler.h"
 #include "runtime/transport.h"
@@ -51,10 +52,19 @@ class ThreadTransport final : public Transport {
   void drop_lend(Channel& ch, const Envelope& e, int src);
   void withdraw_lends(Channel& ch, int dst);
   bool peer_gone(int peer) const;
-  // Polls `ready` with backoff until it holds; TimeoutError (the peer `why`) at the deadline.
-  // `can` (controlled scheduler only): a side-effect-free test that `ready` may succeed.
+  // Polls `ready` with backoff until it holds. TimeoutError at the deadline ("timed out
+  // after 1.0 s <why>"), or at once if `dst` (when >= 0) has returned from its job.
+  // `can`: a side-effect-free test that `ready` may now succeed; with it, under the
+  // controlled scheduler the sender blocks there instead of polling.
   void wait_as_sender(const std::function<bool()>& ready, int dst, const WaitSite& site,
-                      const char* why, const std::function<bool()>* can = nullptr);
+                      const std::string& why, const std::function<bool()>* can = nullptr);
+  // A pooled buffer of at least `size` bytes for a send to `dst`: from the channel's cache,
+  // or newly allocated within the world-wide budget (waiting for room, flow control).
+  PayloadBuffer take_buffer(Channel& ch, size_t size, int dst, const WaitSite& site);
+  // Keeps `e` from `src` in this rank's stash; MismatchError if its key is already there.
+  void stash_or_fail(int src, const Envelope& e, const WaitSite& site);
+  // MismatchError for a message of a collective this rank has already finished.
+  [[noreturn]] void fail_stale(const Envelope& e, int src, const WaitSite& site);
   void check_abort(const WaitSite& site, int peer);
   // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
   // (and frees its payload).
@@ -74,6 +84,10 @@ class ThreadTransport final : public Transport {
   void settle_controlled(Channel& ch, int dst, const WaitSite& site);
   void block(schedule::WaitKind kind, int peer, const WaitSite* site,
              const std::function<bool()>& ready);
+  // A sender's wait for room (dst >= 0) or for the world-wide budget (dst < 0).
+  void block_sender(int dst, const WaitSite& site, const std::function<bool()>& can);
+  // Frees every rank's cached buffers (only while this rank alone runs).
+  void reclaim_controlled();
   // Mutant::kRecvWrongStep: takes the newest pending message of this call from src.
   bool take_newest(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
                    Envelope* out);

@@ -15,6 +15,9 @@ namespace dtsim {
 
 // Identifies one message: the communicator, the collective's sequence number on it, and
 // a tag the algorithm chooses (usually the step). Receivers match on (source, key).
+// Collective keys have seq < 2^63. Point-to-point keys (communicator.cc) set bit 63 of
+// seq, with the user's tag (0..2^31-1, checked) in bits 32-62 and the message's number
+// on that (peer, tag) in bits 0-31; their `tag` field is the sender's local rank.
 struct MessageKey {
   uint64_t comm = 0;
   uint64_t seq = 0;
@@ -73,6 +76,23 @@ struct Message {
   }
 };
 
+// The properties every transport gives (the in-process one in thread_transport.h; a
+// process backend must give the same, and the tests run over each):
+//   - send() and lend() to oneself never block on a bound: a rank may send to itself any
+//     number of messages before it receives them.
+//   - A wait (recv, room to send, settle) throws TimeoutError after WorldOptions::timeout
+//     without progress, saturating (milliseconds::max() waits forever); a sender or
+//     receiver whose peer has returned from its job gives up long before that.
+//   - recv throws MismatchError when `src` sent a different call at the same sequence
+//     number, or a message for a sequence number of the same communicator that this
+//     rank has already finished (a call skipped or changed by a rank that only sends).
+//   - Payload copies in flight count against a world-wide budget
+//     (WorldOptions::max_bytes_in_flight): flow control while it can progress, an error
+//     naming the budget when it cannot.
+//   - After a run, the World asks what was left unreceived and fails the run naming
+//     both ranks and both calls (WorldState::undelivered_report for threads).
+//
+// Thread safety: one Transport per rank, used only by that rank's thread.
 class Transport {
  public:
   virtual ~Transport() = default;

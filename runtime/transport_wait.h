@@ -13,6 +13,17 @@ namespace dtsim {
 
 using Clock = std::chrono::steady_clock;
 
+// now + timeout, saturating: a timeout of milliseconds::max() means "never", not an
+// overflow into the past.
+inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
+  if (timeout <= std::chrono::milliseconds::zero()) return now;
+  const auto room = Clock::time_point::max() - now;
+  if (std::chrono::duration_cast<std::chrono::milliseconds>(room) <= timeout) {
+    return Clock::time_point::max();
+  }
+  return now + std::chrono::duration_cast<Clock::duration>(timeout);
+}
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();

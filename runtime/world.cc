@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <string>
+#include <system_error>
 
 #include "runtime/communicator.h"
 #include "runtime/rank_context.h"
@@ -60,9 +61,9 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
     model_.process = process.rank();
   }
   size_ = model_.world_size();
-  if (size_ < 1 || size_ > 4096) {
-    throw UsageError("world size " + std::to_string(size_) +
-                     " is out of range; use 1 to 4096 ranks");
+  if (size_ < 1 || size_ > kMaxRanks) {
+    throw UsageError("world size " + std::to_string(size_) + " is out of range; use 1 to " +
+                     std::to_string(kMaxRanks) + " ranks");
   }
   state_ = std::make_unique<WorldState>(size_, options);
   if (model_.mpi) link_ = std::make_unique<mpi::MpiLink>(state_.get(), model_, options.timeout);
@@ -87,16 +88,28 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
   }
   watchdog_ = std::make_unique<Watchdog>(state_.get());
   threads_.reserve(model_.threads);
-  for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
-    threads_.emplace_back([this, r] { rank_main(r); });
+  try {
+    for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
+      threads_.emplace_back([this, r] { rank_main(r); });
+    }
+  } catch (const std::system_error& e) {
+    const size_t started = threads_.size();
+    stop_threads();
+    throw Error("could not start rank thread " + std::to_string(started) + " of " +
+                std::to_string(model_.threads) + " (" + e.what() +
+                "); use fewer ranks or raise the process's thread or memory limit (ulimit -u, "
+                "ulimit -v)");
   }
 }
 
-World::~World() {
+World::~World() { stop_threads(); }
+
+void World::stop_threads() {
   stopping_ = true;
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
   link_.reset();  // before state_: the progress thread rings the ranks' doorbells
 }
 
@@ -111,6 +124,7 @@ RankContext& World::context(int rank) const {
 }
 
 const WorldOptions& World::options() const { return state_->options(); }
+size_t World::payload_bytes() const { return state_->payload_bytes(); }
 const RankCounters& World::counters(int rank) const { return context(rank).counters; }
 const RankTrace& World::trace(int rank) const { return context(rank).trace; }
 std::vector<FlightEntry> World::flight_record(int rank) const {
@@ -172,9 +186,11 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     ctx->trace.clear();
     state_->recorder(ctx->rank).reset();
   }
-  watchdog_->set_active(true);
-  if (auto* sched = state_->options().scheduler)
-    sched->begin_run(state_.get(), state_->options().timeout);
+  schedule::Scheduler* sched = state_->options().scheduler;
+  // Under the controlled scheduler the scheduler runs the watchdog's check itself, at
+  // deadlocks, so that the outcome of a schedule does not depend on time (watchdog.h).
+  watchdog_->set_active(sched == nullptr);
+  if (sched) sched->begin_run(state_.get(), state_->options().timeout);
   if (link_) link_->begin_run();
   job_ = &fn;
   pending_.store(model_.threads, std::memory_order_release);
@@ -192,15 +208,26 @@ void World::run(const std::function<void(Communicator&)>& fn) {
       state_->fail(lost_rank, std::make_exception_ptr(TimeoutError(lost)));
     }
   }
-  const int failed = state_->failed_rank();
+  int failed = state_->failed_rank();
   std::exception_ptr cause = state_->failure();
   std::string what;
   std::string flight;
-  if (cause) {
+  if (!cause) {
+    // A message left unreceived means a rank skipped or changed a call that only sent to
+    // it, which no receive could notice: the run is wrong even though every rank returned.
+    int receiver = -1;
+    std::string undelivered = state_->undelivered_report(&receiver);
+    if (!undelivered.empty()) {
+      failed = receiver;
+      cause = std::make_exception_ptr(MismatchError(undelivered));
+      what = std::to_string(receiver) + " failed: " + undelivered;
+      flight = flight_report(kFailureReportCalls);
+    }
+  } else {
     what = state_->abort_reason().substr(std::string("rank ").size());
     flight = flight_report(kFailureReportCalls);
-    if (auto* sched = state_->options().scheduler) flight += "\n" + sched->summary(32);
   }
+  if (cause && sched) flight += "\n" + sched->summary(32);
   state_->reset();
   if (cause) {
     const std::string prefix = std::to_string(failed) + " failed: ";

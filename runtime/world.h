@@ -35,8 +35,17 @@ class Scheduler;
 }
 
 struct WorldOptions {
-  // Deadline of every blocking wait in the runtime.
+  // Deadline of every blocking wait in the runtime: a wait that sees no progress (its
+  // message, its release, room in a mailbox or in the budget) for this long throws
+  // TimeoutError. It bounds each wait, not a whole call: a collective that keeps making
+  // progress may take longer. milliseconds::max() waits forever.
   std::chrono::milliseconds timeout{60000};
+  // World-wide bound on the bytes of pooled message payloads (copies of sent data larger
+  // than 16 bytes, in flight, stashed or cached for reuse). A send that does not fit waits
+  // for receivers to free some (flow control) up to `timeout`; a single message larger
+  // than the whole budget fails at once.
+  size_t max_bytes_in_flight = kDefaultMaxBytesInFlight;
+  static constexpr size_t kDefaultMaxBytesInFlight = size_t{1} << 30;
   // Record the lockstep trace (trace.h): every send and every rank's buffer after each step.
   bool trace = false;
   // Stress: seeded random yields and sleeps of up to jitter_us around sends and receives.
@@ -85,7 +94,10 @@ class RankFailure : public Error {
 
 class World {
  public:
-  // Starts `size` rank threads (1 <= size <= 4096); throws UsageError otherwise.
+  // The largest world: its N^2 mailbox channels take about 3.5 KiB each (0.9 GB at 512).
+  static constexpr int kMaxRanks = 512;
+  // Starts `size` rank threads (1 <= size <= kMaxRanks); throws UsageError otherwise, and
+  // Error if the system cannot start that many threads (after joining those it started).
   explicit World(int size, WorldOptions options = {});
   // A World laid out as `model` says (process_model.h): in an MPI model, every process of
   // the job builds its World with the same model and options, in the same order, and calls
@@ -102,11 +114,14 @@ class World {
   int first_rank() const { return model_.first_rank(); }
   bool is_local(int rank) const { return model_.is_local(rank); }
   const WorldOptions& options() const;
+  // Bytes of pooled payload buffers alive now (0 between runs: each run returns them).
+  size_t payload_bytes() const;
 
   // Runs fn on every rank of this process with that rank's world communicator; throws
-  // RankFailure if any rank (of any process) threw, or if a process was lost. Counters and
-  // traces describe the last run. The per-rank accessors below take ranks of this process
-  // (UsageError otherwise).
+  // RankFailure if any rank (of any process) threw, if a process was lost, or if a message
+  // was sent and never received (a rank skipped a call or called a different one; the error
+  // names both ranks and both calls). Counters and traces describe the last run. The
+  // per-rank accessors below take ranks of this process (UsageError otherwise).
   void run(const std::function<void(Communicator&)>& fn);
 
   const RankCounters& counters(int rank) const;
@@ -121,6 +136,7 @@ class World {
  private:
   void rank_main(int rank);
   RankContext& context(int rank) const;
+  void stop_threads();
 
   ProcessModel model_;
   int size_;

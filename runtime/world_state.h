@@ -1,8 +1,12 @@
-// State the rank threads of one World share: the mailboxes, the doorbells, and the abort
-// flag with the first failure. Internal to the runtime.
+// State the rank threads of one World share: the mailboxes, the stashes, the doorbells,
+// the world-wide payload budget, and the abort flag with the first failure. Internal to
+// the runtime.
 //
-// Thread safety: channels and doorbells follow their own rules (mailbox.h, doorbell.h);
-// aborted() is an atomic read; fail() takes a mutex (never on the message path).
+// Thread safety: channels, stashes and doorbells follow their own rules (mailbox.h,
+// stash.h, doorbell.h); aborted() is an atomic read; fail() takes a mutex (never on the
+// message path). The payload budget is one atomic, touched only when a pooled buffer is
+// allocated or freed (a warm pool touches it not at all), and pressure() is a read of a
+// line that changes only while some rank waits for the budget.
 #pragma once
 
 #include <atomic>
@@ -14,6 +18,7 @@
 #include "runtime/doorbell.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/mailbox.h"
+#include "runtime/stash.h"
 #include "runtime/world.h"
 
 namespace dtsim {
@@ -29,6 +34,7 @@ class WorldState {
   const WorldOptions& options() const { return options_; }
   Channel& channel(int src, int dst) { return channels_[static_cast<size_t>(src) * size_ + dst]; }
   Doorbell& bell(int rank) { return bells_[rank]; }
+  Stash& stash(int rank) { return stashes_[rank]; }
   // The rank's flight recorder and progress (flight_recorder.h), written by that rank.
   FlightRecorder& recorder(int rank) { return recorders_[rank]; }
   const FlightRecorder& recorder(int rank) const { return recorders_[rank]; }
@@ -41,7 +47,33 @@ class WorldState {
   int failed_rank() const { return failed_rank_; }
   std::exception_ptr failure() const { return failure_; }
 
-  // Between runs, with no rank thread active: drops undelivered messages, clears the abort.
+  // The world-wide budget on pooled payload bytes (in flight, stashed, or cached for
+  // reuse). False, and nothing allocated, if `size` does not fit now.
+  bool try_allocate_payload(size_t size, PayloadBuffer* out);
+  void free_payload(PayloadBuffer b);
+  // Would try_allocate_payload(size) succeed now? No side effect (the controlled scheduler
+  // asks it to tell whether a rank waiting for the budget can run).
+  bool payload_fits(size_t size) const {
+    return payload_bytes() + payload_capacity(size) <= options_.max_bytes_in_flight;
+  }
+  size_t payload_bytes() const { return payload_bytes_.load(std::memory_order_relaxed); }
+  size_t payload_budget() const { return options_.max_bytes_in_flight; }
+  // Frees the buffers cached in rank's outgoing channels (rank's thread, or between runs).
+  void reclaim(int rank);
+  // While some rank waits for the budget, receivers free buffers instead of caching them
+  // and waiting ranks reclaim their caches.
+  bool pressure() const { return budget_waiters_.load(std::memory_order_relaxed) != 0; }
+  void begin_budget_wait();
+  void end_budget_wait() { budget_waiters_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // After a run in which no rank failed, with no rank thread active: a message that was
+  // sent and never received, as an error naming the sender, the receiver and both calls,
+  // (and its receiver in *receiver), or "" if none was left (or every leftover belongs to a call
+  // that failed and was caught).
+  std::string undelivered_report(int* receiver) const;
+
+  // Between runs, with no rank thread active: drops undelivered messages, frees cached
+  // payload buffers, clears the abort.
   void reset();
 
  private:
@@ -49,6 +81,9 @@ class WorldState {
   const WorldOptions options_;
   std::unique_ptr<Channel[]> channels_;
   std::unique_ptr<Doorbell[]> bells_;
+  std::unique_ptr<Stash[]> stashes_;
+  alignas(64) std::atomic<size_t> payload_bytes_{0};
+  alignas(64) std::atomic<int> budget_waiters_{0};
   std::unique_ptr<FlightRecorder[]> recorders_;
   std::atomic<bool> aborted_{false};
   std::mutex fail_mu_;

@@ -106,6 +106,7 @@ CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
                                const RunResult& reference, const RunResult& partner) {
   CheckResult r;
   r.reference_name = to_string(plan.reference.strategy);
+  r.reference_losses = reference.losses;
   r.comparison = compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol);
   if (plan.bitwise) {
     r.criterion = "bitwise";

@@ -45,6 +45,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "train/config.h"
 #include "train/result.h"
@@ -79,7 +80,8 @@ struct CheckResult {
   double worst_diff = 0;       // |run - ref| at the parameter with the largest excess over tol
   double worst_tol = 0;        // atol + rtol |ref| at that parameter
   std::string reference_name;  // "single" or "accum"
-  std::string criterion;       // "bitwise" or "rtol 1e-05 atol 1e-06"
+  std::vector<double> reference_losses;  // the reference run's loss per step
+  std::string criterion;                 // "bitwise" or "rtol 1e-05 atol 1e-06"
   // "PASS", "PASS (within float drift: 3.1e-05 <= 1.5e-06 tol + 4 x 2.7e-05 floor)",
   // "FAIL (beyond float drift: ...)", or plain "FAIL" (bitwise, or no floor measured).
   std::string verdict_text;

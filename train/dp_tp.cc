@@ -27,8 +27,8 @@ TpGrid make_tp_grid(Communicator& world, int tp_size) {
     grid.tp = &world;
     return grid;
   }
-  grid.tp_owned = world.split(/*color=*/rank / tp_size, /*key=*/rank);
-  grid.dp_owned = world.split(/*color=*/rank % tp_size, /*key=*/rank);
+  grid.tp_owned = world.split(/*color=*/rank / tp_size, /*key=*/rank, "tp");
+  grid.dp_owned = world.split(/*color=*/rank % tp_size, /*key=*/rank, "dp");
   grid.tp = grid.tp_owned.get();
   grid.dp = grid.dp_owned.get();
   grid.dp_index = rank / tp_size;

@@ -29,6 +29,16 @@ class Writer {
     const auto* p = reinterpret_cast<const std::byte*>(v.data());
     out_.insert(out_.end(), p, p + v.size_bytes());
   }
+  // by_op, then per communicator its name, members and per-peer traffic.
+  void put(const RankCounters& c) {
+    put(c.by_op);
+    put(uint64_t{c.groups.size()});
+    for (const GroupTraffic& g : c.groups) {
+      put(g.name);
+      put_array(std::span<const int>(g.ranks));
+      put_array(std::span<const PeerTraffic>(g.peers));
+    }
+  }
   std::vector<std::byte> take() { return std::move(out_); }
 
  private:
@@ -58,6 +68,21 @@ class Reader {
     std::vector<T> v(n);
     std::memcpy(v.data(), take(n * sizeof(T)), n * sizeof(T));
     return v;
+  }
+  RankCounters get_counters() {
+    RankCounters c;
+    c.by_op = get<decltype(c.by_op)>();
+    const auto n = get<uint64_t>();
+    if (n > in_.size()) fail();
+    for (uint64_t i = 0; i < n; ++i) {
+      GroupTraffic g;
+      g.name = get_string();
+      g.ranks = get_array<int>();
+      g.peers = get_array<PeerTraffic>();
+      if (g.peers.size() != g.ranks.size()) fail();
+      c.groups.push_back(std::move(g));
+    }
+    return c;
   }
   bool done() const { return pos_ == in_.size(); }
 
@@ -116,8 +141,8 @@ RankOutcome decode(std::span<const std::byte> bytes) {
   RankReport& r = o.report;
   r.rank = in.get<int32_t>();
   r.memory = in.get<decltype(r.memory)>();
-  r.counters = in.get<RankCounters>();
-  r.reporting = in.get<RankCounters>();
+  r.counters = in.get_counters();
+  r.reporting = in.get_counters();
   const auto flights = in.get<uint64_t>();
   for (uint64_t i = 0; i < flights; ++i) {
     FlightEntry e;

@@ -7,16 +7,46 @@
 namespace dtsim::train {
 namespace {
 
-// a - b, per collective kind (b was taken earlier from the same counters).
+// a - b, per collective kind and per (communicator, peer). b was taken earlier from the same
+// counters, so its communicators are the first of a's (a run only appends them).
 RankCounters minus(const RankCounters& a, const RankCounters& b) {
   RankCounters d;
   for (int k = 0; k < kNumOpKinds; ++k) {
     const OpCounters &x = a.by_op[k], &y = b.by_op[k];
     d.by_op[k] = {x.calls - y.calls,         x.steps - y.steps,
                   x.msgs_sent - y.msgs_sent, x.bytes_sent - y.bytes_sent,
-                  x.msgs_recv - y.msgs_recv, x.bytes_recv - y.bytes_recv};
+                  x.msgs_recv - y.msgs_recv, x.bytes_recv - y.bytes_recv,
+                  x.nanos - y.nanos};
+  }
+  d.groups = a.groups;
+  for (size_t g = 0; g < b.groups.size() && g < d.groups.size(); ++g) {
+    for (size_t p = 0; p < d.groups[g].peers.size() && p < b.groups[g].peers.size(); ++p) {
+      PeerTraffic& x = d.groups[g].peers[p];
+      const PeerTraffic& y = b.groups[g].peers[p];
+      x = {x.msgs_sent - y.msgs_sent, x.bytes_sent - y.bytes_sent, x.msgs_recv - y.msgs_recv,
+           x.bytes_recv - y.bytes_recv};
+    }
   }
   return d;
+}
+
+// into += d, communicator by communicator (index-aligned, as minus()).
+void add(RankCounters& into, const RankCounters& d) {
+  for (int k = 0; k < kNumOpKinds; ++k) into.by_op[k] += d.by_op[k];
+  for (size_t g = 0; g < d.groups.size(); ++g) {
+    if (g >= into.groups.size()) {
+      into.groups.push_back(d.groups[g]);
+      continue;
+    }
+    for (size_t p = 0; p < d.groups[g].peers.size(); ++p) {
+      PeerTraffic& x = into.groups[g].peers[p];
+      const PeerTraffic& y = d.groups[g].peers[p];
+      x.msgs_sent += y.msgs_sent;
+      x.bytes_sent += y.bytes_sent;
+      x.msgs_recv += y.msgs_recv;
+      x.bytes_recv += y.bytes_recv;
+    }
+  }
 }
 
 constexpr int kSizeTag = 1, kBytesTag = 2;
@@ -27,14 +57,13 @@ template <class F>
 void ReportChannel::booked(F&& fn) {
   const RankCounters before = world_.counters();
   fn();
-  const RankCounters spent = minus(world_.counters(), before);
-  for (int k = 0; k < kNumOpKinds; ++k) overhead_.by_op[k] += spent.by_op[k];
+  add(overhead_, minus(world_.counters(), before));
 }
 
 ReportChannel::ReportChannel(Communicator& world) : world_(world) {
   std::vector<int> all(world.size());
   std::iota(all.begin(), all.end(), 0);
-  booked([&] { comm_ = world.new_group(all); });
+  booked([&] { comm_ = world.new_group(all, "report"); });
 }
 
 void ReportChannel::all_gather(std::span<const double> in, std::span<double> out) {
@@ -42,7 +71,10 @@ void ReportChannel::all_gather(std::span<const double> in, std::span<double> out
 }
 
 RankCounters ReportChannel::training_counters() const {
-  return minus(world_.counters(), overhead_);
+  RankCounters c = minus(world_.counters(), overhead_);
+  // The channel's own communicator carries nothing but reporting.
+  std::erase_if(c.groups, [&](const GroupTraffic& g) { return g.name == comm_->name(); });
+  return c;
 }
 
 std::vector<FlightEntry> ReportChannel::training_flight_record() const {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "runtime/types.h"
+#include "runtime/world.h"
 #include "train/strategies.h"
 
 namespace dtsim::train {
@@ -22,8 +23,9 @@ std::string nearest_batches(int batch, int unit) {
 }
 
 void validate_counts(const TrainConfig& c) {
-  require(c.ranks >= 1 && c.ranks <= 4096,
-          "--ranks " + std::to_string(c.ranks) + " must be between 1 and 4096");
+  require(c.ranks >= 1 && c.ranks <= World::kMaxRanks, "--ranks " + std::to_string(c.ranks) +
+                                                           " must be between 1 and " +
+                                                           std::to_string(World::kMaxRanks));
   require(c.steps >= 1, "--steps " + std::to_string(c.steps) + " must be at least 1");
   require(c.global_batch >= 1, "--batch " + std::to_string(c.global_batch) + " must be at least 1");
   require(c.micro_batches >= 1,

@@ -20,10 +20,23 @@ std::string first_message(const StressResult& r) {
   return r.messages.empty() ? "failed" : r.messages.front();
 }
 
+// `m` without its "controlled schedule (...)" parts, which name the strategy that ran it
+// (a replay is not the PCT run it replays): what a replay must reproduce.
+std::string failure_of(std::string m) {
+  const std::string mark = "controlled schedule (";
+  for (size_t at; (at = m.find(mark)) != std::string::npos;) {
+    size_t end = at + mark.size();
+    for (int depth = 1; end < m.size() && depth > 0; ++end)
+      depth += m[end] == '(' ? 1 : m[end] == ')' ? -1 : 0;
+    m.erase(at, end - at);
+  }
+  return m;
+}
+
 }  // namespace
 
 StressResult run_schedule(const StressOptions& o, int iteration, Strategy* strategy, Record* record,
-                          std::string* divergence) {
+                          std::string* divergence, std::string* summary) {
   Scheduler sched(strategy);
   StressOptions so = o;
   so.first_iteration = iteration;
@@ -33,6 +46,7 @@ StressResult run_schedule(const StressOptions& o, int iteration, Strategy* strat
   StressResult r = run_stress(so);
   if (record) *record = sched.record();
   if (divergence) *divergence = sched.divergence();
+  if (summary) *summary = sched.summary(0);
   return r;
 }
 
@@ -80,6 +94,7 @@ ExploreResult explore(const StressOptions& o, const ExploreOptions& e) {
   res.failed = true;
   res.failed_iteration = res.stress.first_failed_iteration;
   res.record = sched.record();
+  res.schedule = sched.summary(0);
   res.preemptions_found = res.record.preemptions();
   res.message = first_message(res.stress);
 
@@ -120,7 +135,8 @@ ExploreResult explore(const StressOptions& o, const ExploreOptions& e) {
     const StressResult rr =
         run_schedule(o, res.failed_iteration, replay.get(), nullptr, &divergence);
     if (!divergence.empty() && res.divergence.empty()) res.divergence = divergence;
-    res.replay_same &= !rr.ok() && first_message(rr) == res.message && divergence.empty();
+    res.replay_same &=
+        !rr.ok() && failure_of(first_message(rr)) == failure_of(res.message) && divergence.empty();
   }
   return res;
 }

@@ -27,6 +27,7 @@ struct ExploreResult {
   Record record;              // the failing schedule, shrunk
   int preemptions_found = 0;  // preemptions before shrinking
   std::string message;        // the shrunk schedule's first failure
+  std::string schedule;       // the failing run's Scheduler::summary(0): strategy, seed, step
   bool replay_same = false;   // two replays of `record` failed with `message`, no divergence
   std::string divergence;     // a replay's divergence, if any
 };
@@ -46,9 +47,10 @@ struct SamePlanResult {
 SamePlanResult same_plan(const StressOptions& o, const ExploreOptions& e);
 
 // Runs iteration `iteration` of `o` once under `strategy` (replay, shrink, ...). Returns the
-// stress result; *record gets the run's choices, *divergence the strategy's.
+// stress result; *record gets the run's choices, *divergence the strategy's, *summary
+// the Scheduler::summary(0) of the run (each may be nullptr).
 StressResult run_schedule(const StressOptions& o, int iteration, Strategy* strategy, Record* record,
-                          std::string* divergence);
+                          std::string* divergence, std::string* summary = nullptr);
 
 // Schedule files: the stress options that make the plan, and the recorded choices.
 struct ScheduleFile {

@@ -6,6 +6,7 @@
 // probability at least 1/(n k^(d-1)). k is not known before a run: it is the longest run
 // seen so far (a guess of 1000 before the first), as Coyote does with its step bound.
 #include <algorithm>
+#include <string>
 
 #include "common/splitmix.h"
 #include "runtime/schedule/strategy.h"
@@ -30,6 +31,8 @@ class Pct final : public Strategy {
     change_.clear();
     for (int i = 0; i < depth_ - 1; ++i) change_.push_back(splitmix64_next(rng_) % k);
   }
+
+  std::string name() const override { return "pct depth " + std::to_string(depth_); }
 
   int choose(const std::vector<int>& runnable, int /*current*/, uint64_t step) override {
     last_steps_ = step + 1;

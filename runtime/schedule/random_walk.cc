@@ -8,6 +8,7 @@ namespace {
 class RandomWalk final : public Strategy {
  public:
   void begin(int /*ranks*/, uint64_t run_seed) override { rng_ = run_seed; }
+  std::string name() const override { return "random walk"; }
   int choose(const std::vector<int>& runnable, int /*current*/, uint64_t /*step*/) override {
     return runnable[splitmix64_next(rng_) % runnable.size()];
   }

@@ -10,6 +10,7 @@ class Replay final : public Strategy {
  public:
   explicit Replay(Record record) : record_(std::move(record)) {}
   void begin(int /*ranks*/, uint64_t /*run_seed*/) override { divergence_.clear(); }
+  std::string name() const override { return "replay"; }
 
   int choose(const std::vector<int>& runnable, int current, uint64_t step) override {
     if (step >= record_.choices.size()) {
@@ -38,6 +39,7 @@ class Shrink final : public Strategy {
   Shrink(Record record, std::vector<uint64_t> skip)
       : record_(std::move(record)), skip_(std::move(skip)) {}
   void begin(int /*ranks*/, uint64_t /*run_seed*/) override {}
+  std::string name() const override { return "shrink"; }
 
   int choose(const std::vector<int>& runnable, int current, uint64_t step) override {
     const bool recorded = step < record_.choices.size();

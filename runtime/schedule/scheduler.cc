@@ -1,8 +1,11 @@
 #include "runtime/schedule/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
+#include "runtime/transport_wait.h"
+#include "runtime/watchdog.h"
 #include "runtime/world_state.h"
 
 namespace dtsim::schedule {
@@ -20,6 +23,7 @@ void Scheduler::begin_run(WorldState* state, std::chrono::milliseconds turn_time
     for (int r = 0; r < n; ++r) turn_.push_back(std::make_unique<std::binary_semaphore>(0));
   }
   record_ = Record{};
+  failed_step_ = -1;
   strategy_->begin(n, run_seed_);
 }
 
@@ -76,6 +80,7 @@ int Scheduler::pick(int current) {
     runnable_.clear();
     bool blocked = false;
     const bool aborted = state_->aborted();  // a failed world: every rank runs to its end
+    if (aborted && failed_step_ < 0) failed_step_ = static_cast<int64_t>(record_.choices.size());
     for (int r = 0; r < static_cast<int>(states_.size()); ++r) {
       if (states_[r] == State::kRunnable) {
         runnable_.push_back(r);
@@ -89,9 +94,7 @@ int Scheduler::pick(int current) {
     }
     if (!runnable_.empty()) break;
     if (!blocked) return -1;
-    const int first = static_cast<int>(std::find(states_.begin(), states_.end(), State::kBlocked) -
-                                       states_.begin());
-    state_->fail(first, std::make_exception_ptr(DeadlockError(deadlock_report())));
+    fail_stuck();
   }
   int c = strategy_->choose(runnable_, current, record_.choices.size());
   if (!std::binary_search(runnable_.begin(), runnable_.end(), c)) c = runnable_.front();
@@ -105,37 +108,78 @@ int Scheduler::pick(int current) {
 void Scheduler::hand_to(int next) { turn_[next]->release(); }
 
 void Scheduler::wait_turn(int rank) {
-  if (turn_[rank]->try_acquire_for(turn_timeout_)) return;
-  // The running rank kept the turn past the deadline without reaching a scheduling
-  // point (a wait the scheduler does not know of): give up control and fail the run.
-  std::lock_guard<std::mutex> lock(mu_);
-  if (free_running_) return;
-  free_running_ = true;
-  for (size_t r = 0; r < turn_.size(); ++r) {
-    if (static_cast<int>(r) != rank) turn_[r]->release();
+  // A deadline on lack of progress: waiting while other ranks take steps is fine.
+  size_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seen = record_.choices.size();
   }
-  state_->fail(rank,
-               std::make_exception_ptr(TimeoutError(
-                   "controlled scheduler: rank " + std::to_string(rank) +
-                   " was not given the turn back within " + std::to_string(turn_timeout_.count()) +
-                   " ms: the running rank waits on something the scheduler does not "
-                   "know of")));
+  auto deadline = deadline_after(Clock::now(), turn_timeout_);
+  for (;;) {
+    const auto slice = std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(1));
+    if (turn_[rank]->try_acquire_for(std::max<Clock::duration>(slice, Clock::duration::zero()))) {
+      return;
+    }
+    if (Clock::now() < deadline) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_running_) return;
+    if (record_.choices.size() != seen) {
+      seen = record_.choices.size();
+      deadline = deadline_after(Clock::now(), turn_timeout_);
+      continue;
+    }
+    // The running rank kept the turn past the deadline without reaching a scheduling
+    // point (a wait the scheduler does not know of): give up control and fail the run.
+    free_running_ = true;
+    for (size_t r = 0; r < turn_.size(); ++r) {
+      if (static_cast<int>(r) != rank) turn_[r]->release();
+    }
+    state_->fail(rank, std::make_exception_ptr(TimeoutError(
+                           "controlled scheduler: rank " + std::to_string(rank) + " waited " +
+                           seconds_text(turn_timeout_) +
+                           " for its turn while no rank took a step: the running rank waits "
+                           "on something the scheduler does not know of; " +
+                           summary_locked(16))));
+    return;
+  }
 }
 
 std::string Scheduler::summary(size_t last) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return summary_locked(last);
+}
+
+std::string Scheduler::summary_locked(size_t last) const {
   const size_t n = record_.choices.size();
-  std::string out = "controlled schedule: " + std::to_string(n) + " steps, " +
-                    std::to_string(record_.preemptions()) +
-                    " preemptions; last choices (step:rank)";
+  char seed[32];
+  std::snprintf(seed, sizeof seed, "%#llx", static_cast<unsigned long long>(run_seed_));
+  std::string out = "controlled schedule (" + strategy_->name() + ", run seed " + seed +
+                    (failed_step_ >= 0 ? ", failed at step " + std::to_string(failed_step_) +
+                                             " of " + std::to_string(n)
+                                       : ", step " + std::to_string(n)) +
+                    ", " + std::to_string(record_.preemptions()) + " preemptions)";
+  if (last) out += "; last choices (step:rank)";
   for (size_t i = n > last ? n - last : 0; i < n; ++i) {
     out += " " + std::to_string(i) + ":" + std::to_string(record_.choices[i]);
   }
   return out;
 }
 
+void Scheduler::fail_stuck() {
+  const int first = static_cast<int>(std::find(states_.begin(), states_.end(), State::kBlocked) -
+                                     states_.begin());
+  int rank = -1;
+  std::string what;
+  if (find_mismatch(*state_, &rank, &what)) {
+    state_->fail(rank,
+                 std::make_exception_ptr(MismatchError(what + " (" + summary_locked(0) + ")")));
+    return;
+  }
+  state_->fail(first, std::make_exception_ptr(DeadlockError(deadlock_report())));
+}
+
 std::string Scheduler::deadlock_report() const {
-  std::string out = "deadlock: no rank can run (controlled scheduler, step " +
-                    std::to_string(record_.choices.size()) + "):";
+  std::string out = "deadlock: no rank can run (" + summary_locked(0) + "):";
   for (size_t r = 0; r < states_.size(); ++r) {
     out += " rank " + std::to_string(r);
     if (states_[r] == State::kDone) {
@@ -159,6 +203,9 @@ std::string Scheduler::deadlock_report() const {
         break;
       case WaitKind::kRoom:
         out += " for room in its channel to " + peer;
+        break;
+      case WaitKind::kBudget:
+        out += " for room in the world-wide budget of payloads in flight";
         break;
       case WaitKind::kReaders:
         out += " for " + peer + " to finish reading a withdrawn lend";

@@ -7,6 +7,12 @@
 // the run fails at once with a DeadlockError naming who waits for whom. Every choice is
 // recorded (record()), so that a failing interleaving can be replayed (make_replay).
 //
+// Deadlines: a rank waiting for its turn fails the run (TimeoutError) only when no step
+// was taken for WorldOptions::timeout, i.e. the running rank is stuck outside the
+// scheduler; a long run that keeps stepping never times out. Transport waits have no
+// deadline here. A rank that catches an error goes on under the scheduler; its
+// communicator is unusable (communicator.h) and throws before reaching the transport.
+//
 // One thread at a time hides weak-memory reorderings: the scheduler explores
 // interleavings only; TSan covers the memory model.
 //
@@ -39,7 +45,7 @@ struct DeadlockError : Error {
 namespace schedule {
 
 enum class Point : uint8_t { kStart, kSend, kLend, kRecv, kRelease, kSettle };
-enum class WaitKind : uint8_t { kMessage, kRelease, kRoom, kReaders };
+enum class WaitKind : uint8_t { kMessage, kRelease, kRoom, kBudget, kReaders };
 
 // What a blocked rank waits for: `ready` must hold before it can go on.
 struct Wait {
@@ -72,10 +78,12 @@ class Scheduler {
   // on and returns when it is chosen again. Callers re-check their condition in a loop.
   void block(int rank, const Wait& wait);
 
-  // The last run's choices.
+  // The last run's choices (between runs).
   const Record& record() const { return record_; }
-  // "controlled schedule: 812 steps, 7 preemptions; last choices (step:rank) 780:2 ...":
-  // the schedule so far, for failure reports (World adds it to the flight report).
+  // "controlled schedule (pct depth 2, run seed 0x1f..., step 812, 7 preemptions); last
+  // choices (step:rank) 780:2 ...", or "failed at step 790 of 812" once the world failed
+  // (last = 0: without the choices): the schedule so far, with what replays it, for failure
+  // reports (World's flight report, the desync report). Any thread, also while ranks run.
   std::string summary(size_t last) const;
   // The strategy's divergence() after the last run ("" if none).
   std::string divergence() const { return strategy_->divergence(); }
@@ -86,19 +94,23 @@ class Scheduler {
   int pick(int current);
   void hand_to(int next);
   void wait_turn(int rank);
+  std::string summary_locked(size_t last) const;
   std::string deadlock_report() const;
+  // No rank can run: fails the world with the watchdog's mismatch, else a DeadlockError.
+  void fail_stuck();
 
   Strategy* strategy_;
   uint64_t run_seed_ = 0;
   WorldState* state_ = nullptr;
   std::chrono::milliseconds turn_timeout_{60000};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   int arrived_ = 0;
   std::vector<State> states_;
   std::vector<Wait> waits_;
   std::vector<std::unique_ptr<std::binary_semaphore>> turn_;
   std::vector<int> runnable_;  // scratch for pick()
   Record record_;
+  int64_t failed_step_ = -1;   // the step at which the world was first seen failed
   bool free_running_ = false;  // a rank missed its turn deadline: control is given up
 };
 

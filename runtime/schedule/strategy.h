@@ -21,6 +21,8 @@ class Strategy {
   // `current` is the rank that reached the point and may go on, or -1 (it blocked or
   // returned): choosing another rank while `current` >= 0 is a preemption.
   virtual int choose(const std::vector<int>& runnable, int current, uint64_t step) = 0;
+  // "pct depth 2", "random walk", "replay", "shrink": for failure reports.
+  virtual std::string name() const = 0;
   // Set when the strategy cannot follow its script (Replay: the runnable sets differ).
   virtual std::string divergence() const { return {}; }
 };

@@ -132,12 +132,25 @@ def case_report():
                "zero2 collectives: " + str(list(rank["collectives"])))
         for op in rank["collectives"].values():
             expect(set(op) == {"calls", "steps", "messages_sent", "bytes_sent",
-                               "messages_received", "bytes_received"}, str(op))
+                               "messages_received", "bytes_received", "seconds"}, str(op))
+            expect(op["seconds"] > 0, "a collective takes time")
             expect(op["calls"] == 5, "one call per step")
         expect(rank["bytes_sent"] == sum(o["bytes_sent"] for o in rank["collectives"].values()),
                "bytes_sent is the sum over collectives")
+        peers = [p for c in rank["communicators"] for p in c["peers"]]
+        expect(rank["bytes_sent"] == sum(p["bytes_sent"] for p in peers),
+               "bytes_sent is the sum over communicators and peers")
+    # zero2 runs on the world communicator only: one 3 x 3 matrix, rows as sent per rank.
+    expect([g["group"] for g in r["traffic"]] == ["world"], str(r["traffic"]))
+    world = r["traffic"][0]
+    expect(world["communicators"] == [{"name": "world", "ranks": [0, 1, 2]}], str(world))
+    for i, rank in enumerate(r["ranks"]):
+        expect(sum(world["bytes"][i]) == rank["bytes_sent"], f"traffic row {i} = bytes_sent")
+        expect(sum(world["messages"][i]) == rank["messages_sent"], f"traffic row {i} messages")
+        expect(world["bytes"][i][i] == 0, "nothing sent to itself")
     ch = r["check"]
     expect(ch["passed"] is True and ch["reference"] == "single", str(ch))
+    expect(len(ch["reference_losses"]) == 5, "reference losses per step")
     for key in ["criterion", "bitwise_equal", "max_abs_diff", "max_rel_diff", "max_loss_diff"]:
         expect(key in ch, "check." + key)
 
@@ -275,6 +288,11 @@ def case_no_partial_files():
         # The trace path fails after the report's temporary file was made: that one is removed.
         rc, _, _ = run("train", "--report", "r.json", "--trace", "/nonexistent-dir/t", cwd=d)
         expect(rc == 2 and os.listdir(d) == [], f"exit {rc}, left {os.listdir(d)}")
+        # Likewise --html, on train and on demo (before any run).
+        rc, _, _ = run("train", "--report", "r.json", "--html", "/nonexistent-dir/p.html", cwd=d)
+        expect(rc == 2 and os.listdir(d) == [], f"train --html: exit {rc}, left {os.listdir(d)}")
+        rc, out, _ = run("demo", "--html", "/nonexistent-dir/p.html", cwd=d)
+        expect(rc == 2 and out == "" and os.listdir(d) == [], f"demo --html: exit {rc}")
 
 
 def case_output_files():

@@ -6,6 +6,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <vector>
+
+#include "model/kernels.h"
 
 namespace dtsim {
 namespace {
@@ -66,6 +69,29 @@ TEST(BFloat16Test, NanStaysNan) {
   }
   // A signalling NaN whose payload lies only in the low 16 bits must not become infinity.
   EXPECT_EQ(round_bits(0x7f800001), 0x7fc0);
+}
+
+// The vectorised mixed-precision kernels give the scalar BFloat16 bits: every bf16 pattern
+// widens exactly, and accumulation rounds like BFloat16(float) on a sweep of sums that
+// covers ties, carries into the exponent, overflow to infinity and NaN.
+TEST(BFloat16KernelTest, WidenAndAccumulateMatchTheScalarBits) {
+  std::vector<BFloat16> all(65536);
+  for (uint32_t b = 0; b < 65536; ++b) all[b] = BFloat16::from_bits(uint16_t(b));
+  std::vector<float> wide(all.size());
+  model::bf16_widen(all, wide);
+  for (uint32_t b = 0; b < 65536; ++b) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(wide[b]), b << 16) << b;
+  }
+  const float adds[] = {0.0f, 1.0f / 512, -1.0f / 256, 3.0e-3f, 1.5f, -7.0f, 1e38f, -1e38f, NAN};
+  for (float add : adds) {
+    std::vector<BFloat16> acc = all;
+    std::vector<float> addv(acc.size(), add);
+    model::bf16_accumulate(acc, addv);
+    for (uint32_t b = 0; b < 65536; ++b) {
+      const BFloat16 want(static_cast<float>(all[b]) + add);
+      ASSERT_EQ(acc[b].bits, want.bits) << "bits " << b << " + " << add;
+    }
+  }
 }
 
 }  // namespace

@@ -133,12 +133,23 @@ TEST(P2pTest, SizeMismatchAndBadPeerAreUsageErrors) {
   }
 }
 
-TEST(P2pTest, AnUnmatchedSendDoesNotLeakIntoTheNextRun) {
+TEST(P2pTest, AnUnmatchedSendFailsItsRunAndDoesNotLeakIntoTheNextRun) {
   World w(2);
-  w.run([](Communicator& c) {
-    const int32_t stale = 111;
-    if (c.rank() == 0) c.send(std::span<const int32_t>(&stale, 1), 1, 4);  // never received
-  });
+  try {
+    w.run([](Communicator& c) {
+      const int32_t stale = 111;
+      if (c.rank() == 0) c.send(std::span<const int32_t>(&stale, 1), 1, 4);  // never received
+    });
+    ADD_FAILURE() << "a send that no one received passed unnoticed";
+  } catch (const RankFailure& f) {
+    EXPECT_EQ(f.rank(), 1);
+    EXPECT_NE(std::string(f.what()).find("rank 0 sent send(numel=1"), std::string::npos)
+        << f.what();
+    EXPECT_NE(std::string(f.what()).find("on tag 4 (its message 0 on that tag) to rank 1, which "
+                                         "never called the matching recv"),
+              std::string::npos)
+        << f.what();
+  }
   w.run([](Communicator& c) {
     int32_t x = 222;
     if (c.rank() == 0) {

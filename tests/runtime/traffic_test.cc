@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime_test_util.h"
@@ -163,6 +164,86 @@ TEST(TrafficTest, PointToPointCounters) {
   EXPECT_EQ(w.counters(1)[OpKind::kRecv].bytes_recv, 13 * sizeof(double));
   EXPECT_EQ(w.counters(1)[OpKind::kRecv].msgs_recv, 2u);
   EXPECT_EQ(w.counters(1)[OpKind::kSend].bytes_sent, 0u);
+}
+
+// Per (communicator, peer) traffic: a ring all_reduce sends only to the next rank, a named
+// split group gets its own entry named kind[members], and the per-peer counts add up to
+// the per-op counters.
+class PeerTrafficTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PeerTrafficTest, RingSendsOnlyToTheNextRankAndGroupsAreNamed) {
+  const int n = GetParam();
+  World w(n);
+  w.run([](Communicator& c) {
+    std::vector<float> v(6 * static_cast<size_t>(c.size()), 1.0f);
+    c.all_reduce(std::span<float>(v), ReduceOp::kSum, Algo::kRing);
+    auto g = c.split(c.rank() % 2, c.rank(), "dp");
+    g->all_reduce(std::span<float>(v), ReduceOp::kSum, Algo::kRing);
+  });
+  for (int r = 0; r < n; ++r) {
+    const RankCounters& rc = w.counters(r);
+    ASSERT_EQ(rc.groups.size(), 2u) << "rank " << r;
+    const GroupTraffic& world = rc.groups[0];
+    EXPECT_EQ(world.name, "world");
+    ASSERT_EQ(world.peers.size(), static_cast<size_t>(n));
+    uint64_t sent = 0, msgs = 0, recv = 0;
+    for (int p = 0; p < n; ++p) {
+      const PeerTraffic& t = world.peers[p];
+      const bool next = n > 1 && p == (r + 1) % n;
+      const bool prev = n > 1 && p == (r + n - 1) % n;
+      // The ring all_reduce: 2(N-1) chunks of 6 floats to the next rank (and from the
+      // previous one); split's ring all_gather of (color, key): N-1 chunks of 2 int64.
+      const size_t bytes = 2 * (n - 1) * 6 * kF + (n - 1) * 2 * sizeof(int64_t);
+      EXPECT_EQ(t.bytes_sent, next ? bytes : 0) << r << "->" << p;
+      EXPECT_EQ(t.msgs_sent, next ? 3u * (n - 1) : 0u) << r << "->" << p;
+      EXPECT_EQ(t.bytes_recv, prev ? bytes : 0) << p << "->" << r;
+    }
+    const GroupTraffic& dp = rc.groups[1];
+    std::string members;
+    for (int m = r % 2; m < n; m += 2) members += (members.empty() ? "" : ",") + std::to_string(m);
+    EXPECT_EQ(dp.name, "dp[" + members + "]");
+    ASSERT_EQ(dp.peers.size(), dp.ranks.size());
+    for (const GroupTraffic& g : rc.groups) {
+      for (const PeerTraffic& t : g.peers) {
+        sent += t.bytes_sent;
+        msgs += t.msgs_sent;
+        recv += t.bytes_recv;
+      }
+    }
+    const OpCounters total = rc.total();
+    EXPECT_EQ(sent, total.bytes_sent);
+    EXPECT_EQ(msgs, total.msgs_sent);
+    EXPECT_EQ(recv, total.bytes_recv);
+    if (n > 1) {
+      EXPECT_GT(rc[OpKind::kAllReduce].nanos, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PeerTrafficTest, ::testing::Values(1, 2, 3, 4, 8, 16),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "N" + std::to_string(i.param);
+                         });
+
+TEST(TrafficTest, PointToPointCountsPerPeer) {
+  World w(3);
+  w.run([](Communicator& c) {
+    std::vector<double> v(10);
+    if (c.rank() == 0) {
+      c.send(std::span<const double>(v), 2);
+      c.send(std::span<const double>(v.data(), 3), 2, 5);
+    } else if (c.rank() == 2) {
+      c.recv(std::span<double>(v.data(), 3), 0, 5);
+      c.recv(std::span<double>(v), 0);
+    }
+  });
+  const GroupTraffic& sender = w.counters(0).groups.at(0);
+  EXPECT_EQ(sender.peers[2].bytes_sent, 13 * sizeof(double));
+  EXPECT_EQ(sender.peers[2].msgs_sent, 2u);
+  EXPECT_EQ(sender.peers[1].msgs_sent, 0u);
+  const GroupTraffic& receiver = w.counters(2).groups.at(0);
+  EXPECT_EQ(receiver.peers[0].bytes_recv, 13 * sizeof(double));
+  EXPECT_EQ(receiver.peers[0].msgs_recv, 2u);
 }
 
 }  // namespace

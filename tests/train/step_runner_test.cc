@@ -27,7 +27,17 @@ TEST(RankOutcome, SurvivesItsEncoding) {
   const RankOutcome back = decode(encode(o));
   EXPECT_EQ(back.report.rank, 1);
   EXPECT_EQ(back.report.memory, o.report.memory);
-  EXPECT_EQ(0, std::memcmp(&back.report.counters, &o.report.counters, sizeof(RankCounters)));
+  EXPECT_EQ(0, std::memcmp(&back.report.counters.by_op, &o.report.counters.by_op,
+                           sizeof(o.report.counters.by_op)));
+  ASSERT_FALSE(o.report.counters.groups.empty());
+  ASSERT_EQ(back.report.counters.groups.size(), o.report.counters.groups.size());
+  for (size_t g = 0; g < o.report.counters.groups.size(); ++g) {
+    const GroupTraffic &a = back.report.counters.groups[g], &b = o.report.counters.groups[g];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.ranks, b.ranks);
+    ASSERT_EQ(a.peers.size(), b.peers.size());
+    EXPECT_EQ(0, std::memcmp(a.peers.data(), b.peers.data(), b.peers.size() * sizeof(PeerTraffic)));
+  }
   ASSERT_EQ(back.report.flight.size(), o.report.flight.size());
   for (size_t i = 0; i < o.report.flight.size(); ++i) {
     EXPECT_EQ(describe(back.report.flight[i]), describe(o.report.flight[i]));
@@ -81,6 +91,13 @@ TEST(ReportChannel, KeepsItsTrafficOutOfTheTrainingCounters) {
     EXPECT_EQ(rank.reporting[OpKind::kAllGather].calls, uint64_t(c.steps));
     EXPECT_GT(rank.reporting.total().bytes_sent, 0u);
     for (const FlightEntry& e : rank.flight) EXPECT_EQ(e.comm_name, "world") << describe(e);
+    // Per communicator and peer too: only the world's training traffic, summing to the total.
+    uint64_t sent = 0;
+    for (const GroupTraffic& g : rank.counters.groups) {
+      EXPECT_EQ(g.name, "world");
+      for (const PeerTraffic& p : g.peers) sent += p.bytes_sent;
+    }
+    EXPECT_EQ(sent, rank.counters.total().bytes_sent);
   }
 }
 

@@ -21,6 +21,8 @@
 #include "train/check.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
+#include "train/cli/html_report.h"
+#include "train/cli/output_file.h"
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
 #include "train/cli/table.h"
@@ -133,7 +135,19 @@ void print_lesson() {
       gb_text(e.gradient_bytes).c_str(), gb_text(e.bytes_sent_per_step).c_str());
 }
 
-int run_demo(int steps, bool quiet) {
+struct DemoFlags {
+  int steps = kSteps;
+  std::string html;
+  bool quiet = false;
+};
+
+int run_demo(const CLI::App& a, const DemoFlags& f) {
+  const int steps = f.steps;
+  const bool quiet = f.quiet;
+  // Declared before any work: a bad path is a usage error, not a lost demo. Only the
+  // process of global rank 0 writes it.
+  OutputFile html;
+  if (given(a, "--html") && train::holds_global_rank0()) html = OutputFile("demo", "html", f.html);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
@@ -148,13 +162,16 @@ int run_demo(int steps, bool quiet) {
   }
   std::fflush(stdout);
 
-  Table t({"strategy", "model", "final loss", "max |dparam|", "check", "verdict",
-           "KiB w/g/master/m/v", "sent/step", "step"},
-          {false, false, true, true, false, false, true, true, true});
+  const std::vector<std::string> header{"strategy",           "model",     "final loss",
+                                        "max |dparam|",       "check",     "verdict",
+                                        "KiB w/g/master/m/v", "sent/step", "step"};
+  Table t(header, {false, false, true, true, false, false, true, true, true});
   // Each row is printed as its run finishes, so the widths are fixed up front (the widest
   // cells the rows make: "ddp forget-divide sgd", "rtol 1e-05 atol 1e-06 vs single", ...).
   t.set_widths({21, 5, 10, 12, 31, 20, 21, 9, 7});
   const bool root = train::holds_global_rank0();  // only its process prints
+  HtmlTable html_table{header, {}, /*links=*/true};
+  std::vector<HtmlPanel> panels;
   std::map<std::string, train::RunResult> references;
   bool ok = true;
   std::array<int64_t, model::kNumMemoryCategories> ddp_memory{};
@@ -183,7 +200,9 @@ int run_demo(int steps, bool quiet) {
       const train::CheckPlan check = train::plan_check(c);
       std::vector<std::string> cells{name, train::to_string(c.model),
                                      fmt::format("{:.4g}", run.losses.back())};
-      if (check.reference.strategy == c.strategy) {  // a reference itself
+      train::CheckResult judged;
+      const bool judging = check.reference.strategy != c.strategy;
+      if (!judging) {  // a reference itself
         references[reference_key(c)] = run;
         cells.insert(cells.end(), {"-", "reference", ""});
       } else {
@@ -196,7 +215,8 @@ int run_demo(int steps, bool quiet) {
           }
           return references[key];
         };
-        const train::CheckResult r = train::judge(check, run, cached(check.reference), cached);
+        const train::CheckResult& r = judged =
+            train::judge(check, run, cached(check.reference), cached);
         const bool good = row.pitfall ? !r.passed : r.passed;
         ok = ok && good;
         std::string verdict = r.verdict_text;
@@ -207,6 +227,12 @@ int run_demo(int steps, bool quiet) {
       }
       cells.insert(cells.end(), {memory_text(run), bytes_text(run.bytes_sent_per_step()),
                                  seconds_text(run.seconds_per_step)});
+      if (html.open()) {
+        html_table.rows.push_back(cells);
+        panels.push_back(
+            {name + " " + train::to_string(c.model),
+             report_object(c, train::model_layout(c).size(), run, judging ? &judged : nullptr)});
+      }
       progress.print_line(t.row_text(cells));
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
         ddp_memory = run.ranks[0].memory;
@@ -221,6 +247,14 @@ int run_demo(int steps, bool quiet) {
       "step: median wall time.\n");
   print_bytes_per_param(ddp_memory, ddp_params);
   print_lesson();
+  if (html.open()) {
+    html.commit(html_page("dtsim demo",
+                          fmt::format("{} rank threads, {} steps per run; the table as printed, "
+                                      "then one panel per run",
+                                      kRanks, steps),
+                          panels, &html_table));
+    std::printf("\nhtml: %s\n", html.name().c_str());
+  }
   std::printf("\n%s (%.1f s)\n",
               ok ? "every check passed; the forgotten division failed as expected"
                  : "SOME CHECKS DID NOT GO AS EXPECTED",
@@ -244,12 +278,16 @@ Command add_demo(CLI::App& dtsim) {
       "Exit code 0 when every check passes and the pitfall fails as expected.");
   app->option_defaults()->always_capture_default();
   app->fallthrough();  // --config belongs to dtsim
-  auto steps = std::make_shared<int>(kSteps);
-  auto quiet = std::make_shared<bool>(false);
-  app->add_option("--steps", *steps, "optimizer steps per run")->transform(Integer(1, 10000));
-  app->add_flag("--quiet", *quiet, "no progress bar");
+  auto flags = std::make_shared<DemoFlags>();
+  app->add_option("--steps", flags->steps, "optimizer steps per run")->transform(Integer(1, 10000));
+  app->add_option("--html", flags->html,
+                  "write a self-contained HTML page: the table, then per run its loss curve, "
+                  "memory, traffic and collective time (README, \"Pictures\")")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_flag("--quiet", flags->quiet, "no progress bar");
   app->footer("example: dtsim demo");
-  return {app, [steps, quiet] { return run_demo(*steps, *quiet); }};
+  return {app, [app, flags] { return run_demo(*app, *flags); }};
 }
 
 }  // namespace dtsim::cli

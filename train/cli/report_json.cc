@@ -47,6 +47,44 @@ json config_json(const train::TrainConfig& c) {
   return j;
 }
 
+// "dp[0,2]" -> "dp"; "world" -> "world".
+std::string group_kind(const std::string& name) { return name.substr(0, name.find('[')); }
+
+// Per group kind ("world", "dp", "tp", ...), in order of first appearance: the members of
+// each communicator of that kind and the world-rank x world-rank matrices of bytes and
+// messages sent (row: sender, column: receiver), from each sender's own counters.
+json traffic_json(const train::RunResult& run) {
+  const size_t n = run.ranks.size();
+  json kinds = json::array();
+  for (const train::RankReport& r : run.ranks) {
+    for (const GroupTraffic& g : r.counters.groups) {
+      const std::string kind = group_kind(g.name);
+      auto it = std::find_if(kinds.begin(), kinds.end(),
+                             [&](const json& k) { return k["group"] == kind; });
+      if (it == kinds.end()) {
+        const json zeros(json::array_t(n, json(json::array_t(n, 0))));
+        kinds.push_back({{"group", kind},
+                         {"communicators", json::array()},
+                         {"bytes", zeros},
+                         {"messages", zeros}});
+        it = kinds.end() - 1;
+      }
+      json& k = *it;
+      const json members = g.ranks;
+      bool known = false;
+      for (const json& c : k["communicators"]) known = known || c["ranks"] == members;
+      if (!known) k["communicators"].push_back({{"name", g.name}, {"ranks", members}});
+      for (size_t i = 0; i < g.ranks.size(); ++i) {
+        json& bytes = k["bytes"][r.rank][g.ranks[i]];
+        json& msgs = k["messages"][r.rank][g.ranks[i]];
+        bytes = bytes.get<uint64_t>() + g.peers[i].bytes_sent;
+        msgs = msgs.get<uint64_t>() + g.peers[i].msgs_sent;
+      }
+    }
+  }
+  return kinds;
+}
+
 json rank_json(const train::RankReport& r, int steps) {
   json memory = json::object();
   for (int c = 0; c < model::kNumMemoryCategories; ++c) {
@@ -62,7 +100,21 @@ json rank_json(const train::RankReport& r, int steps) {
                                                       {"messages_sent", o.msgs_sent},
                                                       {"bytes_sent", o.bytes_sent},
                                                       {"messages_received", o.msgs_recv},
-                                                      {"bytes_received", o.bytes_recv}};
+                                                      {"bytes_received", o.bytes_recv},
+                                                      {"seconds", o.nanos * 1e-9}};
+  }
+  json communicators = json::array();
+  for (const GroupTraffic& g : r.counters.groups) {
+    json peers = json::array();
+    for (size_t i = 0; i < g.ranks.size(); ++i) {
+      const PeerTraffic& p = g.peers[i];
+      peers.push_back({{"rank", g.ranks[i]},
+                       {"messages_sent", p.msgs_sent},
+                       {"bytes_sent", p.bytes_sent},
+                       {"messages_received", p.msgs_recv},
+                       {"bytes_received", p.bytes_recv}});
+    }
+    communicators.push_back({{"name", g.name}, {"group", group_kind(g.name)}, {"peers", peers}});
   }
   json flight = json::array();
   for (const FlightEntry& e : r.flight) {
@@ -83,6 +135,7 @@ json rank_json(const train::RankReport& r, int steps) {
           {"bytes_sent_per_step", steps > 0 ? double(t.bytes_sent) / steps : 0.0},
           {"collectives", collectives},
           {"reporting", {{"bytes_sent", rep.bytes_sent}, {"messages_sent", rep.msgs_sent}}},
+          {"communicators", communicators},
           {"flight_recorder", flight}};
 }
 
@@ -104,8 +157,8 @@ const char* precision_name(model::Precision p) {
   return p == model::Precision::kFp32 ? "fp32" : "bf16";
 }
 
-std::string report_json(const train::TrainConfig& config, size_t num_params,
-                        const train::RunResult& run, const train::CheckResult* check) {
+nlohmann::json report_object(const train::TrainConfig& config, size_t num_params,
+                             const train::RunResult& run, const train::CheckResult* check) {
   json ranks = json::array();
   for (const train::RankReport& r : run.ranks) ranks.push_back(rank_json(r, run.steps));
   json j = {{"dtsim_report_version", kReportVersion},
@@ -117,6 +170,7 @@ std::string report_json(const train::TrainConfig& config, size_t num_params,
             {"seconds_per_step", run.seconds_per_step},
             {"bytes_sent_per_step", run.bytes_sent_per_step()},
             {"ranks", ranks},
+            {"traffic", traffic_json(run)},
             {"check", nullptr}};
   if (check != nullptr) {
     const train::Comparison& c = check->comparison;
@@ -128,9 +182,15 @@ std::string report_json(const train::TrainConfig& config, size_t num_params,
                   {"bitwise_equal", c.bitwise_equal},
                   {"max_abs_diff", c.max_abs_diff},
                   {"max_rel_diff", c.max_rel_diff},
-                  {"max_loss_diff", c.max_loss_diff}};
+                  {"max_loss_diff", c.max_loss_diff},
+                  {"reference_losses", check->reference_losses}};
   }
-  return j.dump(2) + "\n";
+  return j;
+}
+
+std::string report_json(const train::TrainConfig& config, size_t num_params,
+                        const train::RunResult& run, const train::CheckResult* check) {
+  return report_object(config, num_params, run, check).dump(2) + "\n";
 }
 
 std::string trace_json(const train::TrainConfig& config, const train::RunResult& run) {

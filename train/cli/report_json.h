@@ -4,6 +4,7 @@
 // events), which ui.perfetto.dev and chrome://tracing open. README.md documents each field.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "train/check.h"
@@ -15,6 +16,9 @@ namespace dtsim::cli {
 inline constexpr int kReportVersion = 1;
 
 // The --report document for `run` of `config`; `check` is null when --check was not given.
+// report_object() is the same document as JSON, for the --html page (html_report.h).
+nlohmann::json report_object(const train::TrainConfig& config, size_t num_params,
+                             const train::RunResult& run, const train::CheckResult* check);
 std::string report_json(const train::TrainConfig& config, size_t num_params,
                         const train::RunResult& run, const train::CheckResult* check);
 

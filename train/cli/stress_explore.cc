@@ -51,10 +51,11 @@ int replay(StressOptions o, const ExploreFlags& f) {
               f.replay.c_str(), o.ranks, static_cast<unsigned long long>(o.seed), sf.iteration,
               mutant_name(o.mutant), sf.record.choices.size());
   auto strategy = schedule::make_replay(sf.record);
-  std::string divergence;
+  std::string divergence, summary;
   const StressResult r =
-      schedule::run_schedule(o, sf.iteration, strategy.get(), nullptr, &divergence);
+      schedule::run_schedule(o, sf.iteration, strategy.get(), nullptr, &divergence, &summary);
   for (const auto& m : r.messages) std::printf("FAIL %s\n", m.c_str());
+  if (!r.ok()) std::printf("schedule: %s\n", summary.c_str());
   nlohmann::json j = {{"options", options_json(o, f)},
                       {"iteration", sf.iteration},
                       {"steps", sf.record.choices.size()},
@@ -125,6 +126,7 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
     return 0;
   }
   std::printf("FAIL %s\n", r.message.c_str());
+  std::printf("schedule: %s\n", r.schedule.c_str());
   std::printf(
       "found at schedule %d (%d schedules run); %d preemptions, shrunk to %d in %zu steps\n",
       r.failed_iteration, r.stress.iterations, r.preemptions_found, r.record.preemptions(),
@@ -142,6 +144,7 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
   schedule::write_schedule_file(path, sf);
   std::printf("replay: dtsim stress --replay %s\n", path.c_str());
   j["message"] = r.message;
+  j["schedule"] = r.schedule;
   j["failed_schedule"] = r.failed_iteration;
   j["preemptions_found"] = r.preemptions_found;
   j["preemptions_shrunk"] = r.record.preemptions();

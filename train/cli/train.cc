@@ -18,6 +18,7 @@
 #include "train/check.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
+#include "train/cli/html_report.h"
 #include "train/cli/output_file.h"
 #include "train/cli/progress.h"
 #include "train/cli/report_json.h"
@@ -34,7 +35,7 @@ const std::vector<std::string> kStrategies = {"single", "accum", "ddp", "zero1",
 // What the command line sets; parse_config() turns it into a TrainConfig.
 struct TrainFlags {
   std::string strategy = "ddp", model = "mlp", optimizer = "sgd", precision = "fp32";
-  std::string algo = "auto", pitfall, report, trace;
+  std::string algo = "auto", pitfall, report, trace, html;
   int ranks = 4, steps = 20, batch = 32, micro_batches = 1, dim = 16, hidden = 64, layers = 2;
   int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
   double lr = 0.05;
@@ -97,6 +98,11 @@ void declare(CLI::App* app, TrainFlags& f) {
       ->default_str("");
   app->add_option("--trace", f.trace,
                   "write a Chrome trace, one track per rank (open in ui.perfetto.dev)")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_option("--html", f.html,
+                  "write a self-contained HTML page: loss curve, memory per rank, traffic per "
+                  "group, time per collective (README, \"Pictures\")")
       ->type_name("FILE")
       ->default_str("");
   app->add_flag("--quiet", f.quiet, "no progress bar, no notes on stderr");
@@ -236,8 +242,9 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   // Open the output files before any work: a bad path is a usage error, not a lost run.
   // Only the process of global rank 0 prints and writes files (all of them, with threads).
   const bool root = train::holds_global_rank0();
-  OutputFile report, trace;
+  OutputFile report, trace, html;
   if (root && given(a, "--report")) report = OutputFile("train", "report", f.report);
+  if (root && given(a, "--html")) html = OutputFile("train", "html", f.html);
   if (root && given(a, "--trace")) trace = OutputFile("train", "trace", f.trace);
   config.trace = given(a, "--trace");  // every rank records its timeline; rank 0 writes the file
   const bool check = f.check;
@@ -306,6 +313,16 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
     report.commit(
         report_json(config, train::model_layout(config).size(), run, check ? &result : nullptr));
     std::printf("report: %s\n", report.name().c_str());
+  }
+  if (html.open()) {
+    const nlohmann::json r =
+        report_object(config, train::model_layout(config).size(), run, check ? &result : nullptr);
+    const std::string title = std::string(train::to_string(config.strategy)) + " " +
+                              train::to_string(config.model) + " on " +
+                              std::to_string(config.ranks) + " ranks";
+    html.commit(
+        html_page("dtsim train", "one run; hover a mark for its value", {{title, r}}, nullptr));
+    std::printf("html: %s\n", html.name().c_str());
   }
   if (trace.open()) {
     trace.commit(trace_json(config, run));

@@ -1,0 +1,89 @@
+// One core, no ranks: the MLP training step of bench/torch_compare.sh (forward, backward,
+// SGD; fresh synthetic batch every step, as `dtsim train --strategy single` does) timed
+// per step in wall-clock and in this thread's CPU time. CPU time is what the step costs
+// the core; on a shared machine it stays put while wall time grows with other programs.
+//
+//   mlp_step [--dim D] [--hidden H] [--batch B] [--steps S]
+//
+// Prints `dtsim_step wall_ms W cpu_ms C` (medians over the steps after the first).
+#include <oneapi/tbb/global_control.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "model/data.h"
+#include "model/mlp.h"
+#include "model/optimizer.h"
+
+namespace {
+
+double now(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dtsim::model;
+  MlpConfig c;
+  c.input_dim = 256;
+  c.hidden_dim = 1024;
+  c.num_blocks = 1;
+  int batch = 64, steps = 50;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const int v = std::atoi(argv[i + 1]);
+    if (flag == "--dim") {
+      c.input_dim = v;
+    } else if (flag == "--hidden") {
+      c.hidden_dim = v;
+    } else if (flag == "--batch") {
+      batch = v;
+    } else if (flag == "--steps") {
+      steps = v;
+    } else {
+      std::fprintf(stderr, "mlp_step: unknown option '%s' (--dim/--hidden/--batch/--steps)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  if (c.input_dim < 1 || c.hidden_dim < 1 || batch < 1 || steps < 2) {
+    std::fprintf(stderr, "mlp_step: --dim, --hidden, --batch must be >= 1, --steps >= 2\n");
+    return 2;
+  }
+  // One thread: oneTBB's workers would run kernels outside this thread's CPU clock.
+  tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
+  MlpModel model(c, 1);
+  SgdConfig sc;
+  sc.lr = 0.05f;
+  Sgd sgd(sc, model.num_params());
+  RegressionTask task(c.input_dim, c.output_dim, 1);
+  std::vector<float> x(size_t(batch) * c.input_dim), y(size_t(batch) * c.output_dim);
+  std::vector<double> wall, cpu;
+  for (int s = 0; s < steps; ++s) {
+    const double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
+    model.zero_grad();
+    task.batch(s, 0, batch, x, y);
+    model.forward_backward(x, y, batch);
+    sgd.step(model.params(), model.grads());
+    if (s > 0) {
+      wall.push_back(now(CLOCK_MONOTONIC) - w0);
+      cpu.push_back(now(CLOCK_THREAD_CPUTIME_ID) - c0);
+    }
+  }
+  std::printf("dtsim_step wall_ms %.3f cpu_ms %.3f\n", median(wall) * 1e3, median(cpu) * 1e3);
+  return 0;
+}

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Renders dtsim's --html pages in headless Chromium and checks every chart against the JSON.
+
+usage: check_html.py DTSIM CASE [--screenshot PNG]
+
+Each case runs build/dtsim with --html (and --report where the command has it), loads the
+page in Chromium (`--dump-dom`: the DOM after our script ran), and compares every mark the
+script drew (data-* attributes of the SVG elements) with the numbers of the JSON report of
+the same run: losses and the reference's, memory per rank and category, the rank x rank
+bytes and messages of every communicator group, and each rank's seconds per collective.
+The page must be self-contained: no src/href/url() that would fetch anything.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from html.parser import HTMLParser
+
+CATEGORIES = ["weights", "gradients", "master_weights", "adam_m", "adam_v", "activations"]
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run",
+                  "--disable-dev-shm-usage"]
+
+
+class Failure(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def chromium():
+    for name in ["chromium", "chromium-browser", "google-chrome"]:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise Failure("no chromium found: install it (apt-get install chromium, or "
+                  "scripts/quickstart.sh test)")
+
+
+def browser(page, extra, timeout=120):
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra,
+               "file://" + os.path.abspath(page)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    expect(p.returncode == 0, f"chromium exit {p.returncode}: {p.stderr[-2000:]}")
+    return p.stdout
+
+
+class Dom(HTMLParser):
+    """Every element as (tag, attrs), in document order, and the embedded JSON."""
+
+    def __init__(self):
+        super().__init__()
+        self.elements = []
+        self.data_json = None
+        self._in_data = False
+        self._text = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.elements.append((tag, a))
+        if tag == "script" and a.get("id") == "dtsim-data":
+            self._in_data = True
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag == "script" and self._in_data:
+            self._in_data = False
+            self.data_json = json.loads("".join(self._text))
+
+    def handle_data(self, data):
+        if self._in_data:
+            self._text.append(data)
+
+
+def render(page):
+    text = open(page, encoding="utf-8").read()
+    for needle in ["<link", " src=", "@import", "url(", "https://", "<iframe"]:
+        expect(needle not in text, f"page is not self-contained: it contains '{needle}'")
+    dom = Dom()
+    dom.feed(browser(page, ["--dump-dom"]))
+    body = [a for t, a in dom.elements if t == "body"]
+    expect(body, "no <body> in the rendered DOM")
+    expect("data-error" not in body[0], f"the page's script failed: {body[0].get('data-error')}")
+    expect("data-rendered" in body[0], "the page's script did not finish (no data-rendered)")
+    return dom
+
+
+def number(s):
+    return None if s == "null" else float(s)
+
+
+def panels_of(dom):
+    """Elements grouped by the panel (section data-panel) they belong to, in order."""
+    panels, current = [], None
+    for tag, a in dom.elements:
+        if tag == "section" and "data-panel" in a:
+            current = []
+            panels.append(current)
+        elif current is not None:
+            current.append((tag, a))
+    return panels
+
+
+def check_panel(elements, report, where):
+    charts = [a["data-chart"] for t, a in elements if "data-chart" in a]
+    groups = [g["group"] for g in report["traffic"]]
+    expect(charts == ["loss", "memory", "time"] + ["traffic"] * len(groups),
+           f"{where}: charts {charts}, expected loss, memory, time and traffic for {groups}")
+
+    series = {a["data-series"]: a["data-values"] for t, a in elements if "data-series" in a}
+    got = [number(x) for x in series.get("run", "").split(",")]
+    expect(got == report["losses"], f"{where}: loss curve {got[:4]}... != report {report['losses'][:4]}...")
+    check = report.get("check")
+    if check:
+        ref = [number(x) for x in series.get("reference", "").split(",")]
+        expect(ref == check["reference_losses"], f"{where}: reference curve differs from report")
+    else:
+        expect("reference" not in series, f"{where}: a reference curve without --check")
+
+    bars = {(int(a["data-rank"]), a["data-category"]): int(a["data-bytes"])
+            for t, a in elements if t == "rect" and "data-category" in a}
+    want = {(r["rank"], c): r["memory_bytes"][c] for r in report["ranks"] for c in CATEGORIES}
+    expect(bars == want, f"{where}: memory bars {sorted(bars.items())[:6]}... != report")
+
+    cells = {(a["data-group"], a["data-metric"], int(a["data-src"]), int(a["data-dst"])):
+             int(a["data-value"]) for t, a in elements if t == "rect" and "data-metric" in a}
+    want = {(g["group"], m, i, j): g[m][i][j] for g in report["traffic"]
+            for m in ["bytes", "messages"] for i in range(len(g[m])) for j in range(len(g[m]))}
+    expect(cells == want, f"{where}: traffic cells differ from report "
+           f"({len(cells)} drawn, {len(want)} in the report)")
+    for i, r in enumerate(report["ranks"]):
+        sent = sum(g["bytes"][i][j] for g in report["traffic"] for j in range(len(g["bytes"])))
+        expect(sent == r["bytes_sent"], f"{where}: rank {i} traffic row sum {sent} != bytes_sent")
+
+    times = {(a["data-op"], int(a["data-rank"])): float(a["data-seconds"])
+             for t, a in elements if t == "rect" and "data-op" in a}
+    ops = {op for r in report["ranks"] for op, c in r["collectives"].items() if c["seconds"] > 0}
+    want = {(op, r["rank"]): r["collectives"].get(op, {}).get("seconds", 0)
+            for op in ops for r in report["ranks"]}
+    expect(times == want, f"{where}: collective time bars differ from report")
+    return len(charts)
+
+
+def dtsim(binary, *args):
+    p = subprocess.run([binary, *args], capture_output=True, text=True, timeout=600)
+    expect(p.returncode == 0, f"dtsim {' '.join(args)} exit {p.returncode}: {p.stderr[-1500:]}")
+    return p.stdout
+
+
+def case_train(binary, d, args, want_groups):
+    page, report = os.path.join(d, "p.html"), os.path.join(d, "r.json")
+    dtsim(binary, "train", *args, "--report", report, "--html", page, "--quiet")
+    r = json.load(open(report))
+    expect([g["group"] for g in r["traffic"]] == want_groups,
+           f"groups {[g['group'] for g in r['traffic']]} != {want_groups}")
+    dom = render(page)
+    panels = panels_of(dom)
+    expect(len(panels) == 1, f"{len(panels)} panels for one run")
+    n = check_panel(panels[0], r, "train")
+    print(f"ok: {n} charts match {report}")
+    return page
+
+
+def case_demo(binary, d):
+    page = os.path.join(d, "demo.html")
+    out = dtsim(binary, "demo", "--steps", "3", "--html", page, "--quiet")
+    dom = render(page)
+    data = dom.data_json
+    panels = panels_of(dom)
+    rows = [a for t, a in dom.elements if t == "tr" and "data-row" in a]
+    expect(len(panels) == len(data["panels"]) == len(rows) >= 14,
+           f"{len(panels)} panels, {len(rows)} table rows, {len(data['panels'])} runs")
+    for p, elements in zip(data["panels"], panels):
+        expect(p["title"].split()[0] in out, f"panel {p['title']} not in the printed table")
+        check_panel(elements, p["report"], p["title"])
+    # An independent run of the demo's zero2 mlp row: memory and traffic must be the same.
+    report = os.path.join(d, "zero2.json")
+    dtsim(binary, "train", "--strategy", "zero2", "--ranks", "4", "--batch", "256",
+          "--optimizer", "adam", "--lr", "0.01", "--algo", "ring", "--steps", "3",
+          "--report", report, "--quiet")
+    alone = json.load(open(report))
+    zero2 = next(p["report"] for p in data["panels"] if p["title"] == "zero2 mlp")
+    expect([r["memory_bytes"] for r in zero2["ranks"]] == [r["memory_bytes"] for r in alone["ranks"]],
+           "demo zero2 memory differs from dtsim train's")
+    expect([(g["group"], g["bytes"], g["messages"]) for g in zero2["traffic"]] ==
+           [(g["group"], g["bytes"], g["messages"]) for g in alone["traffic"]],
+           "demo zero2 traffic differs from dtsim train's")
+    print(f"ok: {len(panels)} demo panels and the table match their reports")
+    return page
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    binary, case = sys.argv[1], sys.argv[2]
+    shot = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--screenshot" else None
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            if case == "train":
+                page = case_train(binary, d, ["--strategy", "dp-tp", "--ranks", "4", "--tp", "2",
+                                              "--steps", "8", "--batch", "16", "--check"],
+                                  ["world", "tp", "dp"])
+            elif case == "train_wide":
+                page = case_train(binary, d, ["--strategy", "ddp", "--ranks", "16", "--steps", "4",
+                                              "--batch", "32"], ["world"])
+            elif case == "train_ep":
+                page = case_train(binary, d, ["--strategy", "ep", "--model", "moe", "--ranks", "4",
+                                              "--steps", "4", "--batch", "32", "--check"], ["world"])
+            elif case == "demo":
+                page = case_demo(binary, d)
+            else:
+                print(f"unknown case {case}", file=sys.stderr)
+                return 2
+            if shot:
+                browser(page, [f"--screenshot={os.path.abspath(shot)}", "--window-size=1400,1800",
+                               "--hide-scrollbars"])
+                print(f"screenshot: {shot}")
+        except Failure as e:
+            print(f"FAIL {case}: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
