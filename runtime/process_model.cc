@@ -1,5 +1,6 @@
 #include "runtime/process_model.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -37,6 +38,16 @@ std::string ProcessModel::describe() const {
   if (!mpi) return std::to_string(threads) + " rank threads";
   return std::to_string(processes) + " MPI processes x " + std::to_string(threads) +
          " rank thread" + (threads == 1 ? "" : "s");
+}
+
+namespace {
+std::atomic<void (*)()> g_termination_cleanup{nullptr};
+}  // namespace
+
+void set_termination_cleanup(void (*cleanup)()) { g_termination_cleanup.store(cleanup); }
+
+void run_termination_cleanup() {
+  if (void (*cleanup)() = g_termination_cleanup.load()) cleanup();
 }
 
 }  // namespace dtsim

@@ -37,4 +37,12 @@ struct ProcessModel {
   std::string describe() const;
 };
 
+// What the program must undo when a termination signal ends the process early, such as
+// removing the temporary files of outputs not yet committed. The MPI process's signal thread
+// (which replaces the program's own SIGTERM / SIGINT handlers) calls it before the process
+// exits on either signal. Set once, before the first World; `cleanup` must be safe to run on
+// any thread while other threads still run. Thread safety: both are safe from any thread.
+void set_termination_cleanup(void (*cleanup)());
+void run_termination_cleanup();
+
 }  // namespace dtsim

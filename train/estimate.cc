@@ -47,4 +47,23 @@ Estimate estimate(const EstimateInput& in) {
   return e;
 }
 
+MeshEstimate estimate_mesh(const MeshEstimateInput& in) {
+  const pipeline::ScheduleSpec& spec = in.schedule;
+  MeshEstimate m;
+  m.devices = in.dp * in.tp * spec.stages;
+  m.params_per_device = in.params / (static_cast<double>(in.tp) * spec.stages);
+  m.state = estimate({.params = m.params_per_device,
+                      .ranks = in.dp,
+                      .zero_stage = in.zero_stage,
+                      .precision = in.precision,
+                      .optimizer = in.optimizer});
+  const pipeline::DryRun run = pipeline::dry_run(pipeline::make_schedule(spec));
+  m.bubble = run.bubble;
+  m.bubble_formula = pipeline::bubble_formula(spec);
+  m.in_flight = run.peak_in_flight;
+  const double chunk = in.activation_bytes / (spec.stages * spec.virtual_stages);
+  for (int n : m.in_flight) m.activation_bytes.push_back(n * chunk);
+  return m;
+}
+
 }  // namespace dtsim::train

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <array>
+#include <vector>
 
 #include "model/memory.h"
+#include "train/pipeline_parallel/schedule.h"
+#include "train/pipeline_parallel/schedule_check.h"
 
 namespace dtsim::train {
 
@@ -33,5 +36,36 @@ struct Estimate {
 
 // The estimate for `in` (ranks >= 1, stage 0..3).
 Estimate estimate(const EstimateInput& in);
+
+// A device mesh dp x tp x pp (Megatron-LM's 3D parallelism) with ZeRO along dp. Each device
+// holds Psi / (tp pp) parameters (tensor parallelism shards every layer, the pipeline
+// splits the layers evenly); ZeRO shards that slice's state over the dp ranks of its stage.
+struct MeshEstimateInput {
+  double params = 0;  // Psi of the whole model
+  int dp = 1, tp = 1;
+  int zero_stage = 0;
+  model::Precision precision = model::Precision::kMixedBf16;
+  model::OptimizerKind optimizer = model::OptimizerKind::kAdam;
+  pipeline::ScheduleSpec schedule;  // stages = pp; must validate
+  // Activations one micro-batch saves for backward through the whole model on one
+  // tensor-parallel rank (0: unknown, only the in-flight counts are estimated).
+  double activation_bytes = 0;
+};
+
+struct MeshEstimate {
+  int devices = 1;               // dp tp pp
+  double params_per_device = 0;  // Psi / (tp pp)
+  Estimate state;                // model state of one device; traffic is the dp group's only
+  // The schedule's unit-slot dry run: measured bubble and peak in-flight micro-batches (chunk
+  // units when interleaved) per stage; the paper's formula beside it.
+  pipeline::Fraction bubble, bubble_formula;
+  std::vector<int> in_flight;
+  // Per stage: in_flight x activation_bytes / (pp v), the activations a device of the stage
+  // holds at its peak.
+  std::vector<double> activation_bytes;
+};
+
+// The estimate for `in` (dp, tp >= 1; in.schedule valid).
+MeshEstimate estimate_mesh(const MeshEstimateInput& in);
 
 }  // namespace dtsim::train

@@ -70,6 +70,71 @@ def case_estimate():
     rc, out, _ = run("estimate", "--params", "1e6", "--ranks", "4", "--stage", "2")
     expect(rc == 0 and out.count("(+ grads)") == 1 and "(DDP)" not in out.split("\n\n")[1],
            "--stage 2 shows one row:\n" + out)
+    # Without mesh flags the output is what it was before the mesh existed, to the byte.
+    rc, out, _ = run("estimate", "--params", "7e9", "--ranks", "8")
+    expect(out == FLAT_ESTIMATE, "flat estimate changed:\n" + out)
+    # The mesh: a device's slice of the model, ZeRO along dp, the pipeline from its schedule.
+    rc, out, _ = run("estimate", "--params", "7e9", "--dp", "2", "--tp", "2", "--pp", "4",
+                     "--zero", "1", "--micro-batches", "8", "--activations", "16e9")
+    expect(rc == 0, f"mesh estimate exit code {rc}")
+    expect_match(r"^dtsim estimate: 7e\+09 params on a mesh of dp 2 x tp 2 x pp 4 = 16 devices", out,
+                 "mesh header")
+    expect_match(r"^  ZeRO-1 +1\.75 GB +1\.75 GB +1\.75 GB +1\.75 GB +1\.75 GB +8\.75 GB +10 +1\.75 GB$",
+                 out, "mesh state row")
+    expect_match(r"^pipeline bubble: 3/11 of the slots idle \(27\.3%\).* = 3/11$", out, "bubble")
+    expect_match(r"^  stage 0: 4 in flight = 16 GB$", out, "1f1b stage 0: 4 x A/4")
+    expect_match(r"^  stage 3: 1 in flight = 4 GB$", out, "1f1b stage 3: 1 x A/4")
+    expect_match(r"^largest device: 8\.75 GB of model state \+ 16 GB of activations = 24\.75 GB$",
+                 out, "largest device")
+    rc, out, _ = run("estimate", "--params", "1e9", "--pp", "4", "--micro-batches", "8",
+                     "--schedule", "interleaved", "--virtual-stages", "2")
+    expect(rc == 0 and re.search(r"^pipeline bubble: 3/19 ", out, re.M), f"interleaved:\n{out}")
+    expect_match(r"^  stage 0: 11 in flight$", out, "interleaved in-flight chunks")
+
+
+FLAT_ESTIMATE = """dtsim estimate: 7e+09 params, 8 ranks, mixed precision (bf16 weights and gradients, fp32 master), adam
+
+  stage          weights    grads  master  adam_m  adam_v     total  B/param  sent/step
+  -------------------------------------------------------------------------------------
+  0 (DDP)          14 GB    14 GB   28 GB   28 GB   28 GB    112 GB       16    24.5 GB
+  1 (opt state)    14 GB    14 GB  3.5 GB  3.5 GB  3.5 GB   38.5 GB      5.5    24.5 GB
+  2 (+ grads)      14 GB  1.75 GB  3.5 GB  3.5 GB  3.5 GB  26.25 GB     3.75    24.5 GB
+  3 (+ weights)  1.75 GB  1.75 GB  3.5 GB  3.5 GB  3.5 GB     14 GB        2   36.75 GB
+
+stage 0 (DDP): 16 bytes/param x 7e+09 params = 112 GB per device; one gradient is 14 GB (bf16);
+a ring all-reduce of it sends 2(N - 1)/N x 14 GB = 24.5 GB per device per step.
+"""
+
+
+def case_walk_pipeline():
+    # The issue's two diagrams: p 4, m 8, bubble 3/11; 1F1B holds at most 4 on stage 0.
+    rc, out, err = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "gpipe")
+    expect(rc == 0 and err == "", f"gpipe exit code {rc}: {err}")
+    expect_match(r"^stage 0 F0 F1 F2 F3 F4 F5 F6 F7  \.  \.  \.  \.  \.  \. B0 B1 B2 B3 B4 B5 B6 B7$",
+                 out, "gpipe stage 0 row")
+    expect_match(r"^stage 3  \.  \.  \. F0 F1 F2 F3 F4 F5 F6 F7 B0 ", out, "gpipe stage 3 row")
+    expect_match(r"^bubble: 3/11 of the slots idle \(27\.3%.*formula \(p - 1\)/\(m \+ p - 1\) = 3/11$",
+                 out, "gpipe bubble")
+    expect_match(r"^  stage 0: 8 \(bound 8\)$", out, "gpipe holds all 8")
+    rc, out, _ = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "1f1b")
+    expect(rc == 0, f"1f1b exit code {rc}")
+    expect_match(r"^stage 0 F0 F1 F2 F3  \.  \.  \. B0 F4 B1 F5 B2 F6 B3 F7 B4  \. B5  \. B6  \. B7$",
+                 out, "1f1b stage 0 row")
+    expect_match(r"^bubble: 3/11 ", out, "1f1b bubble")
+    for r, peak in enumerate([4, 3, 2, 1]):
+        expect_match(rf"^  stage {r}: {peak} \(bound {peak}\)$", out, f"1f1b peak stage {r}")
+    rc, out, _ = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "interleaved",
+                     "--virtual-stages", "2")
+    expect(rc == 0, f"interleaved exit code {rc}")
+    expect_match(r"^stage 0 F0\.0 F1\.0 F2\.0 F3\.0 F0\.1 ", out, "interleaved cells")
+    expect_match(r"^bubble: 3/19 .*formula \(p - 1\)/\(v m \+ p - 1\) = 3/19$", out,
+                 "interleaved bubble")
+    expect_match(r"^F3\.1: forward of micro-batch 3 through the stage's chunk 1", out, "legend")
+    rc, out, _ = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "zb-h1")
+    expect(rc == 0 and re.search(r"^bubble: 1/9 ", out, re.M), f"zb-h1 {rc}:\n{out}")
+    # Defaults: 1f1b, 8 micro-batches; one stage has no bubble.
+    rc, out, _ = run("walk", "--pp", "1")
+    expect(rc == 0 and "bubble: 0/1 " in out, f"--pp 1: {rc}\n{out}")
 
 
 def case_train():
@@ -244,7 +309,21 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["estimate", "--params", "7e9", "--stage", "4"], "--stage must be between 0 and 3"),
     (["estimate", "--params", "-1"], "--params must be between"),
     (["estimate", "--params", "7e9", "--precision", "fp8"], "--precision must be one of bf16, fp32"),
+    (["estimate", "--params", "7e9", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved",
+      "--virtual-stages", "2"], "--micro-batches 6 must be a multiple of --pp 4"),
+    (["estimate", "--params", "7e9", "--pp", "2", "--virtual-stages", "2"], "--virtual-stages 2 needs --schedule interleaved"),
+    (["estimate", "--params", "7e9", "--pp", "0"], "--pp must be between 1 and 1024 (got 0)"),
+    (["estimate", "--params", "7e9", "--dp", "2", "--ranks", "8"], "--ranks is the flat estimate's data-parallel size; with the mesh give --dp"),
+    (["estimate", "--params", "7e9", "--zero", "1", "--stage", "1"], "--stage is the flat estimate's ZeRO stage; with the mesh give --zero"),
+    (["estimate", "--params", "7e9", "--zero", "4"], "--zero must be between 0 and 3"),
     (["walk"], "--op is required"),
+    (["walk", "--pp", "0"], "--pp must be between 1 and 64 (got 0)"),
+    (["walk", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved",
+      "--virtual-stages", "2"], "--micro-batches 6 must be a multiple of --pp 4 for --schedule interleaved"),
+    (["walk", "--pp", "4", "--virtual-stages", "2"], "--virtual-stages 2 needs --schedule interleaved"),
+    (["walk", "--pp", "4", "--schedule", "pipedream"], "--schedule must be one of gpipe, 1f1b, interleaved, zb-h1"),
+    (["walk", "--schedule", "gpipe"], "--schedule needs --pp"),
+    (["walk", "--pp", "2", "--op", "all_reduce"], "--op walks a collective; with --pp give only"),
     (["walk", "--op", "scan"], "--op must be one of all_reduce"),
     (["walk", "--op", "reduce", "--root", "5"], "--root must be between 0 and 3 (got 5)"),
     (["demo", "--steps", "0"], "--steps must be between 1"),

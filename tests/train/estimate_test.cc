@@ -55,5 +55,45 @@ TEST(Estimate, Fp32AndOneRank) {
   EXPECT_DOUBLE_EQ(e.bytes_sent_per_step, 0);
 }
 
+TEST(EstimateMesh, ModelStateIsTheStagesSliceShardedAlongDp) {
+  // 7B on dp 2 x tp 2 x pp 4: a device holds 7e9 / 8 parameters; ZeRO-1 over dp 2 halves
+  // master, m and v: 2 + 2 + 12 / 2 = 10 bytes per parameter of the slice.
+  MeshEstimateInput in;
+  in.params = 7e9, in.dp = 2, in.tp = 2, in.zero_stage = 1;
+  in.schedule = {pipeline::ScheduleKind::kOneFOneB, 4, 8, 1};
+  const MeshEstimate m = estimate_mesh(in);
+  EXPECT_EQ(m.devices, 16);
+  EXPECT_DOUBLE_EQ(m.params_per_device, 7e9 / 8);
+  EXPECT_DOUBLE_EQ(m.state.static_bytes, 10 * 7e9 / 8);
+  EXPECT_DOUBLE_EQ(m.state.bytes_sent_per_step, 0.5 * (2 + 2) * 7e9 / 8)
+      << "reduce-scatter + all-gather over the dp pair, of the slice only";
+  // A mesh of one stage and one tp rank is the flat estimate.
+  MeshEstimateInput one_stage;
+  one_stage.params = 7e9, one_stage.dp = 8, one_stage.zero_stage = 3;
+  const MeshEstimate flat = estimate_mesh(one_stage);
+  const Estimate e = estimate({.params = 7e9, .ranks = 8, .zero_stage = 3});
+  EXPECT_EQ(flat.state.bytes, e.bytes);
+  EXPECT_EQ(flat.state.bytes_sent_per_step, e.bytes_sent_per_step);
+}
+
+TEST(EstimateMesh, BubbleAndActivationsFollowTheSchedule) {
+  MeshEstimateInput in;
+  in.params = 1e9, in.activation_bytes = 8e9;
+  in.schedule = {pipeline::ScheduleKind::kGpipe, 4, 8, 1};
+  MeshEstimate m = estimate_mesh(in);
+  EXPECT_EQ(m.bubble, (pipeline::Fraction{3, 11}));
+  EXPECT_EQ(m.bubble, m.bubble_formula);
+  // GPipe: all 8 micro-batches in flight, each a quarter of A on its stage.
+  EXPECT_EQ(m.activation_bytes, (std::vector<double>{16e9, 16e9, 16e9, 16e9}));
+  in.schedule.kind = pipeline::ScheduleKind::kOneFOneB;
+  m = estimate_mesh(in);
+  EXPECT_EQ(m.activation_bytes, (std::vector<double>{8e9, 6e9, 4e9, 2e9}));
+  in.schedule = {pipeline::ScheduleKind::kInterleaved, 4, 8, 2};
+  m = estimate_mesh(in);
+  EXPECT_EQ(m.bubble, (pipeline::Fraction{3, 19}));
+  // 11 chunk micro-batches of A/8 on stage 0: more than 1F1B's 4 x A/4.
+  EXPECT_DOUBLE_EQ(m.activation_bytes[0], 11 * 1e9);
+}
+
 }  // namespace
 }  // namespace dtsim::train

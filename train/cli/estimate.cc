@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
@@ -31,9 +33,126 @@ struct EstimateFlags {
   double params = 0;
   int ranks = 8, stage = -1;
   std::string precision = "bf16", optimizer = "adam";
+  // The mesh (any of these given: estimate_mesh).
+  int dp = 1, tp = 1, pp = 1, zero = 0, micro_batches = 1, virtual_stages = 1;
+  std::string schedule = "1f1b";
+  double activations = 0;
 };
 
-int run_estimate(const EstimateFlags& f) {
+const char* kMeshFlags[] = {
+    "--dp",         "--tp", "--pp", "--zero", "--micro-batches", "--schedule", "--virtual-stages",
+    "--activations"};
+
+// One table row of a device's model state: the categories, total, B/param, sent/step.
+std::vector<std::string> state_row(std::string first, const train::Estimate& e, double params) {
+  std::vector<std::string> row{std::move(first)};
+  for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+    if (c != static_cast<int>(model::MemoryCategory::kActivations)) {
+      row.push_back(decimal_bytes(e.bytes[c]));
+    }
+  }
+  row.push_back(decimal_bytes(e.static_bytes));
+  row.push_back(fmt::format("{:.4g}", e.static_bytes / params));
+  row.push_back(decimal_bytes(e.bytes_sent_per_step));
+  return row;
+}
+
+std::vector<std::string> state_header(const char* first, const char* sent) {
+  std::vector<std::string> header{first};
+  for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+    if (c != static_cast<int>(model::MemoryCategory::kActivations)) {
+      header.push_back(category_short_name(c));
+    }
+  }
+  header.insert(header.end(), {"total", "B/param", sent});
+  return header;
+}
+
+int run_mesh_estimate(const CLI::App& app, const EstimateFlags& f) {
+  for (const char* flag : {"--ranks", "--stage"}) {
+    if (given(app, flag)) {
+      fail("estimate", std::string(flag) + (flag[2] == 'r' ? " is the flat estimate's data-parallel"
+                                                             " size; with the mesh give --dp"
+                                                           : " is the flat estimate's ZeRO stage;"
+                                                             " with the mesh give --zero"));
+    }
+  }
+  train::MeshEstimateInput in;
+  in.params = f.params;
+  in.dp = f.dp;
+  in.tp = f.tp;
+  in.zero_stage = f.zero;
+  const bool bf16 = f.precision == "bf16";
+  in.precision = bf16 ? model::Precision::kMixedBf16 : model::Precision::kFp32;
+  in.optimizer = f.optimizer == "adam" ? model::OptimizerKind::kAdam : model::OptimizerKind::kSgd;
+  train::pipeline::parse_schedule(f.schedule, &in.schedule.kind);  // OneOf accepted it
+  in.schedule.stages = f.pp;
+  in.schedule.micro_batches = f.micro_batches;
+  in.schedule.virtual_stages = f.virtual_stages;
+  if (const std::string why = train::pipeline::validate(in.schedule); !why.empty()) {
+    fail("estimate", why);
+  }
+  in.activation_bytes = f.activations;
+  const train::MeshEstimate m = train::estimate_mesh(in);
+  const train::pipeline::ScheduleSpec& s = in.schedule;
+
+  std::printf(
+      "dtsim estimate: %.4g params on a mesh of dp %d x tp %d x pp %d = %d devices, %s, %s\n",
+      in.params, in.dp, in.tp, s.stages, m.devices,
+      bf16 ? "mixed precision (bf16 weights and gradients, fp32 master)" : "fp32",
+      optimizer_name(in.optimizer));
+  std::printf("pipeline: %s, %d micro-batches", train::pipeline::info(s.kind).title,
+              s.micro_batches);
+  if (s.virtual_stages > 1) std::printf(", %d virtual stages", s.virtual_stages);
+  std::printf(
+      "\n\nmodel state per device: %.4g params (Psi / (tp pp)), ZeRO-%d over the dp %d "
+      "ranks of its stage\n",
+      m.params_per_device, in.zero_stage, in.dp);
+  std::vector<std::string> header = state_header("", "dp sent/step");
+  std::vector<bool> right(header.size(), true);
+  right[0] = false;
+  Table t(header, right);
+  t.add(state_row(fmt::format("ZeRO-{}", in.zero_stage), m.state, m.params_per_device));
+  t.print(stdout, "  ");
+
+  std::printf(
+      "\npipeline bubble: %s of the slots idle (%.1f%%), from the schedule's dry run; "
+      "formula %s = %s\n",
+      train::pipeline::to_string(m.bubble).c_str(), 100 * m.bubble.value(),
+      train::pipeline::info(s.kind).formula, train::pipeline::to_string(m.bubble_formula).c_str());
+  const bool chunks = s.virtual_stages > 1;
+  if (f.activations > 0) {
+    std::printf(
+        "activations per device at the peak (A = %s per micro-batch through the whole "
+        "model on one tp rank; a %s holds A/%d):\n",
+        decimal_bytes(f.activations).c_str(), chunks ? "chunk" : "stage",
+        s.stages * s.virtual_stages);
+  } else {
+    std::printf(
+        "activations per device at the peak, in-flight %s (give --activations A, the "
+        "bytes one micro-batch saves through the whole model, for bytes):\n",
+        chunks ? "chunk micro-batches (each A/(p v))" : "micro-batches (each A/p)");
+  }
+  for (int r = 0; r < s.stages; ++r) {
+    std::printf("  stage %d: %d in flight", r, m.in_flight[r]);
+    if (f.activations > 0) std::printf(" = %s", decimal_bytes(m.activation_bytes[r]).c_str());
+    std::printf("\n");
+  }
+  const double peak_activations =
+      *std::max_element(m.activation_bytes.begin(), m.activation_bytes.end());
+  if (f.activations > 0) {
+    std::printf("\nlargest device: %s of model state + %s of activations = %s\n",
+                decimal_bytes(m.state.static_bytes).c_str(),
+                decimal_bytes(peak_activations).c_str(),
+                decimal_bytes(m.state.static_bytes + peak_activations).c_str());
+  }
+  return 0;
+}
+
+int run_estimate(const CLI::App& app, const EstimateFlags& f) {
+  for (const char* flag : kMeshFlags) {
+    if (given(app, flag)) return run_mesh_estimate(app, f);
+  }
   train::EstimateInput in;
   in.params = f.params;
   in.ranks = f.ranks;
@@ -88,11 +207,14 @@ int run_estimate(const EstimateFlags& f) {
 
 Command add_estimate(CLI::App& dtsim) {
   CLI::App* app = dtsim.add_subcommand(
-      "estimate", "memory per device and bytes per step for ZeRO stages 0-3 (analytical)");
+      "estimate",
+      "memory per device and bytes per step for ZeRO stages 0-3 or a dp x tp x pp mesh");
   describe(app,
            "Static memory per device by category (weights, gradients, fp32 master weights, Adam m\n"
            "and v; activations are not estimated) and bytes each device sends per step with ring\n"
-           "collectives, for ZeRO stage 0 (DDP) to 3, or only --stage. GB are 10^9 bytes.");
+           "collectives, for ZeRO stage 0 (DDP) to 3, or only --stage. GB are 10^9 bytes.\n"
+           "With --dp, --tp or --pp (or any pipeline flag): one device of a 3D mesh, ZeRO --zero\n"
+           "along dp, the pipeline bubble from the schedule and activations per stage.");
   app->option_defaults()->always_capture_default();
   app->fallthrough();  // --config belongs to dtsim
   auto f = std::make_shared<EstimateFlags>();
@@ -108,8 +230,25 @@ Command add_estimate(CLI::App& dtsim) {
                   "bf16: mixed, bf16 weights and gradients with an fp32 master copy")
       ->check(OneOf({"bf16", "fp32"}));
   app->add_option("--optimizer", f->optimizer)->check(OneOf({"adam", "sgd"}));
-  app->footer("example: dtsim estimate --params 7e9 --ranks 8");
-  return {app, [f] { return run_estimate(*f); }};
+  app->add_option("--dp", f->dp, "mesh: data-parallel size")->transform(Integer(1, 1000000));
+  app->add_option("--tp", f->tp, "mesh: tensor-parallel size")->transform(Integer(1, 1024));
+  app->add_option("--pp", f->pp, "mesh: pipeline stages")->transform(Integer(1, 1024));
+  app->add_option("--zero", f->zero, "mesh: ZeRO stage along dp")->transform(Integer(0, 3));
+  app->add_option("--micro-batches", f->micro_batches, "mesh: micro-batches per step")
+      ->transform(Integer(1, 4096));
+  app->add_option("--schedule", f->schedule, "mesh: pipeline schedule")
+      ->check(OneOf(train::pipeline::schedule_names()));
+  app->add_option("--virtual-stages", f->virtual_stages,
+                  "mesh: model chunks per stage (--schedule interleaved)")
+      ->transform(Integer(1, 64));
+  app->add_option("--activations", f->activations,
+                  "mesh: bytes of activations one micro-batch saves through the whole model")
+      ->check(Number(0, 1e18))
+      ->default_str("");
+  app->footer(
+      "example: dtsim estimate --params 7e9 --ranks 8\n"
+      "         dtsim estimate --params 7e9 --dp 2 --tp 2 --pp 4 --zero 1 --micro-batches 8");
+  return {app, [f, app] { return run_estimate(*app, *f); }};
 }
 
 }  // namespace dtsim::cli

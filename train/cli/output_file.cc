@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/process_model.h"
 #include "train/cli/flags.h"
 
 namespace dtsim::cli {
@@ -24,10 +25,15 @@ constexpr int kSlots = 16;
 char g_tmp_path[kSlots][PATH_MAX];
 std::atomic<bool> g_tmp_used[kSlots];
 
-void remove_temporaries_and_die(int sig) {
+// Async-signal-safe, and safe from any thread.
+void remove_temporaries() {
   for (int i = 0; i < kSlots; ++i) {
     if (g_tmp_used[i].load(std::memory_order_acquire)) unlink(g_tmp_path[i]);
   }
+}
+
+void remove_temporaries_and_die(int sig) {
+  remove_temporaries();
   // SA_RESETHAND restored the default action: the process dies of `sig` once this returns,
   // so that the shell sees 128 + sig and a calling script stops as for any killed program.
   raise(sig);
@@ -37,6 +43,8 @@ void install_handlers_once() {
   static bool installed = false;
   if (installed) return;
   installed = true;
+  // Under mpirun the MPI process takes over SIGTERM / SIGINT and calls this before exiting.
+  set_termination_cleanup(remove_temporaries);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
     struct sigaction old {};
     sigaction(sig, nullptr, &old);

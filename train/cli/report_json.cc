@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -139,6 +141,18 @@ json rank_json(const train::RankReport& r, int steps) {
           {"flight_recorder", flight}};
 }
 
+// FNV-1a (64 bit) over the final parameters' fp32 bit patterns, as 16 hex digits: two runs
+// with the same digest ended with the same parameters, bit for bit (tests/mpi compares them).
+std::string params_digest(const std::vector<float>& params) {
+  uint64_t h = 14695981039346656037ull;
+  for (float f : params) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    for (int b = 0; b < 4; ++b) h = (h ^ ((bits >> (8 * b)) & 0xff)) * 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
 }  // namespace
 
 const char* optimizer_name(model::OptimizerKind k) {
@@ -167,6 +181,7 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
             {"steps", run.steps},
             {"losses", run.losses},
             {"final_loss", run.losses.empty() ? 0.0 : run.losses.back()},
+            {"params_fnv1a", params_digest(run.params)},
             {"seconds_per_step", run.seconds_per_step},
             {"bytes_sent_per_step", run.bytes_sent_per_step()},
             {"ranks", ranks},

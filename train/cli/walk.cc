@@ -17,6 +17,7 @@
 #include "runtime/world.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
+#include "train/cli/walk_pipeline.h"
 
 namespace dtsim::cli {
 namespace {
@@ -141,6 +142,7 @@ std::string phase_name(const Plan& p, int phase, int step) {
 }
 
 int run_walk(const WalkFlags& f) {
+  if (f.op.empty()) fail("walk", "--op is required (the collective; or --pp for a pipeline)");
   Plan p;
   p.op = f.op;
   p.n = f.ranks;
@@ -243,8 +245,7 @@ Command add_walk(CLI::App& dtsim) {
   auto f = std::make_shared<WalkFlags>();
   app->add_option("--op", f->op, "the collective")
       ->check(OneOf(
-          {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"}))
-      ->required();
+          {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"}));
   app->add_option("--ranks", f->ranks, "number of rank threads")->transform(Integer(1, 16));
   app->add_option("--numel", f->numel, "elements per rank")->transform(Integer(0, 64));
   app->add_option("--algo", f->algo, "[default: the op's usual one]")
@@ -252,8 +253,14 @@ Command add_walk(CLI::App& dtsim) {
       ->default_str("");
   app->add_option("--root", f->root, "source of broadcast / destination of reduce")
       ->transform(Integer(0, 15));
-  app->footer("example: dtsim walk --op all_reduce --ranks 4 --numel 8");
-  return {app, [f] { return run_walk(*f); }};
+  const auto pipeline = add_walk_pipeline(app);  // --pp ...: walk_pipeline.cc
+  app->footer(
+      "example: dtsim walk --op all_reduce --ranks 4 --numel 8\n"
+      "         dtsim walk --pp 4 --micro-batches 8 --schedule 1f1b");
+  return {app, [f, pipeline] {
+            if (const std::optional<int> code = pipeline()) return *code;
+            return run_walk(*f);
+          }};
 }
 
 }  // namespace dtsim::cli

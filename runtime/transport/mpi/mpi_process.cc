@@ -93,6 +93,7 @@ void MpiProcess::watch_signals() {
   if (stop_.load()) return;
   const char* name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
   terminating_.store(true, std::memory_order_release);
+  run_termination_cleanup();  // the run cannot finish now: discard its unfinished outputs
   MpiLink* link = link_.load(std::memory_order_acquire);
   std::string where;
   int blamed = -1;
