@@ -12,6 +12,7 @@
 #include <span>
 
 #include "model/hooks.h"
+#include "model/layer_stack.h"
 #include "model/memory.h"
 #include "model/param_store.h"
 
@@ -28,6 +29,10 @@ struct MlpConfig {
 // ".b2" (D); layer L holds "head.w" (O, D), "head.b" (O).
 ParamLayout mlp_layout(const MlpConfig& config);
 
+// Layers [first, last) of the MLP's L + 1 (blocks 0..L-1, then the head): a pipeline stage's
+// slice, or the whole model for [0, L + 1).
+Layers mlp_layers(const MlpConfig& config, int first, int last);
+
 // Thread safety: none; a model is used by one thread at a time (each rank owns its own).
 class MlpModel {
  public:
@@ -37,17 +42,18 @@ class MlpModel {
   MlpModel& operator=(const MlpModel&) = delete;
 
   const MlpConfig& config() const { return config_; }
-  size_t num_params() const { return store_.size(); }
-  int num_layers() const { return store_.layout().num_layers(); }
-  ParamRange layer_range(int layer) const { return store_.layout().layer_range(layer); }
-  const ParamLayout& layout() const { return store_.layout(); }
-  ParamStore& store() { return store_; }
+  size_t num_params() const { return layout().size(); }
+  int num_layers() const { return layout().num_layers(); }
+  ParamRange layer_range(int layer) const { return layout().layer_range(layer); }
+  const ParamLayout& layout() const { return stack_.layout(); }
+  ParamStore& store() { return stack_.store(); }
+  LayerStack& stack() { return stack_; }
   // fp32 flat params / grads (Precision::kFp32 only; use store() for bf16).
-  std::span<float> params() { return store_.params(); }
-  std::span<float> grads() { return store_.grads(); }
-  void zero_grad() { store_.zero_grad(); }
+  std::span<float> params() { return store().params(); }
+  std::span<float> grads() { return store().grads(); }
+  void zero_grad() { store().zero_grad(); }
   // Bytes of weights, gradients and activations; an optimizer may record into it too.
-  MemoryLedger& memory() { return ledger_; }
+  MemoryLedger& memory() { return stack_.memory(); }
 
   // y (B, O) = model(x (B, D)).
   void forward(std::span<const float> x, int batch, std::span<float> y);
@@ -66,21 +72,9 @@ class MlpModel {
   }
 
  private:
-  void ensure_batch(int batch);
-  void run_forward(std::span<const float> x, int batch, LayerHooks* hooks);
-
   MlpConfig config_;
-  MemoryLedger ledger_;
-  ParamStore store_;
-  int batch_ = 0;
-  TrackedBuffer<float> xs_;    // (L+1, B, D) block inputs; xs_[L] feeds the head
-  TrackedBuffer<float> pre_;   // (L, B, H) W1 x + b1
-  TrackedBuffer<float> hid_;   // (L, B, H) gelu(pre)
-  TrackedBuffer<float> out_;   // (B, O) predictions
-  TrackedBuffer<float> dx_;    // (B, D) gradient flowing down the residual stream
-  TrackedBuffer<float> dh_;    // (B, H) gradient w.r.t. hid
-  TrackedBuffer<float> dp_;    // (B, H) gradient w.r.t. pre
-  TrackedBuffer<float> dout_;  // (B, O) gradient w.r.t. the predictions
+  LayerStack stack_;
+  MseLoss loss_;
 };
 
 }  // namespace dtsim::model

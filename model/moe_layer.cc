@@ -1,6 +1,7 @@
 #include "model/moe_layer.h"
 
 #include <algorithm>
+#include <string>
 
 #include "model/check.h"
 
@@ -80,6 +81,46 @@ size_t MoeLayer::activation_bytes() const {
   size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size();
   for (const ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
   return n * sizeof(float);
+}
+
+void MoeBlock::add_params(ParamLayout& layout) const {
+  const MoeConfig& m = config_;
+  layout.begin_layer("moe");
+  layout.add("moe.router", m.num_experts, m.d_model);
+  for (int e = 0; e < m.num_experts; ++e) {
+    const std::string p = "moe.expert" + std::to_string(e);
+    layout.add(p + ".w1", m.d_ff, m.d_model);
+    layout.add(p + ".b1", m.d_ff, 1);
+    layout.add(p + ".w2", m.d_model, m.d_ff);
+    layout.add(p + ".b2", m.d_model, 1);
+  }
+}
+
+std::unique_ptr<LayerState> MoeBlock::make_state(MemoryLedger* ledger) const {
+  return std::make_unique<State>(config_, ledger);
+}
+
+MoeBlock::State::~State() {
+  if (ledger != nullptr) ledger->add(MemoryCategory::kActivations, -recorded);
+}
+
+void MoeBlock::forward(std::span<const float> params, std::span<const float> x, int batch,
+                       std::span<float> y, LayerState& state, Workspace& /*ws*/) {
+  auto& s = static_cast<State&>(state);
+  s.aux_loss = s.layer.forward(params, x, batch, y);
+  const int64_t bytes = static_cast<int64_t>(s.layer.activation_bytes());
+  if (s.ledger != nullptr) s.ledger->add(MemoryCategory::kActivations, bytes - s.recorded);
+  s.recorded = bytes;
+}
+
+void MoeBlock::backward(std::span<const float> params, std::span<const float> x,
+                        std::span<const float> dy, const BackwardScale& scale,
+                        std::span<float> grads, std::span<float> dx, LayerState& state,
+                        Workspace& ws) {
+  auto& s = static_cast<State&>(state);
+  if (dx.empty()) dx = ws.take(0, x.size());  // MoeLayer always computes it
+  std::fill(dx.begin(), dx.end(), 0.0f);
+  s.layer.backward(params, dy, scale.grad_scale * static_cast<float>(scale.batch), grads, dx);
 }
 
 float DenseMoeReference::forward(std::span<const float> params, std::span<const float> h,

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "model/layer.h"
 #include "model/moe.h"
 
 namespace dtsim::model {
@@ -40,6 +41,36 @@ class MoeLayer {
   std::vector<float> d_in_;     // (rows, D) gradient w.r.t. the dispatched tokens
   std::vector<float> d_gate_;   // (T, k) gradient w.r.t. the gates
   std::vector<float> d_probs_;  // (T, E) gradient w.r.t. the router probabilities
+};
+
+// MoeLayer as a model Layer "moe": "moe.router" (E, D), then "moe.expert<e>.w1" (F, D),
+// ".b1" (F), ".w2" (D, F), ".b2" (D) for each e. Each micro-batch's state holds its own
+// MoeLayer (routing and expert activations), whose bytes it records as activations. The
+// aux loss's weight in the objective is grad_scale * B (the objective is sum CE + B aux).
+class MoeBlock : public Layer {
+ public:
+  explicit MoeBlock(const MoeConfig& config) : config_(config) {}
+  void add_params(ParamLayout& layout) const override;
+  int in_dim() const override { return config_.d_model; }
+  int out_dim() const override { return config_.d_model; }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override;
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override;
+
+  struct State : LayerState {
+    State(const MoeConfig& c, MemoryLedger* ledger) : layer(c), ledger(ledger) {}
+    ~State() override;
+    MoeLayer layer;
+    MemoryLedger* ledger;
+    int64_t recorded = 0;  // activation bytes recorded in the ledger
+    float aux_loss = 0;    // of the last forward
+  };
+
+ private:
+  MoeConfig config_;
 };
 
 // The dense all-expert reference with the same contract as MoeLayer.

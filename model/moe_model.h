@@ -11,6 +11,7 @@
 #include <span>
 
 #include "model/hooks.h"
+#include "model/layer_stack.h"
 #include "model/memory.h"
 #include "model/moe.h"
 #include "model/moe_layer.h"
@@ -29,6 +30,9 @@ struct MoeModelConfig {
 // "head.w" (C, D), "head.b" (C).
 ParamLayout moe_model_layout(const MoeModelConfig& config);
 
+// The classifier's three layers: Linear embed, MoeBlock, Linear head.
+Layers moe_model_layers(const MoeModelConfig& config);
+
 // Thread safety: none; a model is used by one thread at a time (each rank owns its own).
 class MoeModel {
  public:
@@ -40,15 +44,16 @@ class MoeModel {
   MoeModel& operator=(const MoeModel&) = delete;
 
   const MoeModelConfig& config() const { return config_; }
-  size_t num_params() const { return store_.size(); }
-  int num_layers() const { return store_.layout().num_layers(); }
-  ParamRange layer_range(int layer) const { return store_.layout().layer_range(layer); }
-  const ParamLayout& layout() const { return store_.layout(); }
-  ParamStore& store() { return store_; }
-  std::span<float> params() { return store_.params(); }
-  std::span<float> grads() { return store_.grads(); }
-  void zero_grad() { store_.zero_grad(); }
-  MemoryLedger& memory() { return ledger_; }
+  size_t num_params() const { return layout().size(); }
+  int num_layers() const { return layout().num_layers(); }
+  ParamRange layer_range(int layer) const { return layout().layer_range(layer); }
+  const ParamLayout& layout() const { return stack_.layout(); }
+  ParamStore& store() { return stack_.store(); }
+  LayerStack& stack() { return stack_; }
+  std::span<float> params() { return store().params(); }
+  std::span<float> grads() { return store().grads(); }
+  void zero_grad() { store().zero_grad(); }
+  MemoryLedger& memory() { return stack_.memory(); }
 
   // logits (B, C) = model(x (B, D_in)).
   void forward(std::span<const float> x, int batch, std::span<float> logits);
@@ -64,29 +69,16 @@ class MoeModel {
     return forward_backward(x, labels, batch, 1.0f / static_cast<float>(batch), hooks);
   }
   // The aux (load-balancing) loss of the last forward.
-  float last_aux_loss() const { return aux_loss_; }
+  float last_aux_loss() { return moe_state().aux_loss; }
   // The routing decisions of the last forward.
-  const Routing& last_routing() const { return moe_.routing(); }
+  const Routing& last_routing() { return moe_state().layer.routing(); }
 
  private:
-  void ensure_batch(int batch);
-  void run_forward(std::span<const float> x, int batch, LayerHooks* hooks);
+  MoeBlock::State& moe_state() { return static_cast<MoeBlock::State&>(stack_.state(0, kMoeLayer)); }
 
   MoeModelConfig config_;
-  MemoryLedger ledger_;
-  ParamStore store_;
-  MoeLayer moe_;
-  int batch_ = 0;
-  float aux_loss_ = 0.0f;
-  int64_t moe_bytes_recorded_ = 0;
-  TrackedBuffer<float> x_;        // (B, D_in) input copy
-  TrackedBuffer<float> z_;        // (B, D) embedding
-  TrackedBuffer<float> h_;        // (B, D) MoE output
-  TrackedBuffer<float> logits_;   // (B, C)
-  TrackedBuffer<float> probs_;    // (B, C)
-  TrackedBuffer<float> dlogits_;  // (B, C)
-  TrackedBuffer<float> dh_;       // (B, D)
-  TrackedBuffer<float> dz_;       // (B, D)
+  LayerStack stack_;
+  CrossEntropyLoss loss_;
 };
 
 }  // namespace dtsim::model

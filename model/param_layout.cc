@@ -17,11 +17,41 @@ void ParamLayout::begin_layer(std::string name) {
 
 size_t ParamLayout::add(std::string name, int rows, int cols) {
   DTSIM_CHECK(!layers_.empty() && rows > 0 && cols > 0);
-  ParamView v{std::move(name), size_, rows, cols, num_layers() - 1};
+  ParamView v{std::move(name), size_, rows, cols, num_layers() - 1, {}};
   size_ += v.size();
   layers_.back().end = size_;
   views_.push_back(std::move(v));
   return views_.back().offset;
+}
+
+size_t ParamLayout::add(std::string name, int rows, int cols, TensorShard shard) {
+  const size_t offset = add(std::move(name), rows, cols);
+  views_.back().shard = shard;
+  return offset;
+}
+
+std::vector<ParamSlice> slices_into(const ParamLayout& local, const ParamLayout& full) {
+  std::vector<ParamSlice> slices;
+  for (const ParamView& v : local.views()) {
+    const ParamView& f = full.view(v.name);
+    const TensorShard& s = v.shard;
+    if (s.full_rows == 0) {  // the whole tensor
+      DTSIM_CHECK(f.rows == v.rows && f.cols == v.cols);
+      slices.push_back({v.offset, f.offset, v.size()});
+      continue;
+    }
+    DTSIM_CHECK(f.rows == s.full_rows && f.cols == s.full_cols);
+    DTSIM_CHECK(s.row0 + v.rows <= f.rows && s.col0 + v.cols <= f.cols);
+    if (v.cols == f.cols) {  // whole rows: one run
+      slices.push_back({v.offset, f.offset + size_t(s.row0) * f.cols, v.size()});
+      continue;
+    }
+    for (int r = 0; r < v.rows; ++r) {
+      slices.push_back({v.offset + size_t(r) * v.cols,
+                        f.offset + size_t(s.row0 + r) * f.cols + s.col0, size_t(v.cols)});
+    }
+  }
+  return slices;
 }
 
 size_t ParamLayout::max_layer_size() const {

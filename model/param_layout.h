@@ -19,6 +19,16 @@ struct ParamRange {
   bool operator==(const ParamRange&) const = default;
 };
 
+// Where a tensor of a rank's local layout sits in the full model's tensor of the same name:
+// the block of rows [row0, row0 + rows) and columns [col0, col0 + cols) of a (full_rows,
+// full_cols) tensor. full_rows == 0 means the whole tensor (replicated or unsharded).
+struct TensorShard {
+  int row0 = 0;
+  int col0 = 0;
+  int full_rows = 0;
+  int full_cols = 0;
+};
+
 // One named tensor in the flat buffer: row-major (rows, cols); a vector has cols == 1.
 struct ParamView {
   std::string name;  // e.g. "block0.w1"
@@ -26,7 +36,16 @@ struct ParamView {
   int rows = 0;
   int cols = 0;
   int layer = 0;  // index of the layer that owns it
+  TensorShard shard;
   size_t size() const { return static_cast<size_t>(rows) * cols; }
+};
+
+// A contiguous run of `count` elements at `local` in a local layout and at `full` in the
+// full model's layout.
+struct ParamSlice {
+  size_t local = 0;
+  size_t full = 0;
+  size_t count = 0;
 };
 
 // Builds and describes the layout: tensors are appended layer by layer.
@@ -36,6 +55,8 @@ class ParamLayout {
   void begin_layer(std::string name);
   // Appends a (rows, cols) tensor to the current layer and returns its offset.
   size_t add(std::string name, int rows, int cols);
+  // Appends a tensor that is the `shard` block of the full model's tensor `name`.
+  size_t add(std::string name, int rows, int cols, TensorShard shard);
 
   // Total number of parameters (Psi).
   size_t size() const { return size_; }
@@ -56,6 +77,10 @@ class ParamLayout {
   std::vector<ParamRange> layers_;
   std::vector<std::string> layer_names_;
 };
+
+// Where each element of `local` lives in `full` (tensors matched by name, each placed by
+// its TensorShard), in local order; aborts if a name is missing or a shard does not fit.
+std::vector<ParamSlice> slices_into(const ParamLayout& local, const ParamLayout& full);
 
 // Splits [0, n) into `parts` contiguous ranges whose sizes differ by at most one, larger
 // first (the usual ZeRO / reduce-scatter chunking); returns range `index`.

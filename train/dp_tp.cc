@@ -16,7 +16,7 @@
 #include <string>
 
 #include "train/strategies.h"
-#include "train/tp_mlp.h"
+#include "train/tp_grid.h"
 
 namespace dtsim::train {
 

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <string>
+
 #include "model/check.h"
+#include "model/mlp_layers.h"
 
 namespace dtsim::train {
 
@@ -151,6 +154,71 @@ size_t EpMoeLayer::activation_bytes() const {
              expert_in_.size() + expert_out_.size();
   for (const model::ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
   return n * sizeof(float);
+}
+
+namespace {
+
+// One micro-batch's EpMoeLayer and the activation bytes it has recorded.
+struct EpMoeState : model::LayerState {
+  EpMoeState(const model::MoeConfig& c, int rank, int size, model::MemoryLedger* ledger)
+      : layer(c, rank, size), ledger(ledger) {}
+  ~EpMoeState() override {
+    if (ledger != nullptr) ledger->add(model::MemoryCategory::kActivations, -recorded);
+  }
+  EpMoeLayer layer;
+  model::MemoryLedger* ledger;
+  int64_t recorded = 0;
+};
+
+}  // namespace
+
+void EpMoeBlock::add_params(model::ParamLayout& layout) const {
+  const model::MoeConfig& m = config_;
+  const int count = m.num_experts / ep_size_, first = ep_rank_ * count;
+  layout.begin_layer("moe");
+  layout.add("moe.router", m.num_experts, m.d_model);
+  for (int e = first; e < first + count; ++e) {
+    const std::string p = "moe.expert" + std::to_string(e);
+    layout.add(p + ".w1", m.d_ff, m.d_model);
+    layout.add(p + ".b1", m.d_ff, 1);
+    layout.add(p + ".w2", m.d_model, m.d_ff);
+    layout.add(p + ".b2", m.d_model, 1);
+  }
+}
+
+std::unique_ptr<model::LayerState> EpMoeBlock::make_state(model::MemoryLedger* ledger) const {
+  return std::make_unique<EpMoeState>(config_, ep_rank_, ep_size_, ledger);
+}
+
+void EpMoeBlock::forward(std::span<const float> p, std::span<const float> x, int batch,
+                         std::span<float> y, model::LayerState& state, model::Workspace& /*ws*/) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  s.layer.forward(p.first(rs), p.subspan(rs), x, batch, y, *ep_);
+  const int64_t bytes = static_cast<int64_t>(s.layer.activation_bytes());
+  if (s.ledger != nullptr) s.ledger->add(model::MemoryCategory::kActivations, bytes - s.recorded);
+  s.recorded = bytes;
+}
+
+void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
+                          std::span<const float> dy, const model::BackwardScale& scale,
+                          std::span<float> g, std::span<float> dx, model::LayerState& state,
+                          model::Workspace& ws) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
+  std::fill(dx.begin(), dx.end(), 0.0f);
+  s.layer.backward(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch),
+                   g.first(rs), g.subspan(rs), dx, *ep_);
+}
+
+model::Layers ep_moe_model_layers(const model::MoeModelConfig& c, int ep_rank, int ep_size,
+                                  TracedComm* ep) {
+  model::Layers layers;
+  layers.push_back(std::make_unique<model::Linear>("embed", c.input_dim, c.moe.d_model));
+  layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep));
+  layers.push_back(std::make_unique<model::Linear>("head", c.moe.d_model, c.num_classes));
+  return layers;
 }
 
 }  // namespace dtsim::train

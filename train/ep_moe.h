@@ -17,7 +17,9 @@
 #include <span>
 #include <vector>
 
+#include "model/layer.h"
 #include "model/moe.h"
+#include "model/moe_model.h"
 #include "train/traced_comm.h"
 
 namespace dtsim::train {
@@ -72,5 +74,37 @@ class EpMoeLayer {
   std::vector<float> d_in_;       // (R, D) expert-major input gradients
   std::vector<float> d_probs_;    // (T, E)
 };
+
+// EpMoeLayer as the model's "moe" layer (a drop-in for model::MoeBlock): "moe.router"
+// (E, D), replicated, then this rank's experts "moe.expert<e>.*" for its e. Each micro-batch's
+// state holds its own EpMoeLayer.
+class EpMoeBlock : public model::Layer {
+ public:
+  // Rank `ep_rank` of `ep_size` on the expert-parallel group `ep` (null: for the layout
+  // only); `ep` must outlive the layer.
+  EpMoeBlock(const model::MoeConfig& config, int ep_rank, int ep_size, TracedComm* ep)
+      : config_(config), ep_rank_(ep_rank), ep_size_(ep_size), ep_(ep) {}
+  void add_params(model::ParamLayout& layout) const override;
+  int in_dim() const override { return config_.d_model; }
+  int out_dim() const override { return config_.d_model; }
+  std::unique_ptr<model::LayerState> make_state(model::MemoryLedger* ledger) const override;
+  // Three all_to_alls (counts, tokens, outputs).
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, model::LayerState& state, model::Workspace& ws) override;
+  // Two all_to_alls (output gradients, input gradients); the aux loss weighs grad_scale * B.
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const model::BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                model::LayerState& state, model::Workspace& ws) override;
+
+ private:
+  model::MoeConfig config_;
+  int ep_rank_, ep_size_;
+  TracedComm* ep_;
+};
+
+// The MoE classifier's layers on expert-parallel rank `ep_rank` of `ep_size`: the replicated
+// embedding, an EpMoeBlock, the replicated head (ep null: for their layout only).
+model::Layers ep_moe_model_layers(const model::MoeModelConfig& config, int ep_rank, int ep_size,
+                                  TracedComm* ep);
 
 }  // namespace dtsim::train

@@ -1,5 +1,8 @@
 #include "train/launch.h"
 
+#include <bit>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include "train/intra_op.h"
@@ -67,6 +70,41 @@ RunResult solo_result(const TrainConfig& config, RankOutcome outcome) {
 
 std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts) {
   return std::move(parts.at(0));
+}
+
+AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::string strategy) {
+  return [full = std::move(full), local = std::move(local),
+          strategy = std::move(strategy)](std::vector<std::vector<float>>& parts) {
+    std::vector<float> out(full.size());
+    std::vector<int> owner(full.size(), -1);  // the first rank that wrote each element
+    for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
+      const model::ParamLayout mine = local(r);
+      if (parts[r].size() != mine.size()) {
+        throw Error(strategy + ": rank " + std::to_string(r) + " returned " +
+                    std::to_string(parts[r].size()) + " parameters, its layout holds " +
+                    std::to_string(mine.size()));
+      }
+      for (const model::ParamSlice& s : model::slices_into(mine, full)) {
+        for (size_t i = 0; i < s.count; ++i) {
+          const float v = parts[r][s.local + i];
+          const size_t f = s.full + i;
+          if (owner[f] < 0) {
+            out[f] = v;
+            owner[f] = r;
+          } else if (std::bit_cast<uint32_t>(out[f]) != std::bit_cast<uint32_t>(v)) {
+            std::string name;
+            for (const model::ParamView& view : full.views()) {
+              if (f >= view.offset && f < view.offset + view.size()) name = view.name;
+            }
+            throw Error(strategy + ": rank " + std::to_string(r) + "'s copy of " + name +
+                        " diverged from rank " + std::to_string(owner[f]) +
+                        "'s; replicated parameters must get identical updates on every rank");
+          }
+        }
+      }
+    }
+    return out;
+  };
 }
 
 }  // namespace dtsim::train

@@ -9,8 +9,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "model/param_layout.h"
 #include "runtime/world.h"
 #include "train/config.h"
 #include "train/result.h"
@@ -41,5 +43,13 @@ RunResult solo_result(const TrainConfig& config, RankOutcome outcome);
 
 // Rank 0's part of the parameters, for strategies whose rank 0 holds all of them.
 std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts);
+
+// Rank r's parameter layout (model::slices_into places its tensors in the full layout).
+using LocalLayout = std::function<model::ParamLayout(int rank)>;
+// For strategies whose ranks hold slices of the model (tensor, expert parallel): puts every
+// rank's part into the `full` layout; an element that several ranks hold (a replicated
+// tensor, a data-parallel copy) must be bitwise equal on all of them, else the assembly
+// throws Error naming `strategy`, the ranks and the tensor.
+AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::string strategy);
 
 }  // namespace dtsim::train

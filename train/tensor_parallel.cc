@@ -19,58 +19,31 @@
 #include <string>
 #include <vector>
 
-#include "model/data.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
-#include "train/tp_mlp.h"
+#include "train/tp_grid.h"
+#include "train/tp_mlp_block.h"
 #include "train/trainee.h"
 
 namespace dtsim::train {
 namespace {
 
-// Assembles the full parameter vector from the shards of replica 0 and checks that every
-// rank's copy of every element (replicated head and b2, and every DP replica) is identical.
-std::vector<float> gather_params(const TrainConfig& config, int tp_size,
-                                 const std::vector<std::vector<float>>& local) {
-  std::vector<float> full(model::mlp_layout(config.mlp).size());
-  std::vector<std::vector<ParamSlice>> slices(tp_size);
-  for (int t = 0; t < tp_size; ++t) {
-    slices[t] = tp_mlp_slices(config.mlp, t, tp_size);
-    for (const ParamSlice& s : slices[t]) {
-      std::copy_n(local[t].begin() + s.local, s.count, full.begin() + s.full);
-    }
-  }
-  for (size_t rank = 0; rank < local.size(); ++rank) {
-    for (const ParamSlice& s : slices[rank % tp_size]) {
-      if (!std::equal(full.begin() + s.full, full.begin() + s.full + s.count,
-                      local[rank].begin() + s.local)) {
-        throw Error("tensor parallel: rank " + std::to_string(rank) +
-                    "'s copy of a replicated parameter diverged from rank " +
-                    std::to_string(rank % tp_size) + "'s (full offset " + std::to_string(s.full) +
-                    "); replicated gradients must be identical on every rank");
-      }
-    }
-  }
-  return full;
-}
-
 // One rank of the (dp, tp) grid: its TP shard of the MLP, fed its replica's samples.
 template <class T>
 class TpRank : public RankStrategy {
  public:
-  TpRank(const TrainConfig& config, const TpGrid& grid, TpMlp& model, StepRunner& runner,
+  TpRank(const TrainConfig& config, const TpGrid& grid, Trainee& trainee, StepRunner& runner,
          std::span<T> params, std::span<T> grads)
       : config_(config),
         grid_(grid),
-        model_(model),
+        trainee_(trainee),
         timeline_(runner.timeline()),
-        tp_(*grid.tp, runner.timeline(), config.algo),
-        task_(config.mlp.input_dim, config.mlp.output_dim, task_seed(config)),
+        hooks_(&runner.timeline()),
         params_(params),
         grads_(grads),
-        opt_(make_slice_optimizer(config, params, &model.memory())) {}
+        opt_(make_slice_optimizer(config, params, &trainee.memory())) {}
 
   // Replica d takes data-parallel rank d's samples; gradients carry 1/B (the global mean).
   // Every rank of a TP group computes the same loss: its rank 0 reports it.
@@ -81,12 +54,11 @@ class TpRank : public RankStrategy {
     for (MicroBatch& mb : micro) mb.reports_loss = grid_.tp->rank() == 0;
     return micro;
   }
-  void begin_step() override { model_.store().zero_grad(); }
+  void begin_step() override { trainee_.store().zero_grad(); }
   float forward_backward(int step, const MicroBatch& mb) override {
-    x_.resize(size_t(mb.size) * config_.mlp.input_dim);
-    y_.resize(size_t(mb.size) * config_.mlp.output_dim);
-    task_.batch(step, mb.first, mb.size, x_, y_);
-    return model_.forward_backward(x_, y_, mb.size, mb.grad_scale, tp_);
+    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
+    hooks_.finish();
+    return loss;
   }
   void sync_gradients() override {
     if (grid_.dp == nullptr) return;  // DDP across replicas: grads already carry 1/B
@@ -94,17 +66,15 @@ class TpRank : public RankStrategy {
     dp.all_reduce(grads_);
   }
   void optimizer_step() override { opt_->step(params_, grads_); }
-  void observe_memory(PeakMemory& peak) override { peak.observe(model_.memory()); }
-  std::vector<float> final_params() override { return model_.store().params_as_float(); }
+  void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
+  std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
 
  private:
   const TrainConfig& config_;
   const TpGrid& grid_;
-  TpMlp& model_;
+  Trainee& trainee_;
   RankTimeline& timeline_;
-  TracedComm tp_;
-  const model::RegressionTask task_;
-  std::vector<float> x_, y_;
+  PhaseHooks hooks_;
   std::span<T> params_, grads_;
   std::unique_ptr<SliceOptimizer> opt_;
 };
@@ -112,23 +82,24 @@ class TpRank : public RankStrategy {
 }  // namespace
 
 std::optional<RunResult> run_tp_grid(const TrainConfig& config, int tp_size) {
-  const std::vector<float> init =
-      model::init_params(model::mlp_layout(config.mlp), config.seed);  // MlpModel's bits
   return launch(
       config,
       [&](Communicator& comm, StepRunner& runner) {
         const TpGrid grid = make_tp_grid(comm, tp_size);
-        TpMlp model(config.mlp, grid.tp->rank(), tp_size, config.precision);
-        model.load_full(init);
-        with_buffers(model.store(), [&](auto params, auto grads) {
+        TracedComm tp(*grid.tp, runner.timeline(), config.algo);
+        Trainee trainee(config, tp_mlp_layers(config.mlp, grid.tp->rank(), tp_size, &tp));
+        with_buffers(trainee.store(), [&](auto params, auto grads) {
           using T = typename decltype(grads)::value_type;
-          TpRank<T> rank(config, grid, model, runner, params, grads);
+          TpRank<T> rank(config, grid, trainee, runner, params, grads);
           runner.run(rank);
         });
       },
-      [&](std::vector<std::vector<float>>& parts) {
-        return gather_params(config, tp_size, parts);
-      });
+      assemble_slices(
+          model::mlp_layout(config.mlp),
+          [&](int rank) {
+            return model::layout_of(tp_mlp_layers(config.mlp, rank % tp_size, tp_size, nullptr));
+          },
+          "tensor parallel"));
 }
 
 std::optional<RunResult> run_tp(const TrainConfig& config) {

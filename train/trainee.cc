@@ -1,42 +1,60 @@
 #include "train/trainee.h"
 
+#include "model/mlp.h"
+#include "model/moe_model.h"
+
 namespace dtsim::train {
 
-Trainee::Trainee(const TrainConfig& config) {
+model::Layers model_layers(const TrainConfig& config) {
   if (config.model == ModelKind::kMlp) {
-    mlp_ = std::make_unique<model::MlpModel>(config.mlp, config.seed, config.precision);
+    return model::mlp_layers(config.mlp, 0, config.mlp.num_blocks + 1);
+  }
+  return model::moe_model_layers(config.moe);
+}
+
+Trainee::Trainee(const TrainConfig& config) : Trainee(config, model_layers(config)) {}
+
+Trainee::Trainee(const TrainConfig& config, model::Layers layers, bool copy_input)
+    : config_(config), stack_(std::move(layers), config.precision, copy_input) {
+  const model::ParamLayout full = model_layout(config);
+  const std::vector<float> init = model::init_params(full, config.seed);  // the model's bits
+  std::vector<float> mine(stack_.layout().size());
+  for (const model::ParamSlice& s : model::slices_into(stack_.layout(), full)) {
+    std::copy_n(init.begin() + s.full, s.count, mine.begin() + s.local);
+  }
+  stack_.store().set_params(mine);
+  if (config.model == ModelKind::kMlp) {
+    loss_ = std::make_unique<model::MseLoss>(config.mlp.output_dim);
     regression_ = std::make_unique<model::RegressionTask>(config.mlp.input_dim,
                                                           config.mlp.output_dim, task_seed(config));
   } else {
-    moe_ = std::make_unique<model::MoeModel>(config.moe, config.seed, config.precision);
+    loss_ = std::make_unique<model::CrossEntropyLoss>(config.moe.num_classes, &stack_.memory());
     classification_ = std::make_unique<model::ClassificationTask>(
         config.moe.input_dim, config.moe.num_classes, task_seed(config));
   }
 }
 
-model::ParamStore& Trainee::store() { return mlp_ ? mlp_->store() : moe_->store(); }
-
-model::MemoryLedger& Trainee::memory() { return mlp_ ? mlp_->memory() : moe_->memory(); }
-
-void Trainee::ensure(int count) {
-  if (mlp_) {
-    x_.resize(static_cast<size_t>(count) * mlp_->config().input_dim);
-    y_.resize(static_cast<size_t>(count) * mlp_->config().output_dim);
+std::span<const float> Trainee::load_batch(int64_t step, int first, int count) {
+  if (regression_) {
+    x_.resize(static_cast<size_t>(count) * config_.mlp.input_dim);
+    y_.resize(static_cast<size_t>(count) * config_.mlp.output_dim);
+    regression_->batch(step, first, count, x_, y_);
   } else {
-    x_.resize(static_cast<size_t>(count) * moe_->config().input_dim);
+    x_.resize(static_cast<size_t>(count) * config_.moe.input_dim);
     labels_.resize(count);
+    classification_->batch(step, first, count, x_, labels_);
   }
+  return x_;
 }
 
 float Trainee::forward_backward(int64_t step, int first, int count, float grad_scale,
                                 model::LayerHooks* hooks) {
-  ensure(count);
-  if (mlp_) {
-    regression_->batch(step, first, count, x_, y_);
-    return mlp_->forward_backward(x_, y_, count, grad_scale, hooks);
-  }
-  classification_->batch(step, first, count, x_, labels_);
-  return moe_->forward_backward(x_, labels_, count, grad_scale, hooks);
+  std::span<const float> x = load_batch(step, first, count);
+  std::span<const float> y = stack_.forward(0, x, count, hooks);
+  std::span<float> dy = stack_.loss_grad(count);
+  const float loss = loss_->forward_backward(y, targets(), count, grad_scale, dy);
+  stack_.backward(0, dy, {grad_scale, count}, hooks);
+  return loss;
 }
 
 }  // namespace dtsim::train

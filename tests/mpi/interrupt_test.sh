@@ -6,6 +6,7 @@
 # the test interrupts several runs.
 #   tests/mpi/interrupt_test.sh MPIEXEC DTSIM [mpiexec flags...]
 set -u
+. "$(dirname "$0")/job_end.sh"
 mpiexec=$1 dtsim=$(realpath "$2")
 shift 2
 dir=$(mktemp -d)
@@ -27,17 +28,7 @@ for round in 1 2 3 4 5 6; do
     { echo "FAIL: training did not start"; cat "$log"; kill -9 "$launcher" 2>/dev/null; exit 1; }
   sleep 0.5
   kill -INT "$launcher"
-  for _ in $(seq 150); do
-    kill -0 "$launcher" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$launcher" 2>/dev/null; then
-    echo "FAIL: the job still runs 15 s after SIGINT"
-    kill -9 "$launcher"; pkill -9 -P "$launcher"
-    exit 1
-  fi
-  wait "$launcher"
-  rc=$?
+  wait_job_end "$launcher" 15 SIGINT
   tail -3 "$log"
   echo "exit code $rc; files left: $(ls -A)"
   [ "$rc" -ne 0 ] || { echo "FAIL: exit code 0 after SIGINT"; exit 1; }

@@ -5,6 +5,7 @@
 # job itself; with STOP it notices nothing, and dtsim's deadlines must end the job.
 #   tests/mpi/kill_test.sh KILL|STOP MPIEXEC DTSIM [mpiexec flags...]
 set -u
+. "$(dirname "$0")/job_end.sh"
 sig=$1 mpiexec=$2 dtsim=$3
 shift 3
 out=$(mktemp)
@@ -24,17 +25,7 @@ victim=${pids[2]}
 kill -"$sig" "$victim"
 killed=$(date +%s)
 # The deadline is 5 s: give the job 5 + 10 s to end.
-for _ in $(seq 150); do
-  kill -0 "$launcher" 2>/dev/null || break
-  sleep 0.1
-done
-if kill -0 "$launcher" 2>/dev/null; then
-  echo "FAIL: the job still runs 15 s after a process was killed"
-  kill -9 "$launcher"; pkill -9 -P "$launcher"
-  exit 1
-fi
-wait "$launcher"
-rc=$?
+wait_job_end "$launcher" 15 "a process was killed"
 ended=$(date +%s)
 cat "$out"
 echo "exit code $rc, ended $((ended - killed)) s after the kill"

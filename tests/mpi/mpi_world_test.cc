@@ -43,6 +43,23 @@ void expect_ranks_get(World& w, const Ranks<T>& expected,
 
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
 
+// all_gather with `a` of every rank's tensor_split chunk of one `len`-element vector gives
+// every rank the whole vector.
+void expect_all_gather(World& w, size_t len, uint64_t seed, Algo a, const std::string& what) {
+  const int n = w.size();
+  const Ranks<int32_t> full = int_data<int32_t>(1, len, seed, 1000);
+  Ranks<int32_t> chunks;
+  for (int r = 0; r < n; ++r) chunks.push_back(chunk_of(full[0], n, r));
+  expect_ranks_get<int32_t>(
+      w, ref_all_gather(chunks),
+      [&](Communicator& c) {
+        std::vector<int32_t> out(len);
+        c.all_gather(std::span<const int32_t>(chunks[c.rank()]), std::span<int32_t>(out), a);
+        return out;
+      },
+      describe_case(n, len, what.c_str()));
+}
+
 class MpiWorldTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -120,17 +137,7 @@ TEST_F(MpiWorldTest, ReduceScatterAndAllGatherMatchReference) {
       }
     }
     for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kDirect}) {
-      const Ranks<int32_t> full = int_data<int32_t>(1, len, 5 * n + len, 1000);
-      Ranks<int32_t> chunks;
-      for (int r = 0; r < n; ++r) chunks.push_back(chunk_of(full[0], n, r));
-      expect_ranks_get<int32_t>(
-          w, ref_all_gather(chunks),
-          [&](Communicator& c) {
-            std::vector<int32_t> out(len);
-            c.all_gather(std::span<const int32_t>(chunks[c.rank()]), std::span<int32_t>(out), a);
-            return out;
-          },
-          describe_case(n, len, "all_gather") + " " + to_string(a));
+      expect_all_gather(w, len, 5 * n + len, a, std::string("all_gather ") + to_string(a));
     }
   }
 }
@@ -305,18 +312,7 @@ TEST_F(MpiWorldTest, MpiAlgorithmMatchesReferenceOrIsRefusedInTheHybrid) {
           },
           describe_case(n, len, "mpi broadcast") + " root " + std::to_string(root));
     }
-    const Ranks<int32_t> full = int_data<int32_t>(1, len, 43 * n + len, 1000);
-    Ranks<int32_t> chunks;
-    for (int r = 0; r < n; ++r) chunks.push_back(chunk_of(full[0], n, r));
-    expect_ranks_get<int32_t>(
-        w, ref_all_gather(chunks),
-        [&](Communicator& c) {
-          std::vector<int32_t> out(len);
-          c.all_gather(std::span<const int32_t>(chunks[c.rank()]), std::span<int32_t>(out),
-                       Algo::kMpi);
-          return out;
-        },
-        describe_case(n, len, "mpi all_gather"));
+    expect_all_gather(w, len, 43 * n + len, Algo::kMpi, "mpi all_gather");
   }
 }
 

@@ -7,7 +7,7 @@
 
 #include "runtime/world.h"
 #include "train/strategies.h"
-#include "train/tp_mlp.h"
+#include "train/tp_grid.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {

@@ -9,10 +9,11 @@
 #include <vector>
 
 #include "model/data.h"
+#include "model/layer_stack.h"
 #include "model/mlp.h"
 #include "runtime/world.h"
 #include "train/strategies.h"
-#include "train/tp_mlp.h"
+#include "train/tp_mlp_block.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {
@@ -56,12 +57,25 @@ TEST_P(TpLayer, ShardsMatchTheReferenceMlpOutputsAndEveryGradient) {
   world.run([&](Communicator& comm) {
     RankTimeline timeline(nullptr);
     TracedComm tp(comm, timeline);
-    TpMlp shard(c, comm.rank(), T, model::Precision::kFp32);
-    shard.load_full(full_params);
-    out[comm.rank()].resize(B * c.output_dim);
-    shard.forward(x, B, out[comm.rank()], tp);
-    loss[comm.rank()] = shard.forward_backward(x, y, B, 1.0f / B, tp);
-    shard.scatter_to_full(shard.store().grads(), grads[comm.rank()]);
+    model::LayerStack shard(tp_mlp_layers(c, comm.rank(), T, &tp), model::Precision::kFp32);
+    const std::vector<model::ParamSlice> slices =
+        model::slices_into(shard.layout(), model::mlp_layout(c));
+    std::vector<float> mine(shard.layout().size());
+    for (const model::ParamSlice& s : slices) {
+      std::copy_n(full_params.begin() + s.full, s.count, mine.begin() + s.local);
+    }
+    shard.store().set_params(mine);
+    std::span<const float> o = shard.forward(0, x, B);
+    out[comm.rank()].assign(o.begin(), o.end());
+    model::MseLoss mse(c.output_dim);
+    std::span<const float> pred = shard.forward(0, x, B);
+    std::span<float> dy = shard.loss_grad(B);
+    loss[comm.rank()] = mse.forward_backward(pred, {.values = y, .labels = {}}, B, 1.0f / B, dy);
+    shard.backward(0, dy, {1.0f / B, B});
+    for (const model::ParamSlice& s : slices) {
+      std::copy_n(shard.store().grads().begin() + s.local, s.count,
+                  grads[comm.rank()].begin() + s.full);
+    }
   });
   for (int r = 0; r < T; ++r) {
     SCOPED_TRACE("tp rank " + std::to_string(r));

@@ -70,21 +70,26 @@ void MpiProcess::attach(MpiLink* link) {
 
 bool MpiProcess::detach(MpiLink* link, std::chrono::milliseconds timeout) {
   detached_.store(false);
+  abandon_.store(false);
   detaching_.store(link, std::memory_order_release);
   bell_.ring_always();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!detached_.load(std::memory_order_acquire)) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      // Sends to a lost process never complete: stop serving the link anyway; its pending
-      // buffers are leaked rather than freed under MPI.
-      link_.store(nullptr, std::memory_order_release);
-      detaching_.store(nullptr);
+  bool drained = true;
+  // Bounded: after the deadline the progress thread lets go of the link within one round of
+  // its loop, whose MPI calls never block.
+  while (!detached_.load(std::memory_order_acquire) && !stop_.load()) {
+    if (drained && std::chrono::steady_clock::now() >= deadline) {
+      // Sends to a lost process never complete: the progress thread stops serving the link
+      // anyway (the link may be freed only once it has), and its pending buffers are leaked
+      // rather than freed under MPI.
+      drained = false;
+      abandon_.store(true, std::memory_order_release);
       mark_peer_lost();
-      return false;
+      bell_.ring_always();
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  return true;
+  return drained;
 }
 
 void MpiProcess::watch_signals() {
@@ -171,7 +176,8 @@ void MpiProcess::main() {
       }
       busy = true;
     }
-    if (link != nullptr && detaching_.load(std::memory_order_acquire) == link && link->drained()) {
+    if (link != nullptr && detaching_.load(std::memory_order_acquire) == link &&
+        (link->drained() || abandon_.load(std::memory_order_acquire))) {
       link_.store(nullptr, std::memory_order_release);
       detaching_.store(nullptr);
       detached_.store(true, std::memory_order_release);

@@ -46,8 +46,9 @@ class MpiProcess {
 
   // Makes `link` the World the progress thread serves (one at a time).
   void attach(MpiLink* link);
-  // Waits (up to `timeout`) for the link's sends to complete, then stops serving it.
-  // Returns false if they did not complete.
+  // Waits (up to `timeout`) for the link's sends to complete, then stops serving it; on
+  // return the progress thread no longer touches `link`. Returns false if the sends did
+  // not complete (their buffers are leaked).
   bool detach(MpiLink* link, std::chrono::milliseconds timeout);
   // A peer process is gone: skip MPI_Finalize at exit.
   void mark_peer_lost() { peer_lost_.store(true); }
@@ -75,6 +76,7 @@ class MpiProcess {
   std::atomic<MpiLink*> link_{nullptr};
   std::atomic<MpiLink*> detaching_{nullptr};
   std::atomic<bool> detached_{false};
+  std::atomic<bool> abandon_{false};  // detach timed out: let go of the link undrained
   int rank_ = 0;
   int size_ = 1;
   int provided_ = 0;

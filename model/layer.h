@@ -1,0 +1,83 @@
+// The per-layer model API (llm.c's forward/backward pairs, picotron's layer slicing): a model
+// is a sequence of Layers, run by a LayerStack (layer_stack.h) over a contiguous range of
+// them. A layer owns no parameters and no activations: its parameters are one contiguous
+// range of the stack's ParamStore (the layer's ParamLayout layer), what forward saves for
+// backward lives in a LayerState the caller keeps per micro-batch, and scratch that only
+// lives inside one call comes from a Workspace shared by every layer of the stack. So one
+// stack can hold several micro-batches in flight (a pipeline stage), and a tensor- or
+// expert-parallel layer (train/) replaces a plain one without the model knowing of ranks.
+//
+// Thread safety: none; a layer, its states and the workspace belong to one rank thread.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/memory.h"
+#include "model/param_layout.h"
+
+namespace dtsim::model {
+
+// What one layer saved in forward for one micro-batch's backward.
+class LayerState {
+ public:
+  virtual ~LayerState() = default;
+};
+
+// Scratch buffers for the inside of one forward or backward call, recorded as activations:
+// slot i grows to the largest size asked for and is shared by every layer that asks for it;
+// clear() frees them all (the stack does when the batch changes).
+class Workspace {
+ public:
+  explicit Workspace(MemoryLedger* ledger) : ledger_(ledger) {}
+  // The first n floats of slot `slot` (contents unspecified).
+  std::span<float> take(int slot, size_t n) {
+    if (slots_.size() <= size_t(slot)) slots_.resize(slot + 1);
+    TrackedBuffer<float>& b = slots_[slot];
+    if (b.size() < n) b = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+    return b.span().first(n);
+  }
+  void clear() { slots_.clear(); }
+
+ private:
+  MemoryLedger* ledger_;
+  std::vector<TrackedBuffer<float>> slots_;
+};
+
+// What backward needs from the objective besides dy.
+struct BackwardScale {
+  float grad_scale = 1;  // the loss gradient's scale (1/B: the mean over B samples)
+  int batch = 0;         // samples in the micro-batch
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // Appends the layer's tensors to `layout` as one layer (begin_layer, then add).
+  virtual void add_params(ParamLayout& layout) const = 0;
+  // Features per sample of the input and of the output.
+  virtual int in_dim() const = 0;
+  virtual int out_dim() const = 0;
+  // Whether backward may be called with dx and dy the same buffer (in_dim() == out_dim()).
+  virtual bool backward_in_place() const { return false; }
+
+  // A fresh state for one micro-batch; activations it saves are recorded in `ledger`.
+  virtual std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const = 0;
+
+  // y (B, out) = layer(x (B, in)) with the layer's parameters; saves in `state` what backward
+  // needs. x stays unchanged until the matching backward.
+  virtual void forward(std::span<const float> params, std::span<const float> x, int batch,
+                       std::span<float> y, LayerState& state, Workspace& ws) = 0;
+  // Given dy (B, out) of the same micro-batch: grads (the layer's range) += the weight
+  // gradients; dx (B, in) is OVERWRITTEN with the input gradient (empty: not needed).
+  virtual void backward(std::span<const float> params, std::span<const float> x,
+                        std::span<const float> dy, const BackwardScale& scale,
+                        std::span<float> grads, std::span<float> dx, LayerState& state,
+                        Workspace& ws) = 0;
+};
+
+using Layers = std::vector<std::unique_ptr<Layer>>;
+
+}  // namespace dtsim::model

@@ -1,0 +1,132 @@
+#include "model/layer_stack.h"
+
+#include <algorithm>
+
+#include "model/check.h"
+#include "model/kernels.h"
+
+namespace dtsim::model {
+
+ParamLayout layout_of(const Layers& layers) {
+  ParamLayout layout;
+  for (const std::unique_ptr<Layer>& l : layers) l->add_params(layout);
+  DTSIM_CHECK(layout.num_layers() == static_cast<int>(layers.size()));
+  return layout;
+}
+
+LayerStack::LayerStack(Layers layers, Precision precision, bool copy_input)
+    : layers_(std::move(layers)),
+      store_(layout_of(layers_), precision, &ledger_),
+      copy_input_(copy_input),
+      ws_(&ledger_),
+      grad_ws_(&ledger_) {
+  DTSIM_CHECK(!layers_.empty());
+  for (size_t i = 1; i < layers_.size(); ++i) {
+    DTSIM_CHECK(layers_[i]->in_dim() == layers_[i - 1]->out_dim());
+  }
+}
+
+LayerStack::Pass& LayerStack::pass(int p, int batch) {
+  DTSIM_CHECK(p >= 0 && batch > 0);
+  while (passes_.size() <= size_t(p)) passes_.push_back(std::make_unique<Pass>());
+  Pass& s = *passes_[p];
+  if (s.states.empty()) {
+    for (const std::unique_ptr<Layer>& l : layers_) s.states.push_back(l->make_state(&ledger_));
+  }
+  if (batch != s.capacity) {
+    s.capacity = batch;
+    const size_t b = batch;
+    auto make = [&](size_t n) {
+      return TrackedBuffer<float>(&ledger_, MemoryCategory::kActivations, n);
+    };
+    if (copy_input_) s.input_copy = make(b * in_dim());
+    s.outs.clear();
+    for (const std::unique_ptr<Layer>& l : layers_) s.outs.push_back(make(b * l->out_dim()));
+  }
+  s.batch = batch;
+  return s;
+}
+
+std::span<const float> LayerStack::forward(int p, std::span<const float> x, int batch,
+                                           LayerHooks* hooks) {
+  DTSIM_CHECK(x.size() == size_t(batch) * in_dim());
+  Pass& s = pass(p, batch);
+  if (batch != ws_batch_) {  // workspaces follow the batch
+    ws_.clear();
+    grad_ws_.clear();
+    ws_batch_ = batch;
+  }
+  if (copy_input_) {
+    // Copied so every kernel reads stack-owned buffers with the same alignment.
+    std::copy(x.begin(), x.end(), s.input_copy.data());
+    s.input = s.input_copy.span();
+  } else {
+    s.input = x;
+  }
+  std::span<const float> in = s.input;
+  for (int i = 0; i < num_layers(); ++i) {
+    if (hooks) hooks->before_forward(i);
+    std::span<float> out = s.outs[i].span();
+    layers_[i]->forward(store_.layer_params(i), in, batch, out, *s.states[i], ws_);
+    if (hooks) hooks->after_forward(i);
+    in = out;
+  }
+  return in;
+}
+
+std::span<float> LayerStack::loss_grad(int batch) {
+  return grad_ws_.take(2, size_t(batch) * out_dim());
+}
+
+std::span<const float> LayerStack::backward(int p, std::span<float> dy, const BackwardScale& scale,
+                                            LayerHooks* hooks, bool input_grad) {
+  Pass& s = *passes_.at(p);
+  const int batch = s.batch;
+  DTSIM_CHECK(dy.size() == size_t(batch) * out_dim());
+  std::span<float> cur = dy;
+  int cur_slot = -1;  // the gradient buffer `cur` is (-1: the caller's)
+  for (int i = num_layers() - 1; i >= 0; --i) {
+    Layer& layer = *layers_[i];
+    std::span<float> dx;
+    if (i > 0 || input_grad) {
+      const size_t n = size_t(batch) * layer.in_dim();
+      if (layer.backward_in_place()) {
+        dx = cur;  // in_dim == out_dim
+      } else {
+        cur_slot = cur_slot == 0 ? 1 : 0;
+        dx = grad_ws_.take(cur_slot, n);
+      }
+    }
+    std::span<const float> x = i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
+    if (hooks) hooks->before_backward(i);
+    std::span<const float> params = store_.layer_params(i);
+    std::span<float> grads = store_.begin_layer_grads(i);
+    layer.backward(params, x, cur, scale, grads, dx, *s.states[i], ws_);
+    store_.end_layer_grads(i);
+    if (hooks) hooks->after_backward(i);
+    cur = dx;
+  }
+  return cur;
+}
+
+float MseLoss::forward_backward(std::span<const float> y, const Targets& t, int batch,
+                                float grad_scale, std::span<float> dy) {
+  DTSIM_CHECK(t.values.size() == size_t(batch) * cols_);
+  const float loss = mse_loss_forward(y, t.values, batch, cols_);
+  std::fill(dy.begin(), dy.end(), 0.0f);
+  mse_loss_backward(y, t.values, batch, cols_, grad_scale, dy);
+  return loss;
+}
+
+float CrossEntropyLoss::forward_backward(std::span<const float> y, const Targets& t, int batch,
+                                         float grad_scale, std::span<float> dy) {
+  DTSIM_CHECK(t.labels.size() == size_t(batch));
+  const size_t n = size_t(batch) * classes_;
+  if (probs_.size() != n) probs_ = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+  const float loss = softmax_cross_entropy_forward(y, t.labels, probs_.span(), batch, classes_);
+  std::fill(dy.begin(), dy.end(), 0.0f);
+  softmax_cross_entropy_backward(probs_.span(), t.labels, batch, classes_, grad_scale, dy);
+  return loss;
+}
+
+}  // namespace dtsim::model

@@ -1,0 +1,127 @@
+// LayerStack: a contiguous range of a model's layers with their parameters, the unit a rank
+// runs (the whole model, or one pipeline stage / chunk). Forward and backward are separate
+// calls on a numbered pass: pass p holds one micro-batch's saved activations from its
+// forward until its backward, so several micro-batches can be in flight (a pipeline
+// schedule runs F0 F1 B0 F2 B1 ...); passes are reused, and buffers follow the batch of
+// the last forward.
+//
+//   stack.forward(p, x, B, hooks)     -> y (B, out): the stack's output, kept in pass p
+//   loss.forward_backward(y, t, ..., stack.loss_grad(B))  (the last stage only)
+//   stack.backward(p, dy, scale, ...) -> dx (B, in) for the previous stage (or nothing)
+//
+// Layer hooks (hooks.h) see the stack's own layer numbers 0..num_layers()-1, which are
+// also the layers of its ParamStore's layout.
+//
+// Memory: activations (pass inputs and outputs, layer states, workspaces, gradient buffers)
+// are recorded in the stack's ledger together with its weights and gradients.
+//
+// Thread safety: none; one stack belongs to one rank thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/hooks.h"
+#include "model/layer.h"
+#include "model/memory.h"
+#include "model/param_store.h"
+
+namespace dtsim::model {
+
+// The layout a sequence of layers gives, layer after layer.
+ParamLayout layout_of(const Layers& layers);
+
+class LayerStack {
+ public:
+  // `copy_input`: a pass saves a copy of its input (false: the caller's x must stay valid
+  // and unchanged until the pass's backward).
+  LayerStack(Layers layers, Precision precision, bool copy_input = true);
+  LayerStack(const LayerStack&) = delete;
+  LayerStack& operator=(const LayerStack&) = delete;
+
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  Layer& layer(int i) { return *layers_[i]; }
+  int in_dim() const { return layers_.front()->in_dim(); }
+  int out_dim() const { return layers_.back()->out_dim(); }
+  ParamStore& store() { return store_; }
+  const ParamLayout& layout() const { return store_.layout(); }
+  MemoryLedger& memory() { return ledger_; }
+
+  // Forward of one micro-batch x (B, in) in pass `pass`; returns its output (B, out), valid
+  // until the pass's next forward.
+  std::span<const float> forward(int pass, std::span<const float> x, int batch,
+                                 LayerHooks* hooks = nullptr);
+  // A buffer of (B, out) floats for the loss gradient, valid until the next call.
+  std::span<float> loss_grad(int batch);
+  // Backward of pass `pass` from dy (B, out), which it may overwrite: gradients accumulate
+  // into the store; returns the input gradient (B, in), valid until the next backward, or
+  // nothing when !input_grad (the stack's input is the data).
+  std::span<const float> backward(int pass, std::span<float> dy, const BackwardScale& scale,
+                                  LayerHooks* hooks = nullptr, bool input_grad = false);
+  // The state layer `layer` saved in pass `pass`'s last forward.
+  LayerState& state(int pass, int layer) { return *passes_.at(pass)->states[layer]; }
+
+ private:
+  struct Pass {
+    int capacity = 0;                        // batch the buffers are sized for
+    int batch = 0;                           // batch of the last forward
+    std::span<const float> input;            // the input the first layer saw
+    TrackedBuffer<float> input_copy;         // (B, in) when copy_input
+    std::vector<TrackedBuffer<float>> outs;  // (B, out_i) per layer
+    std::vector<std::unique_ptr<LayerState>> states;
+  };
+  Pass& pass(int p, int batch);
+
+  MemoryLedger ledger_;
+  Layers layers_;
+  ParamStore store_;
+  bool copy_input_;
+  std::vector<std::unique_ptr<Pass>> passes_;
+  int ws_batch_ = 0;   // the batch the workspaces are sized for
+  Workspace ws_;       // layers' scratch
+  Workspace grad_ws_;  // slots 0, 1: backward's gradient buffers; 2: the loss gradient
+};
+
+// Targets of one micro-batch: regression values (B, O) or class labels (B).
+struct Targets {
+  std::span<const float> values;
+  std::span<const int32_t> labels;
+};
+
+// The objective on the last layer's output.
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  // Returns the mean loss of y (B, C) and OVERWRITES dy (B, C) with grad_scale times the
+  // gradient of the sum of the per-sample losses.
+  virtual float forward_backward(std::span<const float> y, const Targets& targets, int batch,
+                                 float grad_scale, std::span<float> dy) = 0;
+};
+
+// Mean over samples of mean_j (y_j - t_j)^2.
+class MseLoss : public Loss {
+ public:
+  explicit MseLoss(int cols) : cols_(cols) {}
+  float forward_backward(std::span<const float> y, const Targets& targets, int batch,
+                         float grad_scale, std::span<float> dy) override;
+
+ private:
+  int cols_;
+};
+
+// Mean over samples of -log softmax(y)[label]; keeps the probabilities (activations).
+class CrossEntropyLoss : public Loss {
+ public:
+  CrossEntropyLoss(int classes, MemoryLedger* ledger) : classes_(classes), ledger_(ledger) {}
+  float forward_backward(std::span<const float> y, const Targets& targets, int batch,
+                         float grad_scale, std::span<float> dy) override;
+
+ private:
+  int classes_;
+  MemoryLedger* ledger_;
+  TrackedBuffer<float> probs_;  // (B, C)
+};
+
+}  // namespace dtsim::model

@@ -1,0 +1,83 @@
+// The layers the MLP (and the MoE classifier's embedding and head) are built from:
+//
+//   Linear:    y = W x + b                                  W (out, in), b (out)
+//   MlpBlock:  y = x + W2 gelu(W1 x + b1) + b2              W1 (H, D), W2 (D, H)
+//
+// Tensor parallelism replaces MlpBlock with a column/row-parallel block of the same
+// tensors (train/tensor_parallel/); the block's tensor offsets are shared through
+// MlpBlockOffsets so there is one copy of them.
+#pragma once
+
+#include <string>
+
+#include "model/layer.h"
+
+namespace dtsim::model {
+
+// Offsets of a block's tensors w1 (h, d), b1 (h), w2 (d, h), b2 (d) inside its layer, for
+// hidden width h (the local width under tensor parallelism).
+struct MlpBlockOffsets {
+  size_t w1, b1, w2, b2;
+  MlpBlockOffsets(int dim, int hidden)
+      : w1(0),
+        b1(size_t(hidden) * dim),
+        w2(size_t(hidden) * dim + hidden),
+        b2(2 * size_t(hidden) * dim + hidden) {}
+};
+
+// A fully connected layer "<name>.w" (out, in), "<name>.b" (out).
+class Linear : public Layer {
+ public:
+  Linear(std::string name, int in, int out) : name_(std::move(name)), in_(in), out_(out) {}
+  void add_params(ParamLayout& layout) const override;
+  int in_dim() const override { return in_; }
+  int out_dim() const override { return out_; }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override;
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override;
+
+ private:
+  std::string name_;
+  int in_, out_;
+};
+
+// A residual Linear-GELU-Linear block "<name>.w1" (H, D), ".b1" (H), ".w2" (D, H), ".b2" (D).
+// Saves pre = W1 x + b1 and hid = gelu(pre), (B, H) each; backward uses workspace slots 0
+// and 1 (B, H) and may run in place (dx aliasing dy).
+class MlpBlock : public Layer {
+ public:
+  MlpBlock(std::string name, int dim, int hidden)
+      : name_(std::move(name)), dim_(dim), hidden_(hidden) {}
+  void add_params(ParamLayout& layout) const override;
+  int in_dim() const override { return dim_; }
+  int out_dim() const override { return dim_; }
+  bool backward_in_place() const override { return true; }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override;
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override;
+
+ private:
+  std::string name_;
+  int dim_, hidden_;
+};
+
+// What a block saves per micro-batch: (B, H) pre-activations and GELU outputs.
+struct MlpBlockState : LayerState {
+  explicit MlpBlockState(MemoryLedger* ledger) : ledger(ledger) {}
+  // Sizes pre and hid for n elements each.
+  void ensure(size_t n) {
+    if (pre.size() == n) return;
+    pre = TrackedBuffer<float>(ledger, MemoryCategory::kActivations, n);
+    hid = TrackedBuffer<float>(ledger, MemoryCategory::kActivations, n);
+  }
+  MemoryLedger* ledger;
+  TrackedBuffer<float> pre, hid;
+};
+
+}  // namespace dtsim::model

@@ -1,0 +1,134 @@
+// LayerStack, the per-layer model API a pipeline runs on: stages cut from one model chain
+// back into it bit for bit, several micro-batches can be in flight on one stack, and the
+// activation memory of a stage is measured per pass beside its formula.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <string>
+#include <vector>
+
+#include "model/data.h"
+#include "model/layer_stack.h"
+#include "model/mlp.h"
+#include "tests/model/grad_check.h"
+
+namespace dtsim::model {
+namespace {
+
+using testing::random_vector;
+
+const MlpConfig kConfig{.input_dim = 6, .hidden_dim = 10, .num_blocks = 4, .output_dim = 3};
+constexpr int kBatch = 5;
+
+bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return false;
+  }
+  return true;
+}
+
+// A stack of layers [first, last) with the whole model's seeded weights.
+std::unique_ptr<LayerStack> stage(int first, int last) {
+  auto s = std::make_unique<LayerStack>(mlp_layers(kConfig, first, last), Precision::kFp32);
+  const ParamLayout full = mlp_layout(kConfig);
+  const std::vector<float> init = init_params(full, 3);
+  std::vector<float> mine(s->layout().size());
+  for (const ParamSlice& sl : slices_into(s->layout(), full)) {
+    std::copy_n(init.begin() + sl.full, sl.count, mine.begin() + sl.local);
+  }
+  s->store().set_params(mine);
+  return s;
+}
+
+struct Cut {
+  int at;  // the first stage holds layers [0, at), the second [at, L + 1)
+};
+
+class StageCut : public ::testing::TestWithParam<Cut> {};
+
+// Two stages chained by hand (the activation and its gradient passed between them as a
+// pipeline sends them) give the whole model's loss and gradients, bit for bit.
+TEST_P(StageCut, TwoStagesChainedEqualTheWholeModelBitwise) {
+  const int at = GetParam().at, L = kConfig.num_blocks;
+  MlpModel whole(kConfig, 3);
+  const auto x = random_vector(kBatch * kConfig.input_dim, 1);
+  const auto t = random_vector(kBatch * kConfig.output_dim, 2);
+  const float want = whole.forward_backward(x, t, kBatch, 0.25f);
+
+  auto first = stage(0, at), second = stage(at, L + 1);
+  std::span<const float> h = first->forward(0, x, kBatch);
+  const std::vector<float> sent(h.begin(), h.end());  // "send" the activation
+  std::span<const float> y = second->forward(0, sent, kBatch);
+  MseLoss mse(kConfig.output_dim);
+  std::span<float> dy = second->loss_grad(kBatch);
+  const float got = mse.forward_backward(y, {.values = t, .labels = {}}, kBatch, 0.25f, dy);
+  std::span<const float> dh = second->backward(0, dy, {0.25f, kBatch}, nullptr, true);
+  std::vector<float> received(dh.begin(), dh.end());  // "send" its gradient back
+  EXPECT_TRUE(first->backward(0, received, {0.25f, kBatch}).empty());
+
+  EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want));
+  const size_t split = whole.layout().layer_range(at).begin;
+  EXPECT_TRUE(bitwise_equal(first->store().grads(), whole.grads().first(split)));
+  EXPECT_TRUE(bitwise_equal(second->store().grads(), whole.grads().subspan(split)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuts, StageCut, ::testing::Values(Cut{1}, Cut{2}, Cut{4}),
+                         [](const auto& info) {
+                           return "after_layer_" + std::to_string(info.param.at);
+                         });
+
+// Micro-batches in flight (F0 F1 F2 B0 B1 B2, as GPipe runs them, and F0 F1 B0 F2 B1 B2, as
+// 1F1B does) accumulate the same gradients as running them one after another.
+TEST(LayerStackPasses, MicroBatchesInFlightAccumulateAsSequentialOnes) {
+  const int M = 3, L = kConfig.num_blocks;
+  std::vector<std::vector<float>> xs, ts;
+  for (int m = 0; m < M; ++m) {
+    xs.push_back(random_vector(kBatch * kConfig.input_dim, 10 + m));
+    ts.push_back(random_vector(kBatch * kConfig.output_dim, 20 + m));
+  }
+  MlpModel sequential(kConfig, 3);
+  for (int m = 0; m < M; ++m) sequential.forward_backward(xs[m], ts[m], kBatch, 0.5f);
+
+  // The loss runs right after a pass's forward (as on a last stage), its backward later.
+  const std::vector<std::vector<char>> orders = {{'F', 'F', 'F', 'B', 'B', 'B'},
+                                                 {'F', 'F', 'B', 'F', 'B', 'B'}};
+  for (const std::vector<char>& order : orders) {
+    auto s = stage(0, L + 1);
+    MseLoss mse(kConfig.output_dim);
+    std::vector<std::vector<float>> dys(M);
+    int f = 0, b = 0;
+    for (char op : order) {
+      if (op == 'F') {
+        std::span<const float> y = s->forward(f, xs[f], kBatch);
+        std::span<float> dy = s->loss_grad(kBatch);
+        mse.forward_backward(y, {.values = ts[f], .labels = {}}, kBatch, 0.5f, dy);
+        dys[f].assign(dy.begin(), dy.end());
+        ++f;
+      } else {
+        s->backward(b, dys[b], {0.5f, kBatch});
+        ++b;
+      }
+    }
+    EXPECT_TRUE(bitwise_equal(s->store().grads(), sequential.grads()));
+  }
+}
+
+// A stage's activation memory grows by one pass's worth per micro-batch in flight: its
+// input copy, every layer's output and each block's saved pre-activations and GELU outputs.
+TEST(LayerStackPasses, ActivationMemoryPerPassMatchesItsFormula) {
+  const int D = kConfig.input_dim, H = kConfig.hidden_dim;
+  auto s = stage(1, 3);  // blocks 1 and 2: no head
+  const auto x = random_vector(kBatch * D, 1);
+  s->forward(0, x, kBatch);
+  const int64_t one = s->memory().bytes(MemoryCategory::kActivations);
+  s->forward(1, x, kBatch);
+  s->forward(2, x, kBatch);
+  const int64_t three = s->memory().bytes(MemoryCategory::kActivations);
+  const int64_t per_pass = 4 * (kBatch * D + 2 * kBatch * D + 2 * 2 * kBatch * H);
+  EXPECT_EQ(three - one, 2 * per_pass);
+  EXPECT_EQ(one, per_pass);  // forward uses no workspace
+}
+
+}  // namespace
+}  // namespace dtsim::model

@@ -1,0 +1,95 @@
+#include "train/tp_mlp_block.h"
+
+#include <algorithm>
+
+#include "model/check.h"
+#include "model/kernels.h"
+#include "model/mlp_layers.h"
+
+namespace dtsim::train {
+
+TpMlpBlock::TpMlpBlock(std::string name, int dim, int hidden, int tp_rank, int tp_size,
+                       TracedComm* tp)
+    : name_(std::move(name)),
+      dim_(dim),
+      hidden_(hidden),
+      local_hidden_(hidden / tp_size),
+      tp_rank_(tp_rank),
+      tp_(tp) {
+  DTSIM_CHECK(tp_size >= 1 && hidden % tp_size == 0 && tp_rank >= 0 && tp_rank < tp_size);
+  DTSIM_CHECK(tp == nullptr || (tp->rank() == tp_rank && tp->size() == tp_size));
+}
+
+void TpMlpBlock::add_params(model::ParamLayout& layout) const {
+  const int D = dim_, H = hidden_, h = local_hidden_, h0 = tp_rank_ * h;
+  layout.begin_layer(name_);
+  layout.add(name_ + ".w1", h, D, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = D});
+  layout.add(name_ + ".b1", h, 1, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = 1});
+  layout.add(name_ + ".w2", D, h, {.row0 = 0, .col0 = h0, .full_rows = D, .full_cols = H});
+  layout.add(name_ + ".b2", D, 1);
+}
+
+std::unique_ptr<model::LayerState> TpMlpBlock::make_state(model::MemoryLedger* ledger) const {
+  return std::make_unique<model::MlpBlockState>(ledger);
+}
+
+void TpMlpBlock::forward(std::span<const float> p, std::span<const float> x, int batch,
+                         std::span<float> y, model::LayerState& state, model::Workspace& /*ws*/) {
+  const int D = dim_, H = local_hidden_;
+  const model::MlpBlockOffsets o(D, H);
+  auto& s = static_cast<model::MlpBlockState&>(state);
+  s.ensure(size_t(batch) * H);
+  // Column-parallel W1 (+ local b1), local GELU, row-parallel W2 without its bias.
+  model::linear_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(), batch,
+                        D, H);
+  model::gelu_forward(s.pre.span(), s.hid.span());
+  model::linear_forward(s.hid.span(), p.subspan(o.w2, size_t(D) * H), {}, y, batch, H, D);
+  tp_->all_reduce(y);  // g: sum the partial block outputs
+  std::span<const float> b2 = p.subspan(o.b2, D);
+  for (int r = 0; r < batch; ++r) {
+    float* row = y.data() + size_t(r) * D;
+    const float* in = x.data() + size_t(r) * D;
+    for (int d = 0; d < D; ++d) row[d] = row[d] + b2[d] + in[d];  // b2 once, then residual
+  }
+}
+
+void TpMlpBlock::backward(std::span<const float> p, std::span<const float> x,
+                          std::span<const float> dy, const model::BackwardScale& scale,
+                          std::span<float> g, std::span<float> dx, model::LayerState& state,
+                          model::Workspace& ws) {
+  const int D = dim_, H = local_hidden_, batch = scale.batch;
+  const model::MlpBlockOffsets o(D, H);
+  auto& s = static_cast<model::MlpBlockState&>(state);
+  const size_t bh = size_t(batch) * H, bd = size_t(batch) * D;
+  std::span<float> dh = ws.take(0, bh), dp = ws.take(1, bh);
+  std::fill(dh.begin(), dh.end(), 0.0f);
+  std::fill(dp.begin(), dp.end(), 0.0f);
+  // Row-parallel W2: dy (the block output's gradient) is replicated, so db2 is too.
+  model::linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), dh,
+                         g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch, H, D);
+  model::gelu_backward(s.pre.span(), dh, dp);
+  if (dx.empty()) {
+    model::linear_backward(dp, x, p.subspan(o.w1, size_t(H) * D), {},
+                           g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
+    return;
+  }
+  std::span<float> dxp = ws.take(2, bd);
+  std::fill(dxp.begin(), dxp.end(), 0.0f);
+  model::linear_backward(dp, x, p.subspan(o.w1, size_t(H) * D), dxp, g.subspan(o.w1, size_t(H) * D),
+                         g.subspan(o.b1, H), batch, D, H);
+  tp_->all_reduce(dxp);  // f's backward: sum the partial input gradients
+  if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());
+  for (size_t i = 0; i < bd; ++i) dx[i] += dxp[i];  // on top of the residual's
+}
+
+model::Layers tp_mlp_layers(const model::MlpConfig& c, int tp_rank, int tp_size, TracedComm* tp) {
+  model::Layers layers;
+  for (int l = 0; l < c.num_blocks; ++l) {
+    layers.push_back(std::make_unique<TpMlpBlock>("block" + std::to_string(l), c.input_dim,
+                                                  c.hidden_dim, tp_rank, tp_size, tp));
+  }
+  layers.push_back(std::make_unique<model::Linear>("head", c.input_dim, c.output_dim));
+  return layers;
+}
+
+}  // namespace dtsim::train
