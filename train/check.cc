@@ -68,6 +68,36 @@ CheckPlan plan_check(const TrainConfig& config) {
   const bool deterministic = config.algo == Algo::kDeterministic;
   const int groups = config.ranks * config.micro_batches;
 
+  if (s == Strategy::kMesh) {
+    // The data axis decides the grouping: dp replicas x micro-batches, whatever tp, pp, ep.
+    const MeshShape m = config.mesh();
+    p.reference.ranks = m.dp;
+    p.reference.dp = 1;
+    p.reference.tp_size = 1;
+    p.reference.pp = 1;
+    p.reference.ep = 1;
+    p.reference.zero = 0;
+    p.reference.virtual_stages = 1;
+    TrainConfig by_dp = config;
+    by_dp.ranks = m.dp;
+    // dp x pp (any ZeRO stage but 3) does accumulation's float operations in its order.
+    p.bitwise = deterministic && !moe && m.tp == 1 && config.zero < 3;
+    p.reference.strategy = p.bitwise || moe ? Strategy::kAccum : Strategy::kSingle;
+    if (p.reference.strategy == Strategy::kSingle) p.reference.micro_batches = 1;
+    p.description = (p.bitwise ? std::string("bitwise") : tolerance_text(p.tolerance)) + " vs " +
+                    to_string(p.reference.strategy);
+    if (p.bitwise) return p;
+    if (p.reference.strategy == Strategy::kAccum) {
+      p.floor_partner = p.reference;
+      p.floor_partner.reverse_accumulation = true;
+    } else {
+      p.floor_partner = accum_partner(by_dp, p.reference);
+    }
+    p.floor_partner.on_step = nullptr;
+    p.floor_description =
+        std::string(to_string(p.reference.strategy)) + " vs " + grouping_text(p.floor_partner);
+    return p;
+  }
   if (s == Strategy::kSingle || (s == Strategy::kAccum && moe && groups > 1)) {
     p.bitwise = true;  // a reference itself: checked for determinism against a second run
   } else if (s == Strategy::kAccum) {

@@ -6,7 +6,7 @@
 namespace dtsim::train {
 namespace {
 
-constexpr std::array<std::pair<Strategy, const char*>, 9> kStrategyNames{{
+constexpr std::array<std::pair<Strategy, const char*>, 10> kStrategyNames{{
     {Strategy::kSingle, "single"},
     {Strategy::kAccum, "accum"},
     {Strategy::kDdp, "ddp"},
@@ -16,6 +16,7 @@ constexpr std::array<std::pair<Strategy, const char*>, 9> kStrategyNames{{
     {Strategy::kTp, "tp"},
     {Strategy::kEp, "ep"},
     {Strategy::kDpTp, "dp-tp"},
+    {Strategy::kMesh, "mesh"},
 }};
 
 }  // namespace
@@ -23,6 +24,49 @@ constexpr std::array<std::pair<Strategy, const char*>, 9> kStrategyNames{{
 model::ParamLayout model_layout(const TrainConfig& config) {
   return config.model == ModelKind::kMlp ? model::mlp_layout(config.mlp)
                                          : model::moe_model_layout(config.moe);
+}
+
+MeshShape TrainConfig::mesh() const {
+  switch (strategy) {
+    case Strategy::kSingle:
+    case Strategy::kAccum:
+      return {};
+    case Strategy::kDdp:
+    case Strategy::kZero1:
+    case Strategy::kZero2:
+    case Strategy::kZero3:
+      return {.dp = ranks, .tp = 1, .pp = 1, .ep = 1};
+    case Strategy::kTp:
+      return {.dp = 1, .tp = ranks, .pp = 1, .ep = 1};
+    case Strategy::kDpTp:
+      return {.dp = ranks / tp_size, .tp = tp_size, .pp = 1, .ep = 1};
+    case Strategy::kEp:
+      return {.dp = ranks, .tp = 1, .pp = 1, .ep = ranks};
+    case Strategy::kMesh:
+      break;
+  }
+  return {.dp = dp, .tp = tp_size, .pp = pp, .ep = ep};
+}
+
+pipeline::ScheduleSpec schedule_spec(const TrainConfig& c) {
+  return {.kind = c.schedule,
+          .stages = c.pp,
+          .micro_batches = c.micro_batches,
+          .virtual_stages = c.virtual_stages};
+}
+
+void resolve_preset(TrainConfig& c) {
+  if (c.strategy != Strategy::kMesh || c.pp != 1 || c.dp * c.tp_size != c.ranks) return;
+  const bool mlp = c.model == ModelKind::kMlp;
+  if (c.tp_size == 1 && c.ep == 1) {
+    constexpr Strategy kByStage[] = {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
+                                     Strategy::kZero3};
+    if (c.zero >= 0 && c.zero <= 3) c.strategy = kByStage[c.zero];
+  } else if (c.zero == 0 && c.ep == 1 && mlp) {
+    c.strategy = c.dp == 1 ? Strategy::kTp : Strategy::kDpTp;
+  } else if (c.zero == 0 && c.tp_size == 1 && !mlp && c.ep == c.dp) {
+    c.strategy = Strategy::kEp;
+  }
 }
 
 bool data_parallel(Strategy s) {

@@ -12,6 +12,8 @@
 #include "model/moe_model.h"
 #include "runtime/types.h"
 #include "runtime/world.h"
+#include "train/mesh_shape.h"
+#include "train/pipeline_parallel/schedule.h"
 
 namespace dtsim::train {
 
@@ -25,6 +27,7 @@ enum class Strategy {
   kTp,    // Megatron tensor parallel (MLP blocks)
   kEp,    // expert parallel (MoE)
   kDpTp,  // 2-D grid: data parallel x tensor parallel
+  kMesh,  // any other device mesh: --dp --tp --pp --ep --zero (TrainConfig::dp ... zero)
 };
 
 enum class ModelKind { kMlp, kMoe };
@@ -48,7 +51,15 @@ struct TrainConfig {
   model::MoeModelConfig moe;
   Algo algo = Algo::kAuto;          // all_reduce algorithm (kDeterministic: bitwise runs)
   size_t bucket_bytes = 64 * 1024;  // DDP gradient bucket size
-  int tp_size = 2;                  // tensor-parallel width (kTp uses all ranks; kDpTp this)
+  int tp_size = 2;                  // tensor-parallel width (kTp uses all ranks; kDpTp, kMesh this)
+  // The device mesh of kMesh (mesh() gives every strategy's): ranks = dp x tp_size x pp.
+  int dp = 1;    // data-parallel replicas
+  int pp = 1;    // pipeline stages
+  int ep = 1;    // expert-parallel width: experts sharded over groups of ep data-parallel ranks
+  int zero = 0;  // ZeRO stage along the data axis (0: plain DDP all-reduce)
+  // The pipeline (pp > 1): schedule and chunks per rank; m is micro_batches.
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
   Pitfall pitfall = Pitfall::kNone;
   uint64_t seed = 1;
   bool trace = false;  // record per-rank phase and collective timings
@@ -63,7 +74,19 @@ struct TrainConfig {
   // Options of the rank threads' World (the controlled scheduler for schedule tests,
   // planted mutants); the defaults run free threads.
   WorldOptions world;
+
+  // The mesh this run lays its ranks on: kMesh's fields, or what a preset means (ddp and
+  // zero1-3: dp = ranks; tp: tp = ranks; dp-tp: dp x tp_size; ep: dp = ep = ranks).
+  MeshShape mesh() const;
 };
+
+// The pipeline schedule of a run: (schedule, pp, micro_batches, virtual_stages).
+pipeline::ScheduleSpec schedule_spec(const TrainConfig& config);
+
+// Turns a kMesh config whose mesh is one of the presets into that preset (--dp 4 is ddp,
+// --dp 4 --zero 3 is zero3, --tp 4 is tp, --dp 2 --tp 2 is dp-tp, --dp 4 --ep 4 is ep), so a
+// preset and its mesh flags run the same code; other configs are left as they are.
+void resolve_preset(TrainConfig& config);
 
 // The full single-rank parameter layout of the model `config` names (mlp or moe).
 model::ParamLayout model_layout(const TrainConfig& config);
@@ -74,7 +97,7 @@ bool data_parallel(Strategy s);
 
 const char* to_string(Strategy s);
 const char* to_string(ModelKind m);
-// Parses the CLI names: single, accum, ddp, zero1, zero2, zero3, tp, ep, dp-tp.
+// Parses the CLI names: single, accum, ddp, zero1, zero2, zero3, tp, ep, dp-tp, mesh.
 bool parse_strategy(const std::string& s, Strategy* out);
 
 }  // namespace dtsim::train

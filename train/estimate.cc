@@ -57,10 +57,17 @@ MeshEstimate estimate_mesh(const MeshEstimateInput& in) {
                       .zero_stage = in.zero_stage,
                       .precision = in.precision,
                       .optimizer = in.optimizer});
-  const pipeline::DryRun run = pipeline::dry_run(pipeline::make_schedule(spec));
-  m.bubble = run.bubble;
   m.bubble_formula = pipeline::bubble_formula(spec);
-  m.in_flight = run.peak_in_flight;
+  const int64_t actions = int64_t{2} * spec.stages * spec.virtual_stages * spec.micro_batches;
+  m.dry_run = actions <= MeshEstimate::kMaxDryRunActions;
+  if (m.dry_run) {
+    const pipeline::DryRun run = pipeline::dry_run(pipeline::make_schedule(spec));
+    m.bubble = run.bubble;
+    m.in_flight = run.peak_in_flight;
+  } else {
+    m.bubble = m.bubble_formula;
+    for (int r = 0; r < spec.stages; ++r) m.in_flight.push_back(pipeline::in_flight_bound(spec, r));
+  }
   const double chunk = in.activation_bytes / (spec.stages * spec.virtual_stages);
   for (int n : m.in_flight) m.activation_bytes.push_back(n * chunk);
   return m;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "model/memory.h"
@@ -57,7 +58,12 @@ struct MeshEstimate {
   double params_per_device = 0;  // Psi / (tp pp)
   Estimate state;                // model state of one device; traffic is the dp group's only
   // The schedule's unit-slot dry run: measured bubble and peak in-flight micro-batches (chunk
-  // units when interleaved) per stage; the paper's formula beside it.
+  // units when interleaved) per stage; the paper's formula beside it. A schedule of more
+  // than kMaxDryRunActions compute actions is not dry-run (it would take minutes and
+  // gigabytes): then bubble is the formula and in_flight the schedule's bound, which
+  // pipeline_schedule_test proves equal to the dry run for GPipe, 1F1B and interleaved.
+  static constexpr int64_t kMaxDryRunActions = int64_t{1} << 20;
+  bool dry_run = true;
   pipeline::Fraction bubble, bubble_formula;
   std::vector<int> in_flight;
   // Per stage: in_flight x activation_bytes / (pp v), the activations a device of the stage

@@ -26,6 +26,7 @@
 #include "train/ep_moe.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
+#include "train/mesh.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -37,12 +38,12 @@ namespace {
 template <class T>
 class EpRank : public RankStrategy {
  public:
-  EpRank(const TrainConfig& config, Communicator& comm, Trainee& trainee, StepRunner& runner,
+  EpRank(const TrainConfig& config, Mesh& mesh, Trainee& trainee, StepRunner& runner,
          std::span<T> params, std::span<T> grads)
       : config_(config),
-        comm_(comm),
+        mesh_(mesh),
         trainee_(trainee),
-        ep_(comm, runner.timeline(), config.algo),
+        timeline_(runner.timeline()),
         hooks_(&runner.timeline()),
         params_(params),
         grads_(grads),
@@ -57,11 +58,12 @@ class EpRank : public RankStrategy {
     size_t n = 0;
     for (const model::ParamRange& r : replicated_) n += r.size();
     packed_.resize(n);
+    experts_ = {replicated_[2].end, l.layer_range(1).end};
   }
 
   // Data parallel over the token batch; gradients carry 1/B, so sums are global means.
   std::vector<MicroBatch> micro_batches() const override {
-    return data_parallel_micro_batches(config_, comm_.size(), comm_.rank(),
+    return data_parallel_micro_batches(config_, mesh_.shape().dp, mesh_.coord().dp,
                                        1.0f / static_cast<float>(config_.global_batch));
   }
   void begin_step() override { trainee_.store().zero_grad(); }
@@ -70,18 +72,28 @@ class EpRank : public RankStrategy {
     hooks_.finish();
     return loss;
   }
-  // The replicated embed, head and router saw different tokens on every rank.
+  // The replicated embed, head and router saw different tokens on every data-parallel rank;
+  // an expert's gradient is complete within its expert group, and summed over the groups
+  // that hold the same experts (dp > ep).
   void sync_gradients() override {
+    // A one-rank world all-reduces over itself, as every other width does.
+    Communicator* group = mesh_.dp() != nullptr ? mesh_.dp() : &mesh_.world();
+    if (group->size() != mesh_.shape().dp) return;
     size_t at = 0;
     for (const model::ParamRange& r : replicated_) {
       std::copy(grads_.begin() + r.begin, grads_.begin() + r.end, packed_.begin() + at);
       at += r.size();
     }
-    ep_.all_reduce(std::span<T>(packed_));
+    TracedComm dp(*group, timeline_, config_.algo);
+    dp.all_reduce(std::span<T>(packed_));
     at = 0;
     for (const model::ParamRange& r : replicated_) {
       std::copy_n(packed_.begin() + at, r.size(), grads_.begin() + r.begin);
       at += r.size();
+    }
+    if (mesh_.expert_dp() != nullptr) {
+      TracedComm edp(*mesh_.expert_dp(), timeline_, config_.algo);
+      edp.all_reduce(grads_.subspan(experts_.begin, experts_.size()));
     }
   }
   void optimizer_step() override { opt_->step(params_, grads_); }
@@ -90,38 +102,47 @@ class EpRank : public RankStrategy {
 
  private:
   const TrainConfig& config_;
-  Communicator& comm_;
+  Mesh& mesh_;
   Trainee& trainee_;
-  TracedComm ep_;
+  RankTimeline& timeline_;
   PhaseHooks hooks_;
   std::span<T> params_, grads_;
   std::unique_ptr<SliceOptimizer> opt_;
   std::vector<model::ParamRange> replicated_;
-  std::vector<T> packed_;  // the replicated gradients, contiguous for one all_reduce
+  model::ParamRange experts_;  // this rank's experts' gradients
+  std::vector<T> packed_;      // the replicated gradients, contiguous for one all_reduce
 };
 
 }  // namespace
 
-std::optional<RunResult> run_ep(const TrainConfig& config) {
+std::optional<RunResult> run_expert_parallel(const TrainConfig& config, const MeshShape& shape) {
   return launch(
       config,
       [&](Communicator& comm, StepRunner& runner) {
-        TracedComm ep(comm, runner.timeline(), config.algo);
+        Mesh mesh(comm, shape);
+        // A one-rank world is its own expert group of width 1.
+        Communicator& group = mesh.ep() != nullptr ? *mesh.ep() : comm;
+        TracedComm ep(group, runner.timeline(), config.algo);
         // The embedding reads the Trainee's input buffer in place (no copy).
-        Trainee trainee(config, ep_moe_model_layers(config.moe, comm.rank(), comm.size(), &ep),
+        Trainee trainee(config, ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep),
                         /*copy_input=*/false);
         with_buffers(trainee.store(), [&](auto params, auto grads) {
           using T = typename decltype(grads)::value_type;
-          EpRank<T> rank(config, comm, trainee, runner, params, grads);
+          EpRank<T> rank(config, mesh, trainee, runner, params, grads);
           runner.run(rank);
         });
       },
       assemble_slices(
           model::moe_model_layout(config.moe),
           [&](int rank) {
-            return model::layout_of(ep_moe_model_layers(config.moe, rank, config.ranks, nullptr));
+            return model::layout_of(
+                ep_moe_model_layers(config.moe, mesh_coord(shape, rank).ep, shape.ep, nullptr));
           },
           "expert parallel"));
+}
+
+std::optional<RunResult> run_ep(const TrainConfig& config) {
+  return run_expert_parallel(config, config.mesh());
 }
 
 }  // namespace dtsim::train

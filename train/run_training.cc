@@ -4,6 +4,7 @@
 
 #include "runtime/types.h"
 #include "runtime/world.h"
+#include "train/pipeline_parallel/schedule.h"
 #include "train/strategies.h"
 
 namespace dtsim::train {
@@ -108,6 +109,82 @@ void validate_model_parallel(const TrainConfig& c) {
   }
 }
 
+std::string str(int v) { return std::to_string(v); }
+
+// The pipeline flags, whatever the strategy: a schedule needs --pp > 1 (checked by the CLI),
+// and a pipeline needs a schedule that validates and layers that divide into its chunks.
+void validate_pipeline(const TrainConfig& c) {
+  require(c.pp >= 1, "--pp " + str(c.pp) + " must be at least 1");
+  require(c.virtual_stages >= 1,
+          "--virtual-stages " + str(c.virtual_stages) + " must be at least 1");
+  if (c.pp == 1) {
+    require(c.virtual_stages == 1, "--virtual-stages applies to --pp > 1 (interleaved schedule)");
+    return;
+  }
+  require(c.strategy == Strategy::kMesh,
+          "--pp " + str(c.pp) + " is a mesh axis: give --dp --tp --pp instead of --strategy " +
+              to_string(c.strategy));
+  require(c.model == ModelKind::kMlp,
+          "--pp " + str(c.pp) + " needs --model mlp (its blocks are the pipeline's layers)");
+  const std::string why = pipeline::validate(schedule_spec(c));
+  require(why.empty(), why);
+  const int chunks = c.pp * c.virtual_stages;
+  require(c.mlp.num_blocks % chunks == 0,
+          "--layers " + str(c.mlp.num_blocks) + " does not divide into --pp " + str(c.pp) +
+              " x --virtual-stages " + str(c.virtual_stages) + " = " + str(chunks) +
+              " pipeline chunks; give --layers a multiple of " + str(chunks));
+  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
+          "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
+          "split into input and weight gradients, which the layers do not have");
+  require(c.zero <= 1,
+          "--zero " + str(c.zero) +
+              " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+  require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
+          "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
+              " x --micro-batches " + str(c.micro_batches));
+}
+
+// --dp --tp --pp --ep --zero (Strategy::kMesh): the product is the world, each axis fits
+// the model, the batch splits over the data axis.
+void validate_mesh(const TrainConfig& c) {
+  if (c.strategy != Strategy::kMesh) return;
+  const MeshShape m = c.mesh();
+  require(m.dp >= 1 && m.tp >= 1 && m.pp >= 1 && m.ep >= 1,
+          "--dp, --tp, --pp and --ep must be at least 1");
+  require(m.world() == c.ranks, "--dp " + str(m.dp) + " x --tp " + str(m.tp) + " x --pp " +
+                                    str(m.pp) + " = " + str(m.world()) +
+                                    " ranks, but the world has " + str(c.ranks) +
+                                    " (--ranks); make the product the world size");
+  require(c.zero >= 0 && c.zero <= 3, "--zero " + str(c.zero) + " must be 0, 1, 2 or 3");
+  require(c.zero == 0 || m.dp > 1,
+          "--zero " + str(c.zero) + " shards along the data axis: it needs --dp > 1");
+  const bool mlp = c.model == ModelKind::kMlp;
+  if (m.tp > 1) {
+    require(mlp, "--tp " + str(m.tp) + " splits the MLP blocks: it needs --model mlp");
+    require(c.mlp.hidden_dim % m.tp == 0, "--hidden " + str(c.mlp.hidden_dim) +
+                                              " is not divisible by --tp " + str(m.tp) +
+                                              "; change --hidden or --tp");
+    require(c.zero < 3, "--zero 3 with --tp " + str(m.tp) +
+                            " is not supported (ZeRO-3 gathers whole layers); use --zero 1 or 2");
+  }
+  if (m.ep > 1) {
+    require(!mlp, "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe");
+    require(m.dp % m.ep == 0, "--ep " + str(m.ep) + " does not divide --dp " + str(m.dp) +
+                                  ": experts are sharded over groups of --ep data-parallel ranks");
+    require(c.moe.moe.num_experts % m.ep == 0,
+            "--experts " + str(c.moe.moe.num_experts) + " is not divisible by --ep " + str(m.ep) +
+                ": every rank of an expert group holds the same number of experts");
+    require(c.zero == 0, "--zero with --ep is not supported; use --zero 0");
+  }
+  require(mlp || m.tp == 1, "--model moe runs on --dp and --ep (no tensor-parallel MoE)");
+  require(c.pitfall == Pitfall::kNone,
+          "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
+  const int unit = m.dp * c.micro_batches;
+  require(c.global_batch % unit == 0,
+          "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(m.dp) +
+              " x --micro-batches " + str(c.micro_batches) + nearest_batches(c.global_batch, unit));
+}
+
 }  // namespace
 
 void validate(const TrainConfig& config) {
@@ -116,9 +193,13 @@ void validate(const TrainConfig& config) {
   validate_model(config);
   validate_data_parallel(config);
   validate_model_parallel(config);
+  validate_mesh(config);
+  validate_pipeline(config);
 }
 
-std::optional<RunResult> launch_training(const TrainConfig& config) {
+std::optional<RunResult> launch_training(const TrainConfig& requested) {
+  TrainConfig config = requested;
+  resolve_preset(config);  // a preset given by its mesh runs the preset's code
   validate(config);
   switch (config.strategy) {
     case Strategy::kSingle:
@@ -137,6 +218,10 @@ std::optional<RunResult> launch_training(const TrainConfig& config) {
       return run_ep(config);
     case Strategy::kDpTp:
       return run_dp_tp(config);
+    case Strategy::kMesh:
+      if (config.pp > 1) return run_pipeline(config);  // train/pipeline_parallel/
+      if (config.model == ModelKind::kMlp) return run_tensor_parallel(config, config.mesh());
+      return run_expert_parallel(config, config.mesh());
   }
   fail("--strategy has an unknown value");
 }

@@ -24,16 +24,22 @@ StepRunner::StepRunner(const TrainConfig& config, ReportChannel* channel, int lo
 void StepRunner::run(RankStrategy& s) {
   const std::vector<MicroBatch> micro = s.micro_batches();
   std::vector<double> sums(loss_slots_);
+  std::vector<float> losses;  // per micro-batch of the step
   for (int step = 0; step < config_.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     std::fill(sums.begin(), sums.end(), 0.0);
     s.begin_step();
+    losses.assign(micro.size(), 0.0f);
+    if (!s.run_micro_batches(step, micro, &losses)) {
+      for (size_t i = 0; i < micro.size(); ++i) {
+        s.before_micro_batch(static_cast<int>(i));
+        losses[i] = s.forward_backward(step, micro[i]);
+        s.after_micro_batch(static_cast<int>(i));
+      }
+    }
     for (size_t i = 0; i < micro.size(); ++i) {
       const MicroBatch& mb = micro[i];
-      s.before_micro_batch(static_cast<int>(i));
-      const float loss = s.forward_backward(step, mb);
-      s.after_micro_batch(static_cast<int>(i));
-      if (mb.reports_loss) sums[mb.loss_slot] += static_cast<double>(loss) * mb.size;
+      if (mb.reports_loss) sums[mb.loss_slot] += static_cast<double>(losses[i]) * mb.size;
     }
     s.sync_gradients();
     timeline_.phase("optimizer", [&] { s.optimizer_step(); });

@@ -2,6 +2,8 @@
 //
 //   for step:  begin_step (zero gradients)
 //              for micro-batch: forward and backward, with the strategy's hooks
+//                (or the strategy runs all of the step's micro-batches in an order of its
+//                own, run_micro_batches: a pipeline stage's schedule)
 //              sync_gradients; optimizer_step ("optimizer" on the timeline); sync_params
 //              peak memory; step time; the step's global mean loss; on_step(step, loss)
 //
@@ -57,6 +59,16 @@ class RankStrategy {
   virtual void before_micro_batch(int /*index*/) {}
   // Forward and backward of one micro-batch with the strategy's hooks; returns its mean loss.
   virtual float forward_backward(int step, const MicroBatch& mb) = 0;
+  // A strategy that orders its micro-batches itself (a pipeline stage) overrides this: it
+  // runs forward and backward of every micro-batch of `mbs` (micro_batches()) and sets
+  // (*losses)[i] to micro-batch i's mean loss (any value where !mbs[i].reports_loss); the
+  // runner then adds the losses in micro-batch order as its own loop does, and calls neither
+  // before_micro_batch, forward_backward nor after_micro_batch. Returns false (the default)
+  // to leave the step to the runner's loop.
+  virtual bool run_micro_batches(int /*step*/, const std::vector<MicroBatch>& /*mbs*/,
+                                 std::vector<float>* /*losses*/) {
+    return false;
+  }
   virtual void after_micro_batch(int /*index*/) {}
   // Communication after backward (DDP's unbucketed all-reduce, ZeRO's reduce-scatter, ...).
   virtual void sync_gradients() {}

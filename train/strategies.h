@@ -33,5 +33,13 @@ std::optional<RunResult> run_zero(const TrainConfig& config);   // zero.cc (stag
 std::optional<RunResult> run_tp(const TrainConfig& config);     // tensor_parallel.cc
 std::optional<RunResult> run_ep(const TrainConfig& config);     // expert_parallel.cc
 std::optional<RunResult> run_dp_tp(const TrainConfig& config);  // dp_tp.cc
+// Tensor parallel on a dp x tp mesh, ZeRO-1/2 (config.zero) along dp: tp, dp-tp and mesh.
+std::optional<RunResult> run_tensor_parallel(const TrainConfig& config,
+                                             const MeshShape& shape);  // tensor_parallel.cc
+// Expert parallel on a dp mesh with experts over groups of shape.ep dp ranks: ep and mesh.
+std::optional<RunResult> run_expert_parallel(const TrainConfig& config,
+                                             const MeshShape& shape);  // expert_parallel.cc
+// Pipeline parallel (config.pp > 1); defined by the pipeline executor's branch (sched).
+std::optional<RunResult> run_pipeline(const TrainConfig& config);
 
 }  // namespace dtsim::train

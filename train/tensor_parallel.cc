@@ -21,37 +21,46 @@
 
 #include "train/grad_ops.h"
 #include "train/launch.h"
+#include "train/mesh.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
-#include "train/tp_grid.h"
 #include "train/tp_mlp_block.h"
 #include "train/trainee.h"
+#include "train/zero_sync.h"
 
 namespace dtsim::train {
 namespace {
 
-// One rank of the (dp, tp) grid: its TP shard of the MLP, fed its replica's samples.
+// One rank of the (dp, tp) mesh: its TP shard of the MLP, fed its replica's samples; the
+// gradients are synchronised across the replicas by DDP's all-reduce or ZeRO-1/2 along dp.
 template <class T>
 class TpRank : public RankStrategy {
  public:
-  TpRank(const TrainConfig& config, const TpGrid& grid, Trainee& trainee, StepRunner& runner,
+  TpRank(const TrainConfig& config, Mesh& mesh, Trainee& trainee, StepRunner& runner,
          std::span<T> params, std::span<T> grads)
       : config_(config),
-        grid_(grid),
+        mesh_(mesh),
         trainee_(trainee),
         timeline_(runner.timeline()),
         hooks_(&runner.timeline()),
         params_(params),
-        grads_(grads),
-        opt_(make_slice_optimizer(config, params, &trainee.memory())) {}
+        grads_(grads) {
+    if (config.zero > 0 && mesh.dp() != nullptr) {
+      // Gradients carry 1/B: the reduce-scatter's sum is already the global mean.
+      zero_ = std::make_unique<ZeroSync<T>>(config, *mesh.dp(), runner.timeline(), config.zero,
+                                            /*divide=*/false, params, grads);
+    } else {
+      opt_ = make_slice_optimizer(config, params, &trainee.memory());
+    }
+  }
 
   // Replica d takes data-parallel rank d's samples; gradients carry 1/B (the global mean).
   // Every rank of a TP group computes the same loss: its rank 0 reports it.
   std::vector<MicroBatch> micro_batches() const override {
-    const int dp_size = config_.ranks / grid_.tp->size();
-    std::vector<MicroBatch> micro = data_parallel_micro_batches(
-        config_, dp_size, grid_.dp_index, 1.0f / static_cast<float>(config_.global_batch));
-    for (MicroBatch& mb : micro) mb.reports_loss = grid_.tp->rank() == 0;
+    std::vector<MicroBatch> micro =
+        data_parallel_micro_batches(config_, mesh_.shape().dp, mesh_.coord().dp,
+                                    1.0f / static_cast<float>(config_.global_batch));
+    for (MicroBatch& mb : micro) mb.reports_loss = mesh_.coord().tp == 0;
     return micro;
   }
   void begin_step() override { trainee_.store().zero_grad(); }
@@ -61,49 +70,63 @@ class TpRank : public RankStrategy {
     return loss;
   }
   void sync_gradients() override {
-    if (grid_.dp == nullptr) return;  // DDP across replicas: grads already carry 1/B
-    TracedComm dp(*grid_.dp, timeline_, config_.algo);
+    if (zero_) return zero_->sync_gradients();
+    if (mesh_.dp() == nullptr) return;  // DDP across replicas: grads already carry 1/B
+    TracedComm dp(*mesh_.dp(), timeline_, config_.algo);
     dp.all_reduce(grads_);
   }
-  void optimizer_step() override { opt_->step(params_, grads_); }
-  void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
+  void optimizer_step() override {
+    if (zero_) return zero_->optimizer_step();
+    opt_->step(params_, grads_);
+  }
+  void sync_params() override {
+    if (zero_) zero_->sync_params();
+  }
+  void observe_memory(PeakMemory& peak) override {
+    if (zero_) return peak.observe(zero_->ledger(), trainee_.memory());
+    peak.observe(trainee_.memory());
+  }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
 
  private:
   const TrainConfig& config_;
-  const TpGrid& grid_;
+  Mesh& mesh_;
   Trainee& trainee_;
   RankTimeline& timeline_;
   PhaseHooks hooks_;
   std::span<T> params_, grads_;
-  std::unique_ptr<SliceOptimizer> opt_;
+  std::unique_ptr<SliceOptimizer> opt_;  // without ZeRO
+  std::unique_ptr<ZeroSync<T>> zero_;    // ZeRO-1/2 along dp
 };
 
 }  // namespace
 
-std::optional<RunResult> run_tp_grid(const TrainConfig& config, int tp_size) {
+std::optional<RunResult> run_tensor_parallel(const TrainConfig& config, const MeshShape& shape) {
   return launch(
       config,
       [&](Communicator& comm, StepRunner& runner) {
-        const TpGrid grid = make_tp_grid(comm, tp_size);
-        TracedComm tp(*grid.tp, runner.timeline(), config.algo);
-        Trainee trainee(config, tp_mlp_layers(config.mlp, grid.tp->rank(), tp_size, &tp));
+        Mesh mesh(comm, shape);
+        // A one-rank world is its own TP group of width 1 (--strategy tp --ranks 1).
+        Communicator& group = mesh.tp() != nullptr ? *mesh.tp() : comm;
+        TracedComm tp(group, runner.timeline(), config.algo);
+        Trainee trainee(config, tp_mlp_layers(config.mlp, mesh.coord().tp, shape.tp, &tp));
         with_buffers(trainee.store(), [&](auto params, auto grads) {
           using T = typename decltype(grads)::value_type;
-          TpRank<T> rank(config, grid, trainee, runner, params, grads);
+          TpRank<T> rank(config, mesh, trainee, runner, params, grads);
           runner.run(rank);
         });
       },
       assemble_slices(
           model::mlp_layout(config.mlp),
           [&](int rank) {
-            return model::layout_of(tp_mlp_layers(config.mlp, rank % tp_size, tp_size, nullptr));
+            return model::layout_of(
+                tp_mlp_layers(config.mlp, mesh_coord(shape, rank).tp, shape.tp, nullptr));
           },
           "tensor parallel"));
 }
 
 std::optional<RunResult> run_tp(const TrainConfig& config) {
-  return run_tp_grid(config, config.ranks);
+  return run_tensor_parallel(config, config.mesh());
 }
 
 }  // namespace dtsim::train

@@ -2,6 +2,7 @@
 
 #include "model/mlp.h"
 #include "model/moe_model.h"
+#include "runtime/types.h"
 
 namespace dtsim::train {
 
@@ -10,6 +11,15 @@ model::Layers model_layers(const TrainConfig& config) {
     return model::mlp_layers(config.mlp, 0, config.mlp.num_blocks + 1);
   }
   return model::moe_model_layers(config.moe);
+}
+
+model::Layers pipeline_layers(const TrainConfig& config, int first, int last) {
+  const int L = config.mlp.num_blocks;
+  if (config.model != ModelKind::kMlp || first < 0 || first >= last || last > L) {
+    throw UsageError("pipeline_layers: [" + std::to_string(first) + ", " + std::to_string(last) +
+                     ") is not a range of the MLP's " + std::to_string(L) + " blocks");
+  }
+  return model::mlp_layers(config.mlp, first, last == L ? L + 1 : last);
 }
 
 Trainee::Trainee(const TrainConfig& config) : Trainee(config, model_layers(config)) {}

@@ -25,6 +25,10 @@ namespace dtsim::train {
 // The whole model's layers for `config` (mlp or moe).
 model::Layers model_layers(const TrainConfig& config);
 
+// A pipeline chunk's layers: [first, last) of the model's L pipeline layers (the MLP's
+// blocks, L = config.mlp.num_blocks), with the head appended when last == L. MLP only.
+model::Layers pipeline_layers(const TrainConfig& config, int first, int last);
+
 class Trainee {
  public:
   // The whole model (seeded from config.seed, same bits on every rank) and its task.

@@ -33,42 +33,26 @@
 #include "train/strategies.h"
 #include "train/trainee.h"
 #include "train/zero3_hooks.h"
+#include "train/zero_sync.h"
 
 namespace dtsim::train {
 namespace {
 
 using model::MemoryCategory;
 
-// ZeRO-1 (stage 1) or ZeRO-2 (stage 2) on one rank.
+// ZeRO-1 (stage 1) or ZeRO-2 (stage 2) on one rank: the full replica, and ZeroSync
+// (zero_sync.h) over the world.
 template <class T>
 class Zero12Rank : public RankStrategy {
  public:
   Zero12Rank(const TrainConfig& config, Communicator& comm, Trainee& trainee, StepRunner& runner,
              std::span<T> params, std::span<T> grads)
-      : config_(config),
-        comm_(comm),
+      : comm_(comm),
         trainee_(trainee),
-        timeline_(runner.timeline()),
         hooks_(&runner.timeline()),
-        stage2_(config.strategy == Strategy::kZero2),
-        params_(params),
-        grads_(grads),
-        mine_(model::shard_range(params.size(), comm.size(), comm.rank())),
-        full_bytes_(static_cast<int64_t>(params.size() * sizeof(T))),
-        my_params_(params.subspan(mine_.begin, mine_.size())),
-        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {
-    ledger_.add(MemoryCategory::kWeights, full_bytes_);
-    if (!stage2_) ledger_.add(MemoryCategory::kGradients, full_bytes_);
-    // Stage 2 holds only its shard's summed gradient; stage 1's lands in the shard's slice
-    // of the full buffer it keeps (the reduce-scatter's output buffer is scratch, uncounted).
-    shard_grads_ = model::TrackedBuffer<T>(stage2_ ? &ledger_ : nullptr, MemoryCategory::kGradients,
-                                           mine_.size());
-    opt_ = make_slice_optimizer(config, my_params_, &ledger_);
-  }
-  ~Zero12Rank() override {
-    ledger_.add(MemoryCategory::kWeights, -full_bytes_);
-    if (!stage2_) ledger_.add(MemoryCategory::kGradients, -full_bytes_);
-  }
+        sync_(config, comm, runner.timeline(), config.strategy == Strategy::kZero2 ? 2 : 1,
+              /*divide=*/config.pitfall != Pitfall::kForgetDivide, params, grads),
+        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {}
 
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
   void begin_step() override { trainee_.store().zero_grad(); }
@@ -77,44 +61,22 @@ class Zero12Rank : public RankStrategy {
     hooks_.finish();
     return loss;
   }
-  void sync_gradients() override {
-    timeline_.collective("reduce_scatter", comm_, [&] {
-      comm_.reduce_scatter(std::span<const T>(grads_), shard_grads_.span(), ReduceOp::kSum,
-                           reduce_scatter_algo(config_.algo));
-    });
-    my_grads_ = shard_grads_.span();
-    if (!stage2_) {  // stage 1 keeps the full gradient buffer: the shard's sum goes there
-      my_grads_ = grads_.subspan(mine_.begin, mine_.size());
-      std::copy(shard_grads_.data(), shard_grads_.data() + mine_.size(), my_grads_.begin());
-    }
-    if (config_.pitfall != Pitfall::kForgetDivide) divide(my_grads_, comm_.size());
+  void sync_gradients() override { sync_.sync_gradients(); }
+  void optimizer_step() override { sync_.optimizer_step(); }
+  void sync_params() override { sync_.sync_params(); }
+  void observe_memory(PeakMemory& peak) override {
+    peak.observe(sync_.ledger(), trainee_.memory());
   }
-  void optimizer_step() override { opt_->step(my_params_, my_grads_); }
-  void sync_params() override {
-    timeline_.collective("all_gather", comm_, [&] {
-      comm_.all_gather(std::span<const T>(my_params_), params_, all_gather_algo(config_.algo));
-    });
-  }
-  void observe_memory(PeakMemory& peak) override { peak.observe(ledger_, trainee_.memory()); }
   // After the last all-gather every rank holds the full parameters; rank 0's are the result.
   std::vector<float> final_params() override {
     return comm_.rank() == 0 ? trainee_.store().params_as_float() : std::vector<float>{};
   }
 
  private:
-  const TrainConfig& config_;
   Communicator& comm_;
   Trainee& trainee_;
-  RankTimeline& timeline_;
   PhaseHooks hooks_;
-  model::MemoryLedger ledger_;  // this rank's model state, as ZeRO holds it
-  const bool stage2_;
-  std::span<T> params_, grads_;
-  const model::ParamRange mine_;
-  const int64_t full_bytes_;
-  std::span<T> my_params_, my_grads_;
-  model::TrackedBuffer<T> shard_grads_;
-  std::unique_ptr<SliceOptimizer> opt_;
+  ZeroSync<T> sync_;
   std::vector<MicroBatch> micro_;
 };
 

@@ -137,6 +137,34 @@ def case_walk_pipeline():
     expect(rc == 0 and "bubble: 0/1 " in out, f"--pp 1: {rc}\n{out}")
 
 
+def case_train_pipeline():
+    # The issue's "done means": pipelines bitwise equal to accumulation, and a 3D mesh.
+    for sched in [["--schedule", "1f1b", "--layers", "4"], ["--schedule", "gpipe", "--layers", "4"],
+                  ["--schedule", "interleaved", "--virtual-stages", "2", "--layers", "8"]]:
+        rc, out, err = run("train", "--pp", "4", "--micro-batches", "8", *sched, "--algo",
+                           "deterministic", "--check", "--steps", "5", "--quiet")
+        expect(rc == 0, f"{sched}: exit code {rc}\n{err}")
+        expect_match(r"\(dp 1 x tp 1 x pp 4\)", out, f"{sched} header")
+        expect_match(r"^check: PASS  max \|dparam\| 0, max \|dloss\| 0 \(bitwise vs accum\)$", out,
+                     f"{sched} bitwise")
+    rc, out, err = run("train", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1", "--layers",
+                       "4", "--micro-batches", "4", "--check", "--steps", "5", "--quiet")
+    expect(rc == 0, f"3D exit code {rc}\n{err}")
+    expect_match(r"^check: PASS .*rtol 1e-05 atol 1e-06 vs single\)$", out, "3D check")
+    # --trace: every stage's track shows forward and backward per micro-batch.
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        rc, _, _ = run("train", "--pp", "2", "--micro-batches", "4", "--steps", "2", "--trace",
+                       path, "--quiet")
+        expect(rc == 0, f"trace exit code {rc}")
+        spans = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
+    for r in range(2):
+        names = [e["name"] for e in spans if e["tid"] == r and e["name"][0] in "FB"]
+        expect(sorted(set(names)) == ["B0", "B1", "B2", "B3", "F0", "F1", "F2", "F3"],
+               f"rank {r}: {names}")
+        expect(len(names) == 2 * 2 * 4, f"rank {r}: one F and one B per micro-batch per step")
+
+
 def case_train():
     rc, out, _ = run("train", "--strategy", "zero3", "--ranks", "4", "--steps", "6", "--quiet")
     expect(rc == 0, f"train exit code {rc}")
@@ -278,7 +306,13 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--model", "moe", "--top-k", "3"], "--top-k must be between 1 and 2"),
     (["train", "--experts", "8"], "--experts applies to --model moe"),
     (["train", "--model", "moe", "--layers", "3"], "--layers applies to --model mlp"),
-    (["train", "--tp", "2"], "--tp applies to --strategy dp-tp (tp uses every rank: its width is --ranks)"),
+    (["train", "--strategy", "tp", "--tp", "2"], "--strategy tp is a preset of the mesh; give either --strategy or the mesh flags (--dp --tp --pp --ep --zero), not both"),
+    (["train", "--dp", "2", "--tp", "2", "--pp", "2", "--ranks", "4"], "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the world has 4 (--ranks); make the product the world size"),
+    (["train", "--model", "moe", "--dp", "4", "--ep", "3", "--experts", "6"], "--ep 3 does not divide --dp 4: experts are sharded over groups of --ep data-parallel ranks"),
+    (["train", "--pp", "2", "--schedule", "zb-h1"], "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train"),
+    (["train", "--pp", "4", "--layers", "6"], "--layers 6 does not divide into --pp 4"),
+    (["train", "--pp", "2", "--dp", "2", "--zero", "2"], "--zero 2 with --pp: a pipeline shards along dp with ZeRO-1 only"),
+    (["train", "--schedule", "gpipe"], "--schedule applies to a pipeline: give --pp > 1"),
     (["train", "--pitfall", "forget-sync"], "--pitfall must be one of forget-divide"),
     (["train", "--strategy", "tp", "--pitfall", "forget-divide"], "--pitfall forget-divide applies to --strategy ddp"),
     (["train", "--steps"], "--steps needs a value"),
@@ -514,12 +548,13 @@ def case_demo():
     rc, out, err = run("demo", "--quiet")
     expect(rc == 0, f"demo exit code {rc}\n{out}\n{err}")
     expect(err == "", "--quiet: nothing on stderr")
-    rows = re.findall(r"^(\S+(?: forget-divide sgd)?) +(mlp|moe) ", out, re.M)
+    rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", out, re.M)
     want = [(s, "mlp") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "tp",
-                                 "dp-tp", "ddp forget-divide sgd"]]
-    want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep"]]
+                                 "dp-tp", "dp 2 x tp 2 zero1", "ddp forget-divide sgd"]]
+    want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep",
+                                  "dp 4 ep 2"]]
     expect(rows == want, f"rows {rows}")
-    expect(len(re.findall(r" PASS ", out)) == 12, "twelve PASS verdicts:\n" + out)
+    expect(len(re.findall(r" PASS ", out)) == 14, "fourteen PASS verdicts:\n" + out)
     expect_match(r"^ddp forget-divide sgd +mlp .* FAIL \(expected FAIL\) ", out, "pitfall row")
     expect_match(r"^ddp +mlp .* 0  bitwise vs accum +PASS ", out, "ddp bitwise row")
     expect_match(r"16 B/param,\n112 GB per GPU .* 14 GB of bf16 gradients sends 24\.5 GB", out,

@@ -1,4 +1,4 @@
-// DP x TP on a 2-D grid: the subgroups Communicator::split builds, then whole training on
+// DP x TP on a 2-D grid (its groups: mesh_test.cc): whole training on
 // 4 ranks as 2 x 2 and 8 ranks as 4 x 2 against single-rank training, with collective counts.
 #include <gtest/gtest.h>
 
@@ -7,29 +7,10 @@
 
 #include "runtime/world.h"
 #include "train/strategies.h"
-#include "train/tp_grid.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {
 namespace {
-
-TEST(DpTpGrid, TpGroupsAreConsecutiveRanksAndDpGroupsRunAcrossThem) {
-  const int N = 8, T = 2;
-  std::vector<std::vector<int>> tp(N), dp(N);
-  std::vector<int> replica(N);
-  World world(N);
-  world.run([&](Communicator& comm) {
-    TpGrid g = make_tp_grid(comm, T);
-    tp[comm.rank()] = g.tp->ranks();
-    dp[comm.rank()] = g.dp->ranks();
-    replica[comm.rank()] = g.dp_index;
-  });
-  for (int r = 0; r < N; ++r) {
-    EXPECT_EQ(tp[r], (std::vector<int>{r / T * T, r / T * T + 1}));
-    EXPECT_EQ(dp[r], (std::vector<int>{r % T, r % T + 2, r % T + 4, r % T + 6}));
-    EXPECT_EQ(replica[r], r / T);
-  }
-}
 
 struct DpTpCase {
   int ranks, tp;

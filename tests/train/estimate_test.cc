@@ -95,5 +95,17 @@ TEST(EstimateMesh, BubbleAndActivationsFollowTheSchedule) {
   EXPECT_DOUBLE_EQ(m.activation_bytes[0], 11 * 1e9);
 }
 
+TEST(EstimateMesh, HugeSchedulesUseTheFormulaInsteadOfADryRun) {
+  MeshEstimateInput in;
+  in.params = 1e12;
+  in.schedule = {pipeline::ScheduleKind::kInterleaved, 1024, 4096, 64};
+  const MeshEstimate m = estimate_mesh(in);  // a dry run would hold 2 GB of timelines
+  EXPECT_FALSE(m.dry_run);
+  EXPECT_EQ(m.bubble, (pipeline::Fraction{1023, 64 * 4096 + 1023}));
+  EXPECT_EQ(m.in_flight.front(), 2 * 1023 + 63 * 1024 + 1);
+  in.schedule = {pipeline::ScheduleKind::kOneFOneB, 8, 64, 1};
+  EXPECT_TRUE(estimate_mesh(in).dry_run);
+}
+
 }  // namespace
 }  // namespace dtsim::train

@@ -9,26 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "pipeline_test_util.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/pipeline_parallel/schedule_check.h"
 
 namespace dtsim::train::pipeline {
 
-// gtest prints a failing parameter with this.
-void PrintTo(const ScheduleSpec& s, std::ostream* os) {
-  *os << to_string(s.kind) << " p " << s.stages << " m " << s.micro_batches << " v "
-      << s.virtual_stages;
-}
-
 namespace {
-
-std::string name_of(const ScheduleSpec& s) {
-  std::string n = to_string(s.kind);
-  std::replace(n.begin(), n.end(), '-', '_');
-  n += "_p" + std::to_string(s.stages) + "_m" + std::to_string(s.micro_batches);
-  if (s.kind == ScheduleKind::kInterleaved) n += "_v" + std::to_string(s.virtual_stages);
-  return n;
-}
 
 std::vector<ScheduleSpec> all_specs() {
   std::vector<ScheduleSpec> specs;
@@ -119,7 +106,7 @@ TEST_P(EverySchedule, BackwardsRunInMicroBatchOrderPerChunk) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipeline, EverySchedule, ::testing::ValuesIn(all_specs()),
-                         [](const auto& info) { return name_of(info.param); });
+                         [](const auto& info) { return test_name(info.param); });
 
 TEST(ScheduleExamples, OneFOneBOnFourStagesIsTheFigure) {
   // Narayanan et al. 2021, figure 4 (top), 4 stages, 8 micro-batches: stage 0 runs four

@@ -1,6 +1,6 @@
 // The training strategies under the controlled scheduler (runtime/schedule): DDP buckets,
-// ZeRO-1/2/3 shards and gathers, TP, EP's all_to_all and DP x TP run with one rank thread
-// at a time, interleaved by PCT, and pass the same check as their free-running tests
+// ZeRO-1/2/3 shards and gathers, TP, EP's all_to_all, DP x TP and a 1F1B pipeline run with one rank
+// thread at a time, interleaved by PCT, and pass the same check as their free-running tests
 // (train/check.h: bitwise against accumulation under the deterministic reduction, else
 // within tolerance of the reference).
 #include <gtest/gtest.h>
@@ -64,6 +64,20 @@ TrainConfig deterministic(TrainConfig c) {
   return c;
 }
 
+// Pipeline sends and receives between stages (1F1B, 4 stages, 8 micro-batches).
+TrainConfig pipeline_1f1b() {
+  TrainConfig c = mlp_config(Strategy::kMesh, 4);
+  c.dp = 1;
+  c.tp_size = 1;
+  c.pp = 4;
+  c.schedule = pipeline::ScheduleKind::kOneFOneB;
+  c.mlp.num_blocks = 4;
+  c.micro_batches = 8;
+  c.global_batch = 64;
+  c.algo = Algo::kDeterministic;
+  return c;
+}
+
 TrainConfig dp_tp(int ranks) {
   TrainConfig c = mlp_config(Strategy::kDpTp, ranks);
   c.tp_size = 2;
@@ -80,7 +94,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, UnderScheduler,
                                            ScheduledCase{"zero3", mlp_config(Strategy::kZero3, 4)},
                                            ScheduledCase{"tp", mlp_config(Strategy::kTp, 4)},
                                            ScheduledCase{"ep", moe_config(Strategy::kEp, 4)},
-                                           ScheduledCase{"dp_tp", dp_tp(4)}),
+                                           ScheduledCase{"dp_tp", dp_tp(4)},
+                                           ScheduledCase{"pipeline_1f1b", pipeline_1f1b()}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -45,6 +45,8 @@ struct Row {
   Algo algo;
   bool pitfall = false;  // forget-divide, run with SGD as the tests do: Adam divides by the
                          // gradient's scale, so it would hide most of an N-times-too-large step
+  train::MeshShape mesh = {};  // Strategy::kMesh only
+  int zero = 0;
 };
 
 train::TrainConfig base_config(ModelKind model, int steps) {
@@ -82,9 +84,11 @@ std::vector<Row> rows() {
     if (m == ModelKind::kMlp) {
       r.push_back({Strategy::kTp, m, ring});
       r.push_back({Strategy::kDpTp, m, ring});
+      r.push_back({Strategy::kMesh, m, ring, false, {.dp = 2, .tp = 2, .pp = 1, .ep = 1}, 1});
       r.push_back({Strategy::kDdp, m, det, true});
     } else {
       r.push_back({Strategy::kEp, m, ring});
+      r.push_back({Strategy::kMesh, m, ring, false, {.dp = 4, .tp = 1, .pp = 1, .ep = 2}, 0});
     }
   }
   return r;
@@ -183,13 +187,24 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
       train::TrainConfig c = row.model == ModelKind::kMlp ? mlp : moe;
       c.strategy = row.strategy;
       c.algo = row.algo;
+      std::string label = train::to_string(c.strategy);
+      if (row.strategy == Strategy::kMesh) {
+        c.dp = row.mesh.dp;
+        c.tp_size = row.mesh.tp;
+        c.pp = row.mesh.pp;
+        c.ep = row.mesh.ep;
+        c.zero = row.zero;
+        label = fmt::format("dp {}", c.dp);
+        if (c.tp_size > 1) label += fmt::format(" x tp {}", c.tp_size);
+        if (c.ep > 1) label += fmt::format(" ep {}", c.ep);
+        if (c.zero > 0) label += fmt::format(" zero{}", c.zero);
+      }
       if (row.pitfall) {
         c.pitfall = train::Pitfall::kForgetDivide;
         c.optimizer = model::OptimizerKind::kSgd;
         c.lr = 0.05f;
       }
-      const std::string name =
-          std::string(train::to_string(c.strategy)) + (row.pitfall ? " forget-divide sgd" : "");
+      const std::string name = label + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
       c.on_step = [&progress, steps = c.steps](int done, double) {
         progress.set_steps(done, steps);

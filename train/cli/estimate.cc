@@ -115,11 +115,12 @@ int run_mesh_estimate(const CLI::App& app, const EstimateFlags& f) {
   t.add(state_row(fmt::format("ZeRO-{}", in.zero_stage), m.state, m.params_per_device));
   t.print(stdout, "  ");
 
-  std::printf(
-      "\npipeline bubble: %s of the slots idle (%.1f%%), from the schedule's dry run; "
-      "formula %s = %s\n",
-      train::pipeline::to_string(m.bubble).c_str(), 100 * m.bubble.value(),
-      train::pipeline::info(s.kind).formula, train::pipeline::to_string(m.bubble_formula).c_str());
+  std::printf("\npipeline bubble: %s of the slots idle (%.1f%%), %s; formula %s = %s\n",
+              train::pipeline::to_string(m.bubble).c_str(), 100 * m.bubble.value(),
+              m.dry_run ? "from the schedule's dry run"
+                        : "by the formula (the schedule is too large to dry-run)",
+              train::pipeline::info(s.kind).formula,
+              train::pipeline::to_string(m.bubble_formula).c_str());
   const bool chunks = s.virtual_stages > 1;
   if (f.activations > 0) {
     std::printf(

@@ -32,6 +32,10 @@ json config_json(const train::TrainConfig& c) {
       {"pitfall", c.pitfall == train::Pitfall::kForgetDivide ? "forget-divide" : "none"},
   };
   if (c.strategy == train::Strategy::kDpTp) j["tp_size"] = c.tp_size;
+  if (c.strategy == train::Strategy::kMesh) {
+    const train::MeshShape m = c.mesh();
+    j["mesh"] = {{"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"zero", c.zero}};
+  }
   if (c.model == train::ModelKind::kMlp) {
     j["shape"] = {{"dim", c.mlp.input_dim},
                   {"hidden", c.mlp.hidden_dim},

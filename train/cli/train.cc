@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -38,6 +39,8 @@ struct TrainFlags {
   std::string algo = "auto", pitfall, report, trace, html;
   int ranks = 4, steps = 20, batch = 32, micro_batches = 1, dim = 16, hidden = 64, layers = 2;
   int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
+  int dp = 1, pp = 1, ep = 1, zero = 0, virtual_stages = 1;
+  std::string schedule = "1f1b";
   double lr = 0.05;
   int64_t seed = 1;
   bool check = false, quiet = false;
@@ -77,8 +80,27 @@ void declare(CLI::App* app, TrainFlags& f) {
   app->add_option("--experts", f.experts, "experts of the MoE layer (moe only)")
       ->transform(Integer(1, 1024));
   app->add_option("--top-k", f.top_k, "experts per token (moe only)")->transform(Integer(1, 2));
-  app->add_option("--tp", f.tp, "tensor-parallel width of dp-tp (tp uses every rank)")
+  app->add_option("--tp", f.tp,
+                  "mesh: tensor-parallel width (also dp-tp's; --strategy tp uses every rank)")
       ->transform(Integer(1, 256));
+  app->add_option("--dp", f.dp,
+                  "mesh: data-parallel replicas; --dp x --tp x --pp is the world size "
+                  "[default: --ranks / (--tp x --pp)]")
+      ->transform(Integer(1, 256))
+      ->default_str("");
+  app->add_option("--pp", f.pp, "mesh: pipeline stages (mlp; the blocks split evenly)")
+      ->transform(Integer(1, 256));
+  app->add_option("--ep", f.ep,
+                  "mesh: experts sharded over groups of --ep data-parallel ranks (moe; divides "
+                  "--dp)")
+      ->transform(Integer(1, 256));
+  app->add_option("--zero", f.zero, "mesh: ZeRO stage along the data axis (0: DDP all-reduce)")
+      ->transform(Integer(0, 3));
+  app->add_option("--schedule", f.schedule, "pipeline schedule (with --pp > 1)")
+      ->check(OneOf({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+  app->add_option("--virtual-stages", f.virtual_stages,
+                  "model chunks per pipeline rank (--schedule interleaved)")
+      ->transform(Integer(1, 64));
   app->add_option("--algo", f.algo,
                   "all_reduce algorithm; deterministic makes ddp and zero bitwise equal to "
                   "accumulation")
@@ -106,6 +128,47 @@ void declare(CLI::App* app, TrainFlags& f) {
       ->type_name("FILE")
       ->default_str("");
   app->add_flag("--quiet", f.quiet, "no progress bar, no notes on stderr");
+}
+
+// The mesh flags: without --strategy they lay the run on a device mesh (presets included:
+// --dp 4 is ddp); with one, only dp-tp's --tp applies.
+void parse_mesh(const CLI::App& a, const TrainFlags& f, train::TrainConfig& c) {
+  bool mesh = false;
+  for (const char* flag : {"--dp", "--pp", "--ep", "--zero"}) mesh = mesh || given(a, flag);
+  const bool dp_tp = c.strategy == train::Strategy::kDpTp;
+  if (given(a, "--strategy")) {
+    if (mesh || (given(a, "--tp") && !dp_tp)) {
+      fail("train", "--strategy " + f.strategy +
+                        " is a preset of the mesh; give either --strategy or the mesh flags "
+                        "(--dp --tp --pp --ep --zero), not both");
+    }
+  } else if (mesh || given(a, "--tp")) {
+    c.strategy = train::Strategy::kMesh;
+  }
+  for (const char* flag : {"--schedule", "--virtual-stages"}) {
+    if (given(a, flag) && f.pp == 1) {
+      fail("train", std::string(flag) + " applies to a pipeline: give --pp > 1");
+    }
+  }
+  train::pipeline::parse_schedule(f.schedule, &c.schedule);  // OneOf accepted it
+  c.virtual_stages = f.virtual_stages;
+  if (c.strategy != train::Strategy::kMesh) return;
+  c.pp = f.pp;
+  c.ep = f.ep;
+  c.zero = f.zero;
+  const int tp = given(a, "--tp") ? f.tp : 1;
+  c.tp_size = tp;
+  const bool world_given = given(a, "--ranks") || ProcessModel::from_environment(0, 1).mpi;
+  if (given(a, "--dp")) {
+    c.dp = f.dp;
+    if (!world_given) c.ranks = c.dp * tp * c.pp;
+  } else if (world_given) {
+    c.dp = std::max(1, c.ranks / (tp * c.pp));  // validate() checks the product
+  } else {
+    c.dp = 1;
+    c.ranks = tp * c.pp;
+  }
+  train::resolve_preset(c);
 }
 
 train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
@@ -163,10 +226,8 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
     c.moe.moe.num_experts = f.experts;
     c.moe.moe.top_k = f.top_k;
   }
-  if (given(a, "--tp") && c.strategy != train::Strategy::kDpTp) {
-    fail("train", "--tp applies to --strategy dp-tp (tp uses every rank: its width is --ranks)");
-  }
   c.tp_size = f.tp;
+  parse_mesh(a, f, c);
   parse_algo(f.algo, &c.algo);  // OneOf(algo_names()) accepted it
   c.seed = static_cast<uint64_t>(f.seed);
   if (!f.pitfall.empty())
@@ -191,6 +252,13 @@ std::string ranks_text(const train::TrainConfig& c) {
       return fmt::format("1 rank accumulating as {} would", c.ranks);
     case train::Strategy::kDpTp:
       return fmt::format("{} ranks (dp {} x tp {})", c.ranks, c.ranks / c.tp_size, c.tp_size);
+    case train::Strategy::kMesh: {
+      const train::MeshShape m = c.mesh();
+      std::string text = fmt::format("{} ranks (dp {} x tp {} x pp {}", c.ranks, m.dp, m.tp, m.pp);
+      if (m.ep > 1) text += fmt::format(", ep {}", m.ep);
+      if (c.zero > 0) text += fmt::format(", zero {}", c.zero);
+      return text + ")";
+    }
     default:
       return fmt::format("{} rank{}", c.ranks, c.ranks == 1 ? "" : "s");
   }

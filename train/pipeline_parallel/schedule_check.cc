@@ -222,6 +222,18 @@ DryRun dry_run(const Schedule& s) {
   return d;
 }
 
+std::vector<int> peak_in_flight_per_chunk(const Schedule& s, int rank) {
+  const int p = s.spec.stages;
+  const Op done = s.spec.kind == ScheduleKind::kZeroBubbleH1 ? Op::kBackwardInput : Op::kBackward;
+  std::vector<int> now(s.spec.virtual_stages, 0), peak(s.spec.virtual_stages, 0);
+  for (const Action& a : s.ranks[rank]) {
+    const int j = a.chunk / p;
+    if (a.op == Op::kForward) peak[j] = std::max(peak[j], ++now[j]);
+    if (a.op == done) --now[j];
+  }
+  return peak;
+}
+
 Fraction bubble_formula(const ScheduleSpec& spec) {
   const int64_t p = spec.stages, m = spec.micro_batches, v = spec.virtual_stages;
   switch (spec.kind) {

@@ -52,6 +52,10 @@ struct DryRun {
 // check_structure, then the unit-slot simulation.
 DryRun dry_run(const Schedule& s);
 
+// Peak micro-batches in flight per local chunk j of rank r (global chunk r + j p), from the
+// program order alone (a chunk's count does not depend on timing).
+std::vector<int> peak_in_flight_per_chunk(const Schedule& s, int rank);
+
 // The paper's bubble for `spec` in slots: (p - 1)/(m + p - 1), (p - 1)/(v m + p - 1)
 // interleaved, (p - 1)/(3 m + p - 1) ZB-H1.
 Fraction bubble_formula(const ScheduleSpec& spec);

@@ -1,0 +1,351 @@
+#include "train/pipeline_parallel/pipeline_parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "model/layer_stack.h"
+#include "model/mlp.h"
+#include "train/accounting.h"
+#include "train/grad_ops.h"
+#include "train/launch.h"
+#include "train/mesh.h"
+#include "train/pipeline_parallel/pipeline_stage.h"
+#include "train/pipeline_parallel/schedule_check.h"
+#include "train/slice_optimizer.h"
+#include "train/step_runner.h"
+#include "train/strategies.h"
+#include "train/tp_mlp_block.h"
+#include "train/traced_comm.h"
+#include "train/trainee.h"
+#include "train/zero3_hooks.h"
+
+namespace dtsim::train::pipeline {
+namespace {
+
+// A chunk's LayerStack as the executor drives it.
+class LayerStackChunk : public StageChunk {
+ public:
+  explicit LayerStackChunk(model::LayerStack& stack) : stack_(stack) {}
+  int in_dim() const override { return stack_.in_dim(); }
+  int out_dim() const override { return stack_.out_dim(); }
+  std::span<const float> forward(int pass, std::span<const float> x, int batch) override {
+    return stack_.forward(pass, x, batch);
+  }
+  std::span<const float> backward(int pass, std::span<float> dy, int batch, float grad_scale,
+                                  bool input_grad) override {
+    return stack_.backward(pass, dy, {grad_scale, batch}, nullptr, input_grad);
+  }
+
+ private:
+  model::LayerStack& stack_;
+};
+
+// Chunk `chunk`'s layers on tensor-parallel rank `tp_rank` of `tp_size` (tp: the group its
+// blocks all-reduce on; null for the layout only).
+model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
+                              int tp_rank = 0, int tp_size = 1, TracedComm* tp = nullptr) {
+  const auto [first, last] = chunk_layers(config, spec, chunk);
+  if (tp_size == 1) return model::mlp_layers(config.mlp, first, last);
+  model::Layers all = tp_mlp_layers(config.mlp, tp_rank, tp_size, tp);
+  return model::Layers(std::make_move_iterator(all.begin() + first),
+                       std::make_move_iterator(all.begin() + last));
+}
+
+// The parameters stage s holds, chunk after chunk (for assembling the result).
+model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& spec, int stage,
+                                int tp_rank, int tp_size) {
+  model::Layers all;
+  for (int c = stage; c < spec.stages * spec.virtual_stages; c += spec.stages) {
+    for (auto& l : layers_of_chunk(config, spec, c, tp_rank, tp_size)) all.push_back(std::move(l));
+  }
+  return model::layout_of(all);
+}
+
+// One rank: stage s of replica d. Its step is one MicroBatch for the runner (the replica's
+// M micro-batches, which the schedule orders); only the last stage reports the loss.
+template <class T>
+class PipelineRank : public RankStrategy {
+ public:
+  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
+               Communicator* dp, bool reports_loss, StepRunner& runner,
+               std::vector<std::unique_ptr<Trainee>>& chunks, int zero_stage)
+      : config_(config),
+        spec_(spec),
+        dp_(dp),
+        chunks_(chunks),
+        micro_(data_parallel_micro_batches(config, dp ? dp->size() : 1, dp ? dp->rank() : 0)),
+        timeline_(&runner.timeline()),
+        zero_stage_(zero_stage) {
+    std::vector<StageChunk*> views;
+    for (auto& t : chunks_) {
+      adapters_.push_back(std::make_unique<LayerStackChunk>(t->stack()));
+      views.push_back(adapters_.back().get());
+      with_buffers(t->store(), [&](auto params, auto grads) {
+        if constexpr (std::is_same_v<typename decltype(params)::value_type, T>) {
+          params_.push_back(params);
+          grads_.push_back(grads);
+          // ZeRO-1: this dp rank's shard of the chunk's optimizer state only.
+          const model::ParamRange mine =
+              zero_stage >= 1 && dp ? model::shard_range(params.size(), dp->size(), dp->rank())
+                                    : model::ParamRange{0, params.size()};
+          shards_.push_back(mine);
+          opts_.push_back(
+              make_slice_optimizer(config, params.subspan(mine.begin, mine.size()), &t->memory()));
+        }
+      });
+    }
+    const int stage = pipe ? pipe->rank() : 0;
+    stage_ = std::make_unique<PipelineStage>(make_schedule(spec), stage, views, pipe, &buffers_,
+                                             &runner.timeline());
+    // The last stage computes the loss; of a tensor-parallel group, its rank 0 reports it.
+    const bool last_stage = stage == (spec.stages * spec.virtual_stages - 1) % spec.stages;
+    for (MicroBatch& mb : micro_) {
+      mb.reports_loss = last_stage && reports_loss;
+      mbs_.push_back({mb.size, mb.grad_scale});
+    }
+  }
+
+  // The replica's M micro-batches, run in the schedule's order by run_micro_batches.
+  std::vector<MicroBatch> micro_batches() const override { return micro_; }
+  void begin_step() override {
+    for (auto& t : chunks_) t->store().zero_grad();
+  }
+  float forward_backward(int, const MicroBatch&) override {
+    throw std::logic_error("PipelineRank runs its micro-batches in run_micro_batches");
+  }
+  bool run_micro_batches(int step, const std::vector<MicroBatch>& /*mbs*/,
+                         std::vector<float>* losses) override {
+    Trainee& first = *chunks_.front();
+    Trainee& last = *chunks_.back();
+    StageData data;
+    data.inputs = [&](int i) { return first.load_batch(step, micro_[i].first, micro_[i].size); };
+    data.loss = [&](int i, std::span<const float> y, std::span<float> dy) {
+      last.load_batch(step, micro_[i].first, micro_[i].size);
+      return last.loss().forward_backward(y, last.targets(), micro_[i].size, micro_[i].grad_scale,
+                                          dy);
+    };
+    stage_->run(mbs_, data, losses);
+    return true;
+  }
+  // Plain data parallelism all-reduces each chunk's gradients over the stage's dp group;
+  // ZeRO-1 reduce-scatters them (the shard's sum lands in its slice of the buffer).
+  void sync_gradients() override {
+    if (dp_ == nullptr || dp_->size() == 1) return;
+    Communicator& dp = *dp_;
+    for (size_t j = 0; j < grads_.size(); ++j) {
+      std::span<T> g = grads_[j];
+      if (zero_stage_ == 0) {
+        timeline_->collective("all_reduce", dp,
+                              [&] { dp.all_reduce(g, ReduceOp::kSum, config_.algo); });
+        divide(g, dp.size());
+        continue;
+      }
+      shard_sum_.resize(shards_[j].size());
+      timeline_->collective("reduce_scatter", dp, [&] {
+        dp.reduce_scatter(std::span<const T>(g), std::span<T>(shard_sum_), ReduceOp::kSum,
+                          reduce_scatter_algo(config_.algo));
+      });
+      std::span<T> mine = g.subspan(shards_[j].begin, shards_[j].size());
+      std::copy(shard_sum_.begin(), shard_sum_.end(), mine.begin());
+      divide(mine, dp.size());
+    }
+  }
+  void optimizer_step() override {
+    for (size_t j = 0; j < opts_.size(); ++j) {
+      const model::ParamRange r = shards_[j];
+      opts_[j]->step(params_[j].subspan(r.begin, r.size()), grads_[j].subspan(r.begin, r.size()));
+    }
+  }
+  // ZeRO-1: the updated shards travel back to every dp rank of the stage.
+  void sync_params() override {
+    if (zero_stage_ == 0 || dp_ == nullptr || dp_->size() == 1) return;
+    for (size_t j = 0; j < params_.size(); ++j) {
+      const model::ParamRange r = shards_[j];
+      timeline_->collective("all_gather", *dp_, [&] {
+        dp_->all_gather(std::span<const T>(params_[j].subspan(r.begin, r.size())), params_[j],
+                        all_gather_algo(config_.algo));
+      });
+    }
+  }
+  void observe_memory(PeakMemory& peak) override {
+    model::MemoryLedger all;
+    for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+      const auto cat = static_cast<model::MemoryCategory>(c);
+      int64_t bytes = buffers_.bytes(cat);
+      for (auto& t : chunks_) bytes += t->memory().bytes(cat);
+      all.add(cat, bytes);
+    }
+    peak.observe(all);
+  }
+  std::vector<float> final_params() override {
+    std::vector<float> out;
+    for (auto& t : chunks_) {
+      const std::vector<float> p = t->store().params_as_float();
+      out.insert(out.end(), p.begin(), p.end());
+    }
+    return out;
+  }
+
+ private:
+  const TrainConfig& config_;
+  ScheduleSpec spec_;
+  Communicator* dp_;
+  std::vector<std::unique_ptr<Trainee>>& chunks_;
+  std::vector<MicroBatch> micro_;
+  std::vector<StageMicroBatch> mbs_;
+  std::vector<std::unique_ptr<LayerStackChunk>> adapters_;
+  std::vector<std::span<T>> params_, grads_;
+  std::vector<std::unique_ptr<SliceOptimizer>> opts_;
+  model::MemoryLedger buffers_;  // the stage's received activations, gradients, loss grads
+  std::unique_ptr<PipelineStage> stage_;
+  RankTimeline* timeline_;
+  int zero_stage_;
+  std::vector<model::ParamRange> shards_;  // per chunk: this dp rank's optimizer shard
+  std::vector<T> shard_sum_;               // reduce-scatter output (scratch)
+};
+
+}  // namespace
+
+std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
+  const int blocks = config.mlp.num_blocks, chunks = spec.stages * spec.virtual_stages;
+  const int first = first_layer(chunk, blocks, chunks);
+  const int last = chunk == chunks - 1 ? blocks + 1 : first_layer(chunk + 1, blocks, chunks);
+  return {first, last};
+}
+
+int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& spec, int stage,
+                               int batch) {
+  const int64_t b = batch, d = config.mlp.input_dim, h = config.mlp.hidden_dim,
+                o = config.mlp.output_dim;
+  const int p = spec.stages, chunks = p * spec.virtual_stages;
+  const std::vector<int> passes = peak_in_flight_per_chunk(make_schedule(spec), stage);
+  int64_t floats = 0;
+  bool receives_activations = false, receives_gradients = false;
+  for (int j = 0; j < spec.virtual_stages; ++j) {
+    const int c = stage + j * p;
+    const bool last = c == chunks - 1;
+    const auto [first, end] = chunk_layers(config, spec, c);
+    const int64_t k = (last ? end - 1 : end) - first;  // blocks
+    floats += passes[j] * b * (d + k * d + 2 * k * h + (last ? o : 0));
+    floats += 2 * b * h + (last ? b * d : 0);
+    if (last) floats += passes[j] * b * o;
+    if (config.precision == model::Precision::kMixedBf16) {  // the store's fp32 layer views
+      const int64_t block = 2 * h * d + h + d, head = o * d + o;
+      floats += 2 * std::max(k > 0 ? block : 0, last ? head : 0);
+    }
+    receives_activations |= c > 0;
+    receives_gradients |= !last;
+  }
+  floats += (receives_activations + receives_gradients) * b * d;
+  return floats * int64_t{sizeof(float)};
+}
+
+WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
+                       const ScheduleSpec& spec, int step) {
+  const int per_step = 2 * spec.micro_batches * spec.virtual_stages;  // compute phases
+  WallBubble w;
+  std::chrono::steady_clock::time_point first = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::time_point::min();
+  for (const std::vector<PhaseEvent>* events : timelines) {
+    int seen = 0;
+    for (const PhaseEvent& e : *events) {
+      const bool compute = e.name.size() > 1 && (e.name[0] == 'F' || e.name[0] == 'B') &&
+                           e.name[1] >= '0' && e.name[1] <= '9';
+      if (!compute || seen++ / per_step != step) continue;
+      w.busy_seconds += std::chrono::duration<double>(e.end - e.start).count();
+      first = std::min(first, e.start);
+      last = std::max(last, e.end);
+    }
+  }
+  if (last > first) w.span_seconds = std::chrono::duration<double>(last - first).count();
+  if (w.span_seconds > 0) w.bubble = 1 - w.busy_seconds / (spec.stages * w.span_seconds);
+  return w;
+}
+
+std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
+  if (std::string why = validate(spec); !why.empty()) return why;
+  if (spec.kind == ScheduleKind::kZeroBubbleH1) {
+    return "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
+           "split into input and weight gradients, which the layers do not have";
+  }
+  if (config.model != ModelKind::kMlp) return "--pp runs the MLP (--model mlp)";
+  const int chunks = spec.stages * spec.virtual_stages;
+  if (config.mlp.num_blocks % chunks != 0) {
+    return fmt::format(
+        "--layers {} must be a multiple of --pp x --virtual-stages = {} (each "
+        "chunk holds the same number of blocks)",
+        config.mlp.num_blocks, chunks);
+  }
+  if (config.micro_batches != spec.micro_batches) {
+    return fmt::format("--micro-batches {} but the schedule has {}", config.micro_batches,
+                       spec.micro_batches);
+  }
+  if (config.global_batch % (dp * spec.micro_batches) != 0) {
+    return fmt::format("--batch {} must be divisible by --dp x --micro-batches = {}",
+                       config.global_batch, dp * spec.micro_batches);
+  }
+  return "";
+}
+
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
+                       const PipelineGroups& groups, StepRunner& runner, int zero_stage) {
+  const int p = spec.stages, stage = groups.pipe ? groups.pipe->rank() : 0;
+  std::unique_ptr<TracedComm> tp;
+  if (groups.tp != nullptr) {
+    tp = std::make_unique<TracedComm>(*groups.tp, runner.timeline(), config.algo);
+  }
+  const int tp_rank = groups.tp ? groups.tp->rank() : 0,
+            tp_size = groups.tp ? groups.tp->size() : 1;
+  std::vector<std::unique_ptr<Trainee>> chunks;
+  for (int c = stage; c < p * spec.virtual_stages; c += p) {
+    chunks.push_back(std::make_unique<Trainee>(
+        config, layers_of_chunk(config, spec, c, tp_rank, tp_size, tp.get())));
+  }
+  auto run = [&](auto tag) {
+    PipelineRank<decltype(tag)> rank(config, spec, groups.pipe, groups.dp, tp_rank == 0, runner,
+                                     chunks, zero_stage);
+    runner.run(rank);
+  };
+  if (config.precision == model::Precision::kFp32) {
+    run(float{});
+  } else {
+    run(BFloat16{});
+  }
+}
+
+}  // namespace dtsim::train::pipeline
+
+namespace dtsim::train {
+
+std::optional<RunResult> run_pipeline(const TrainConfig& config) {
+  const MeshShape shape = config.mesh();
+  const pipeline::ScheduleSpec spec = schedule_spec(config);
+  if (std::string why = pipeline::validate_pipeline(config, spec, shape.dp); !why.empty()) {
+    throw UsageError("dtsim train: " + why);
+  }
+  if (config.zero != 0 && config.zero != 1) {
+    throw UsageError("dtsim train: --zero " + std::to_string(config.zero) +
+                     " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+  }
+  return launch(
+      config,
+      [&](Communicator& world, StepRunner& runner) {
+        Mesh mesh(world, shape);
+        pipeline::run_pipeline_rank(config, spec, {mesh.pp(), mesh.dp(), mesh.tp()}, runner,
+                                    config.zero);
+      },
+      assemble_slices(
+          model_layout(config),
+          [config, spec, shape](int rank) {
+            const MeshCoord c = mesh_coord(shape, rank);
+            return pipeline::stage_layout(config, spec, c.pp, c.tp, shape.tp);
+          },
+          "pipeline"));
+}
+
+}  // namespace dtsim::train

@@ -1,0 +1,80 @@
+// Pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021; interleaved
+// 1F1B, Megatron-LM) on the device mesh (train/mesh.h): dp x tp x pp ranks. The model's L
+// blocks are cut into p v chunks of L/(p v) blocks (the head rides with the last chunk);
+// stage s holds chunks s, s + p, ..., each as a stack of plain or tensor-parallel layers.
+// Each step, every replica runs its M micro-batches through its pipeline with a checked
+// schedule (schedule.h, executed by pipeline_stage.h): activations go forward and their
+// gradients back by point-to-point sends on the pipeline group; the last stage computes the
+// loss (its tp rank 0 reports it). Then each stage all-reduces its gradients over the dp
+// ranks of the same (tp, pp) position (in rank order under --algo deterministic) and
+// divides by dp, or with ZeRO-1 reduce-scatters them and all-gathers the updated shards,
+// and steps its own optimizer. A stage's weight gradients accumulate in micro-batch order,
+// so without tp and with --algo deterministic the run is bitwise equal to run_accum with dp
+// groups of M micro-batches. train::run_pipeline (strategies.h) is the entry point.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "train/config.h"
+#include "train/launch.h"
+#include "train/pipeline_parallel/schedule.h"
+#include "train/result.h"
+#include "train/step_runner.h"
+
+namespace dtsim::train::pipeline {
+
+// The model layers [first, last) of chunk `chunk` (0..p v - 1): blocks
+// [c L/(p v), (c + 1) L/(p v)), and the head too for the last chunk.
+std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk);
+
+// "" when `config` can run as dp x pp with `spec`, else one line naming the flag: the MLP
+// only, its blocks (--layers) divisible by p v, the batch by dp M, config.micro_batches = M
+// (the mesh's own checks are train::validate's).
+std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp);
+
+// The activation bytes pipeline rank `stage` holds at its peak with micro-batches of
+// `batch` samples (all fp32), by the formula: each local chunk j keeps P_j passes, P_j its
+// peak in-flight micro-batches (peak_in_flight_per_chunk), of b (D + k D + 2 k H [+ O]) floats
+// (the input copy, k block outputs and each block's saved pre-activation and GELU output,
+// and the head's output on the last chunk), plus its workspace of 2 b H floats (a block's
+// backward) and, on the last chunk, b D for the head's input gradient; the stage adds one
+// received activation and one received gradient buffer of b D floats where it receives them,
+// and b O per micro-batch in flight on the last chunk for the loss gradient. Under mixed
+// precision each chunk's ParamStore also keeps two fp32 views of its largest layer.
+int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& spec, int stage,
+                               int batch);
+
+// The bubble of step `step` measured in wall time on the --trace timelines of one
+// replica's stages (timelines[s]: stage s's events, TrainConfig::trace): each stage's
+// forward and backward phases (named F3, B3, F3.1 as walk draws them) are its busy time;
+// the step spans from the first phase's start to the last one's end over all stages.
+struct WallBubble {
+  double busy_seconds = 0;  // summed over the stages
+  double span_seconds = 0;  // first start to last end
+  double bubble = 0;        // 1 - busy / (p span)
+};
+WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
+                       const ScheduleSpec& spec, int step);
+
+// A rank's groups on the mesh (train/mesh.h; null where an axis has size 1): `pipe` holds
+// its replica's stages in stage order (its rank is the stage), `dp` the same (tp, pp)
+// position of every replica, `tp` its tensor-parallel group (blocks split Megatron-style).
+struct PipelineGroups {
+  Communicator* pipe = nullptr;
+  Communicator* dp = nullptr;
+  Communicator* tp = nullptr;
+};
+
+// One rank's part of a run: builds the stage's chunks and runs `runner` over them.
+// zero_stage 1 shards each stage's optimizer state over its dp ranks (ZeRO-1 along dp:
+// reduce-scatter the gradients, step the shard, all-gather the parameters); 0 all-reduces.
+void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
+                       const PipelineGroups& groups, StepRunner& runner, int zero_stage = 0);
+
+}  // namespace dtsim::train::pipeline
