@@ -7,6 +7,7 @@
 #include <span>
 #include <thread>
 
+#include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "runtime/split.h"
 
@@ -80,7 +81,7 @@ void call(Communicator& comm, const CollCase& c, std::vector<float>& in, std::ve
       comm.reduce(std::span<float>(in), 0, ReduceOp::kSum, c.algo);
       break;
     case Coll::kAllToAll:
-      comm.all_to_all(std::span<const float>(in), std::span<float>(out));
+      comm.all_to_all(std::span<const float>(in), std::span<float>(out), c.algo);
       break;
   }
 }
@@ -197,23 +198,30 @@ double bus_factor(Coll c, int n) {
   return 1.0;
 }
 
-std::vector<Algo> algos_of(Coll c) {
+OpKind op_of(Coll c) {
   switch (c) {
     case Coll::kAllReduce:
-      return {Algo::kAuto, Algo::kRing,   Algo::kRecursiveDoubling,
-              Algo::kTree, Algo::kDirect, Algo::kDeterministic};
+      return OpKind::kAllReduce;
     case Coll::kReduceScatter:
-      return {Algo::kAuto, Algo::kRing, Algo::kDirect, Algo::kDeterministic};
+      return OpKind::kReduceScatter;
     case Coll::kAllGather:
-      return {Algo::kAuto, Algo::kRing, Algo::kDirect};
+      return OpKind::kAllGather;
     case Coll::kBroadcast:
-      return {Algo::kAuto, Algo::kTree, Algo::kDirect};
+      return OpKind::kBroadcast;
     case Coll::kReduce:
-      return {Algo::kAuto, Algo::kTree, Algo::kDirect, Algo::kDeterministic};
+      return OpKind::kReduce;
     case Coll::kAllToAll:
-      return {Algo::kAuto};
+      return OpKind::kAllToAll;
   }
-  return {Algo::kAuto};
+  return OpKind::kAllReduce;
+}
+
+std::vector<Algo> algos_of(Coll c) {
+  std::vector<Algo> out = {Algo::kAuto};
+  for (const AlgoRow* row : algorithms_of(op_of(c))) {
+    if (row->needs == kWorldBasic) out.push_back(row->algo);
+  }
+  return out;
 }
 
 const char* redop_of(Coll c) {

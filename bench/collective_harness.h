@@ -36,7 +36,9 @@ bool parse_coll(const std::string& s, Coll* out);
 // nccl-tests' bus bandwidth factor: all_reduce 2(N-1)/N; reduce_scatter, all_gather and
 // all_to_all (N-1)/N; broadcast and reduce 1.
 double bus_factor(Coll c, int n);
-// The algorithms the communicator accepts for `c` (kAuto first).
+// The collective's OpKind, for the algorithm registry.
+OpKind op_of(Coll c);
+// The algorithms the registry lists for `c` that the thread world runs (kAuto first).
 std::vector<Algo> algos_of(Coll c);
 // "sum" for the reducing collectives, "none" otherwise (the nccl-tests redop column).
 const char* redop_of(Coll c);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/collective_harness.h"
+#include "runtime/algorithms/registry.h"
 
 namespace dtsim::bench {
 namespace {
@@ -36,7 +37,7 @@ struct Options {
   std::fprintf(stderr,
                "nccl_table: %s\n"
                "usage: nccl_table [-o all_reduce[,reduce_scatter,...]|all] [-n 2[,4,8]]\n"
-               "                  [-a auto|ring|rd|tree|direct|deterministic] [-b 8] [-e 64M]\n"
+               "                  [-a auto|ALGO (one every -o collective has)] [-b 8] [-e 64M]\n"
                "                  [-f 4] [-t trials] [--trial-ms 20] [--memcpy] [--spin N]\n",
                why);
   std::exit(2);
@@ -96,6 +97,10 @@ Options parse(int argc, char** argv) {
   }
   for (int n : o.ranks) {
     if (n < 1 || n > 4096) usage("ranks must be in [1, 4096]");
+  }
+  for (Coll c : o.colls) {  // before any run: the registry says what each collective has
+    const std::string why = algorithm_error(op_of(c), o.algo);
+    if (!why.empty()) usage(why.c_str());
   }
   return o;
 }

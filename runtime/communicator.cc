@@ -5,15 +5,13 @@
 #include <string>
 
 #include "common/splitmix.h"
+#include "runtime/algorithms/registry.h"
 #include "runtime/exchange.h"
 #include "runtime/reduce_kernels.h"
 #include "runtime/split.h"
 
 namespace dtsim {
 namespace {
-
-// Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring.
-constexpr size_t kSmallAllReduceBytes = 32 * 1024;
 
 // Communicator ids keep the top bit clear: it marks point-to-point sequence numbers.
 uint64_t mix(uint64_t a, uint64_t b) { return mix64(a, b) & ~(1ull << 63); }
@@ -84,36 +82,19 @@ void Communicator::check_peer(int peer, const char* what) const {
   }
 }
 
+const AlgoRow& Communicator::pick(OpKind op, Algo algo, size_t bytes) {
+  const AlgoRow& row = algorithm_for(op, algo, bytes, ctx_->world_features);
+  OpCounters& c = ctx_->counters[op];
+  c.algo_calls[static_cast<int>(row.algo)] += 1;
+  if (algo == Algo::kAuto) c.auto_calls[static_cast<int>(row.algo)] += 1;
+  return row;
+}
+
 void Communicator::all_reduce_raw(void* data, size_t count, DType t, ReduceOp op, Algo algo) {
   const Reducer red = reducer_for(t, op);
-  if (algo == Algo::kAuto) {
-    algo = count * dtype_size(t) <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kRing;
-  }
-  Exchange ex(*this, sig(OpKind::kAllReduce, t, op, algo, -1, count));
-  if (algo == Algo::kMpi) {
-    run_native({OpKind::kAllReduce, nullptr, data, count, t, op, 0}, ex);
-  } else if (size() > 1 && count > 0) {
-    switch (algo) {
-      case Algo::kRing:
-        all_reduce_ring(ex, data, count, red);
-        break;
-      case Algo::kRecursiveDoubling:
-        all_reduce_recursive_doubling(ex, data, count, red);
-        break;
-      case Algo::kTree:
-        all_reduce_tree(ex, data, count, red);
-        break;
-      case Algo::kDirect:
-        all_reduce_direct(ex, data, count, red);
-        break;
-      case Algo::kDeterministic:
-        all_reduce_deterministic(ex, data, count, red);
-        break;
-      case Algo::kAuto:
-      case Algo::kMpi:
-        break;
-    }
-  }
+  const AlgoRow& row = pick(OpKind::kAllReduce, algo, count * dtype_size(t));
+  Exchange ex(*this, sig(OpKind::kAllReduce, t, op, row.algo, -1, count));
+  if (size() > 1 && count > 0) row.run(ex, CollArgs{.data = data, .count = count, .red = &red});
   if (op == ReduceOp::kAvg) red.divide(data, count, size());
 }
 
@@ -127,20 +108,9 @@ void Communicator::reduce_scatter_raw(const void* in, size_t in_count, void* out
           std::to_string(want) + " (tensor_split sizes)");
   }
   const Reducer red = reducer_for(t, op);
-  if (algo == Algo::kAuto) algo = Algo::kRing;
-  if (algo != Algo::kRing && algo != Algo::kDirect && algo != Algo::kDeterministic &&
-      algo != Algo::kMpi) {
-    usage(std::string("reduce_scatter has no '") + to_string(algo) +
-          "' algorithm; use ring, direct, deterministic or mpi");
-  }
-  Exchange ex(*this, sig(OpKind::kReduceScatter, t, op, algo, -1, in_count));
-  if (algo == Algo::kMpi) {
-    run_native({OpKind::kReduceScatter, in, out, in_count, t, op, 0}, ex);
-  } else if (algo == Algo::kRing) {
-    reduce_scatter_ring(ex, in, in_count, out, red);
-  } else {
-    reduce_scatter_ordered(ex, in, in_count, out, red);
-  }
+  const AlgoRow& row = pick(OpKind::kReduceScatter, algo, in_count * dtype_size(t));
+  Exchange ex(*this, sig(OpKind::kReduceScatter, t, op, row.algo, -1, in_count));
+  row.run(ex, CollArgs{.in = in, .data = out, .count = in_count, .red = &red});
   if (op == ReduceOp::kAvg) red.divide(out, out_count, size());
 }
 
@@ -153,65 +123,30 @@ void Communicator::all_gather_raw(const void* in, size_t in_count, void* out, si
           std::to_string(out_count) + " over " + std::to_string(size()) + " ranks has " +
           std::to_string(want) + " (tensor_split sizes)");
   }
-  if (algo == Algo::kAuto) algo = Algo::kRing;
-  if (algo != Algo::kRing && algo != Algo::kDirect && algo != Algo::kMpi) {
-    usage(std::string("all_gather has no '") + to_string(algo) +
-          "' algorithm; use ring, direct or mpi");
-  }
-  Exchange ex(*this, sig(OpKind::kAllGather, t, ReduceOp::kSum, algo, -1, out_count));
-  if (algo == Algo::kMpi) {
-    run_native({OpKind::kAllGather, in, out, out_count, t, ReduceOp::kSum, 0}, ex);
-  } else if (algo == Algo::kRing) {
-    all_gather_ring(ex, in, out, out_count);
-  } else {
-    all_gather_direct(ex, in, out, out_count);
-  }
+  const AlgoRow& row = pick(OpKind::kAllGather, algo, out_count * dtype_size(t));
+  Exchange ex(*this, sig(OpKind::kAllGather, t, ReduceOp::kSum, row.algo, -1, out_count));
+  row.run(ex, CollArgs{.in = in, .data = out, .count = out_count});
 }
 
 void Communicator::broadcast_raw(void* data, size_t count, DType t, int src, Algo algo) {
   check_peer(src, "broadcast");
-  if (algo == Algo::kAuto) algo = Algo::kTree;
-  if (algo != Algo::kTree && algo != Algo::kDirect && algo != Algo::kMpi) {
-    usage(std::string("broadcast has no '") + to_string(algo) +
-          "' algorithm; use tree, direct or mpi");
-  }
-  Exchange ex(*this, sig(OpKind::kBroadcast, t, ReduceOp::kSum, algo, src, count));
-  if (algo == Algo::kMpi) {
-    run_native({OpKind::kBroadcast, nullptr, data, count, t, ReduceOp::kSum, src}, ex);
-    return;
-  }
+  const AlgoRow& row = pick(OpKind::kBroadcast, algo, count * dtype_size(t));
+  Exchange ex(*this, sig(OpKind::kBroadcast, t, ReduceOp::kSum, row.algo, src, count));
   if (size() == 1) return;
-  if (algo == Algo::kTree) {
-    broadcast_tree(ex, data, count, src);
-  } else {
-    broadcast_direct(ex, data, count, src);
-  }
+  row.run(ex, CollArgs{.data = data, .count = count, .root = src});
 }
 
 void Communicator::reduce_raw(void* data, size_t count, DType t, int dst, ReduceOp op, Algo algo) {
   check_peer(dst, "reduce");
   const Reducer red = reducer_for(t, op);
-  if (algo == Algo::kAuto) algo = Algo::kTree;
-  if (algo != Algo::kTree && algo != Algo::kDirect && algo != Algo::kDeterministic &&
-      algo != Algo::kMpi) {
-    usage(std::string("reduce has no '") + to_string(algo) +
-          "' algorithm; use tree, direct, deterministic or mpi");
-  }
-  Exchange ex(*this, sig(OpKind::kReduce, t, op, algo, dst, count));
-  if (algo == Algo::kMpi) {
-    run_native({OpKind::kReduce, nullptr, data, count, t, op, dst}, ex);
-  } else if (size() > 1) {
-    if (algo == Algo::kTree) {
-      reduce_tree(ex, data, count, dst, red);
-    } else {
-      reduce_ordered(ex, data, count, dst, red);
-    }
-  }
+  const AlgoRow& row = pick(OpKind::kReduce, algo, count * dtype_size(t));
+  Exchange ex(*this, sig(OpKind::kReduce, t, op, row.algo, dst, count));
+  if (size() > 1) row.run(ex, CollArgs{.data = data, .count = count, .root = dst, .red = &red});
   if (op == ReduceOp::kAvg && rank_ == dst) red.divide(data, count, size());
 }
 
 void Communicator::all_to_all_raw(const void* in, size_t in_count, void* out, size_t out_count,
-                                  DType t) {
+                                  DType t, Algo algo) {
   const size_t n = static_cast<size_t>(size());
   const size_t want = n * split_size(in_count, n, rank_);
   if (out_count != want) {
@@ -225,14 +160,18 @@ void Communicator::all_to_all_raw(const void* in, size_t in_count, void* out, si
     counts_[j] = split_size(in_count, n, j);
     counts_[n + j] = split_size(in_count, n, rank_);
   }
-  Exchange ex(*this, sig(OpKind::kAllToAll, t, ReduceOp::kSum, Algo::kDirect, -1, in_count));
-  all_to_all_pairwise(ex, in, counts_.data(), out, counts_.data() + n);
+  const AlgoRow& row = pick(OpKind::kAllToAll, algo, in_count * dtype_size(t));
+  Exchange ex(*this, sig(OpKind::kAllToAll, t, ReduceOp::kSum, row.algo, -1, in_count));
+  row.run(
+      ex,
+      CollArgs{
+          .in = in, .data = out, .send_counts = counts_.data(), .recv_counts = counts_.data() + n});
 }
 
 void Communicator::all_to_all_single_raw(const void* in, size_t in_count,
                                          std::span<const size_t> send_counts, void* out,
                                          size_t out_count, std::span<const size_t> recv_counts,
-                                         DType t) {
+                                         DType t, Algo algo) {
   const size_t n = static_cast<size_t>(size());
   if (send_counts.size() != n || recv_counts.size() != n) {
     usage("all_to_all_single: pass one send and one receive count per rank (" + std::to_string(n) +
@@ -254,13 +193,18 @@ void Communicator::all_to_all_single_raw(const void* in, size_t in_count,
           std::to_string(send_counts[rank_]) + " elements to itself but expects " +
           std::to_string(recv_counts[rank_]));
   }
-  Exchange ex(*this, sig(OpKind::kAllToAll, t, ReduceOp::kSum, Algo::kDirect, -1, 0));
-  all_to_all_pairwise(ex, in, send_counts.data(), out, recv_counts.data());
+  const AlgoRow& row = pick(OpKind::kAllToAll, algo, in_count * dtype_size(t));
+  Exchange ex(*this, sig(OpKind::kAllToAll, t, ReduceOp::kSum, row.algo, -1, 0));
+  row.run(ex, CollArgs{.in = in,
+                       .data = out,
+                       .send_counts = send_counts.data(),
+                       .recv_counts = recv_counts.data()});
 }
 
 void Communicator::barrier() {
-  Exchange ex(*this, sig(OpKind::kBarrier, DType::kByte, ReduceOp::kSum, Algo::kAuto, -1, 0));
-  barrier_dissemination(ex);
+  const AlgoRow& row = pick(OpKind::kBarrier, Algo::kAuto, 0);
+  Exchange ex(*this, sig(OpKind::kBarrier, DType::kByte, ReduceOp::kSum, row.algo, -1, 0));
+  row.run(ex, CollArgs{});
 }
 
 uint64_t& Communicator::p2p_counter(std::vector<std::vector<std::pair<int, uint64_t>>>& table,

@@ -35,6 +35,7 @@
 namespace dtsim {
 
 class Exchange;
+struct AlgoRow;
 
 class Communicator {
  public:
@@ -88,16 +89,17 @@ class Communicator {
   // Chunk j (tensor_split) of rank i's `in` lands on rank j at position i: a transpose.
   // Every rank passes the same in.size(); out.size() is size() * chunk rank().
   template <class T>
-  void all_to_all(std::span<const T> in, std::span<T> out) {
-    all_to_all_raw(in.data(), in.size(), out.data(), out.size(), dtype_of<T>());
+  void all_to_all(std::span<const T> in, std::span<T> out, Algo algo = Algo::kAuto) {
+    all_to_all_raw(in.data(), in.size(), out.data(), out.size(), dtype_of<T>(), algo);
   }
   // Like torch's all_to_all_single: send_counts[j] elements go to rank j, in order, and
   // recv_counts[i] elements arrive from rank i, in order. Counts must agree pairwise.
   template <class T>
   void all_to_all_single(std::span<const T> in, std::span<const size_t> send_counts,
-                         std::span<T> out, std::span<const size_t> recv_counts) {
+                         std::span<T> out, std::span<const size_t> recv_counts,
+                         Algo algo = Algo::kAuto) {
     all_to_all_single_raw(in.data(), in.size(), send_counts, out.data(), out.size(), recv_counts,
-                          dtype_of<T>());
+                          dtype_of<T>(), algo);
   }
   // Returns once every rank of the communicator has entered the barrier.
   void barrier();
@@ -125,7 +127,9 @@ class Communicator {
   // MPI_Comm_split; a negative color returns nullptr. Named like new_group.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& kind = "group");
 
-  // Type-erased entry points behind the templates above (counts are in elements).
+  // Type-erased entry points behind the templates above (counts are in elements). Each
+  // picks its algorithm from the registry (algorithms/registry.h); an algorithm the
+  // collective does not have is a UsageError naming the ones it has.
   void all_reduce_raw(void* data, size_t count, DType t, ReduceOp op, Algo algo);
   void reduce_scatter_raw(const void* in, size_t in_count, void* out, size_t out_count, DType t,
                           ReduceOp op, Algo algo);
@@ -133,15 +137,18 @@ class Communicator {
                       Algo algo);
   void broadcast_raw(void* data, size_t count, DType t, int src, Algo algo);
   void reduce_raw(void* data, size_t count, DType t, int dst, ReduceOp op, Algo algo);
-  void all_to_all_raw(const void* in, size_t in_count, void* out, size_t out_count, DType t);
+  void all_to_all_raw(const void* in, size_t in_count, void* out, size_t out_count, DType t,
+                      Algo algo = Algo::kAuto);
   void all_to_all_single_raw(const void* in, size_t in_count, std::span<const size_t> send_counts,
                              void* out, size_t out_count, std::span<const size_t> recv_counts,
-                             DType t);
+                             DType t, Algo algo = Algo::kAuto);
   void send_raw(const void* data, size_t count, DType t, int dst, int tag);
   void recv_raw(void* data, size_t count, DType t, int src, int tag);
 
  private:
   friend class Exchange;
+  // The registry's row for (op, algo) at this size; notes it in the counters.
+  const AlgoRow& pick(OpKind op, Algo algo, size_t bytes);
   uint64_t& p2p_counter(std::vector<std::vector<std::pair<int, uint64_t>>>& table, int peer,
                         int tag);
   void check_peer(int peer, const char* what) const;

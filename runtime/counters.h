@@ -13,6 +13,8 @@
 
 namespace dtsim {
 
+inline constexpr int kAlgoSlots = 16;  // room for every Algo value
+
 struct OpCounters {
   uint64_t calls = 0;
   uint64_t steps = 0;  // communication steps (ring all_reduce: 2(N-1))
@@ -21,6 +23,18 @@ struct OpCounters {
   uint64_t msgs_recv = 0;
   uint64_t bytes_recv = 0;
   uint64_t nanos = 0;  // wall time inside the calls (collectives only; 0 for send/recv)
+  // Calls per algorithm (indexed by Algo) they ran, and of those the ones kAuto picked.
+  std::array<uint32_t, kAlgoSlots> algo_calls{};
+  std::array<uint32_t, kAlgoSlots> auto_calls{};
+
+  // Bit 1 << Algo for each algorithm these calls ran (that kAuto picked).
+  uint32_t algos() const { return mask(algo_calls); }
+  uint32_t auto_algos() const { return mask(auto_calls); }
+  static uint32_t mask(const std::array<uint32_t, kAlgoSlots>& calls) {
+    uint32_t m = 0;
+    for (int a = 0; a < kAlgoSlots; ++a) m |= calls[a] ? 1u << a : 0u;
+    return m;
+  }
 
   OpCounters& operator+=(const OpCounters& o) {
     calls += o.calls;
@@ -30,6 +44,10 @@ struct OpCounters {
     msgs_recv += o.msgs_recv;
     bytes_recv += o.bytes_recv;
     nanos += o.nanos;
+    for (int a = 0; a < kAlgoSlots; ++a) {
+      algo_calls[a] += o.algo_calls[a];
+      auto_calls[a] += o.auto_calls[a];
+    }
     return *this;
   }
 };

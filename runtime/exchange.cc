@@ -71,8 +71,17 @@ void Exchange::post(int peer, int step, const void* data, size_t count, int chun
   peers_[peer].msgs_sent += 1;
   peers_[peer].bytes_sent += bytes;
   if (ctx_.tracing) {
-    ctx_.trace.sends.push_back(
-        TraceSend{site_.seq, sig_.op, phase(), step, comm_.rank_, peer, chunk, count});
+    ctx_.trace.events.push_back(TraceEvent{TraceKind::kSend,
+                                           site_.seq,
+                                           sig_.op,
+                                           phase(),
+                                           step,
+                                           comm_.rank_,
+                                           peer,
+                                           chunk,
+                                           count,
+                                           sig_.dtype,
+                                           {}});
   }
 }
 
@@ -95,6 +104,19 @@ Message Exchange::recv(int peer, int step, size_t count) {
   c.bytes_recv += m.size;
   peers_[peer].msgs_recv += 1;
   peers_[peer].bytes_recv += m.size;
+  if (ctx_.tracing) {
+    ctx_.trace.events.push_back(TraceEvent{TraceKind::kRecv,
+                                           site_.seq,
+                                           sig_.op,
+                                           phase(),
+                                           step,
+                                           peer,
+                                           comm_.rank_,
+                                           -1,
+                                           count,
+                                           sig_.dtype,
+                                           {}});
+  }
   return m;
 }
 
@@ -112,11 +134,12 @@ void Exchange::recv_reduce(int peer, int step, void* acc, size_t count, ReduceFn
   release(peer, m);
 }
 
-void Exchange::snapshot(int step, const void* buf, size_t count) {
+void Exchange::snapshot(const void* buf, size_t count) {
   if (!ctx_.tracing) return;
   const auto* p = static_cast<const std::byte*>(buf);
-  ctx_.trace.snapshots.push_back(TraceSnapshot{site_.seq, sig_.op, phase(), step, sig_.dtype,
-                                               std::vector<std::byte>(p, p + count * esize_)});
+  ctx_.trace.events.push_back(TraceEvent{TraceKind::kSnapshot, site_.seq, sig_.op, phase(), -1,
+                                         comm_.rank_, comm_.rank_, -1, count, sig_.dtype,
+                                         std::vector<std::byte>(p, p + count * esize_)});
 }
 
 std::byte* Exchange::scratch(size_t bytes) {

@@ -1,6 +1,6 @@
 // One collective call in progress on one rank: what the algorithms use to talk. It maps
 // communicator-local peers to global ranks, tags messages with (communicator, sequence,
-// step), checks sizes, counts traffic, and records the lockstep trace when it is on.
+// step), checks sizes, counts traffic, and records the trace (trace.h) when it is on.
 // Internal to the runtime; an algorithm is a function of an Exchange and buffers.
 #pragma once
 
@@ -58,8 +58,9 @@ class Exchange {
   // acc = acc op received.
   void recv_reduce(int peer, int step, void* acc, size_t count, ReduceFn reduce);
 
-  // Records `count` elements of `buf` as this rank's buffer after `step` (trace only).
-  void snapshot(int step, const void* buf, size_t count);
+  // Records `count` elements of `buf` as this rank's buffer at this point (trace only):
+  // algorithms call it after each receive that changes what they want a learner to see.
+  void snapshot(const void* buf, size_t count);
   // Composite algorithms (reduce then broadcast): the next phase's steps get fresh tags.
   // (Every rank must agree on tags, so a phase's base does not depend on how many steps
   // this rank happened to take part in.)
@@ -70,6 +71,13 @@ class Exchange {
   }
   // A temporary of at least `bytes`, reused across calls on this communicator.
   std::byte* scratch(size_t bytes);
+  // Runs this call as the communication library's own collective (Algo::kMpi) on the
+  // buffers given; type, reduction and root come from the call's signature. Throws
+  // UsageError where the library's communicator is not this one (native_collectives.h).
+  void run_native(const void* in, void* data, size_t count) {
+    comm_.run_native(
+        {sig_.op, in, data, count, sig_.dtype, sig_.reduce, sig_.root < 0 ? 0 : sig_.root}, *this);
+  }
 
  private:
   void note_step(int step);
@@ -92,27 +100,5 @@ class Exchange {
   int uncaught_ = 0;   // std::uncaught_exceptions() at entry: did the call fail?
   bool lent_ = false;  // lent anything not yet settled (which peers: comm_.lent_)
 };
-
-// The algorithms, one file each (all_reduce_ring.cc, broadcast_tree.cc, ...). Counts are
-// elements of ex's type; chunking follows split.h.
-void all_reduce_ring(Exchange& ex, void* data, size_t count, const Reducer& r);
-void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const Reducer& r);
-void all_reduce_tree(Exchange& ex, void* data, size_t count, const Reducer& r);
-void all_reduce_direct(Exchange& ex, void* data, size_t count, const Reducer& r);
-void all_reduce_deterministic(Exchange& ex, void* data, size_t count, const Reducer& r);
-void reduce_scatter_ring(Exchange& ex, const void* in, size_t count, void* out, const Reducer& r);
-// Every rank sends chunk j to rank j, which sums the N contributions in rank order.
-void reduce_scatter_ordered(Exchange& ex, const void* in, size_t count, void* out,
-                            const Reducer& r);
-// `in` is chunk rank() of `out` (total elements); in == at(out, offset) is allowed.
-void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total);
-void all_gather_direct(Exchange& ex, const void* in, void* out, size_t total);
-void broadcast_tree(Exchange& ex, void* data, size_t count, int root);
-void broadcast_direct(Exchange& ex, void* data, size_t count, int root);
-void reduce_tree(Exchange& ex, void* data, size_t count, int root, const Reducer& r);
-void reduce_ordered(Exchange& ex, void* data, size_t count, int root, const Reducer& r);
-void all_to_all_pairwise(Exchange& ex, const void* in, const size_t* send_counts, void* out,
-                         const size_t* recv_counts);
-void barrier_dissemination(Exchange& ex);
 
 }  // namespace dtsim

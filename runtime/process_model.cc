@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/algorithms/registry.h"
+
 namespace dtsim {
 namespace {
 int env_int(const char* name, int fallback) {
@@ -32,6 +34,10 @@ ProcessModel ProcessModel::from_environment(int ranks, int threads_per_process) 
   m.process = env_int("OMPI_COMM_WORLD_RANK", env_int("PMIX_RANK", env_int("PMI_RANK", 0)));
   m.threads = threads_per_process;
   return m;
+}
+
+uint8_t ProcessModel::world_features() const {
+  return mpi && threads == 1 ? kWorldMpi : kWorldBasic;
 }
 
 std::string ProcessModel::describe() const {

@@ -30,6 +30,9 @@ struct ProcessModel {
   static bool launched_by_mpi();
 
   int world_size() const { return processes * threads; }
+  // The WorldFeature bits (algorithms/registry.h) a World of this model gives its ranks:
+  // kWorldMpi with one rank per process (MPI's communicator then matches dtsim's).
+  uint8_t world_features() const;
   int first_rank() const { return process * threads; }
   bool is_local(int rank) const { return rank / threads == process; }
   int process_of(int rank) const { return rank / threads; }

@@ -19,9 +19,10 @@ struct RankContext {
   int rank = 0;
   std::unique_ptr<Transport> transport;
   RankCounters counters;
-  RankTrace trace;
+  RankTrace trace;  // trace.h; written only when tracing
   bool tracing = false;
   size_t lend_bytes = SIZE_MAX;   // Exchange::send_or_lend lends payloads this large
+  uint8_t world_features = 0;     // WorldFeature bits (algorithms/registry.h) of this world
   Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h), for measuring stress tests
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded

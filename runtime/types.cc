@@ -34,26 +34,6 @@ const char* to_string(DType t) {
   return "?";
 }
 
-const char* to_string(Algo a) {
-  switch (a) {
-    case Algo::kAuto:
-      return "auto";
-    case Algo::kRing:
-      return "ring";
-    case Algo::kRecursiveDoubling:
-      return "rd";
-    case Algo::kTree:
-      return "tree";
-    case Algo::kDirect:
-      return "direct";
-    case Algo::kDeterministic:
-      return "deterministic";
-    case Algo::kMpi:
-      return "mpi";
-  }
-  return "?";
-}
-
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::kSend:
@@ -80,21 +60,6 @@ const char* to_string(OpKind k) {
       break;
   }
   return "?";
-}
-
-bool parse_algo(const std::string& s, Algo* out) {
-  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kRecursiveDoubling, Algo::kTree, Algo::kDirect,
-                 Algo::kDeterministic, Algo::kMpi}) {
-    if (s == to_string(a)) {
-      *out = a;
-      return true;
-    }
-  }
-  if (s == "recursive_doubling") {
-    *out = Algo::kRecursiveDoubling;
-    return true;
-  }
-  return false;
 }
 
 size_t dtype_size(DType t) {

@@ -16,6 +16,7 @@ enum class ReduceOp : uint8_t { kSum, kAvg, kMax, kMin };
 enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kInt64, kBFloat16, kByte };
 
 // Algorithm behind one collective call. kAuto picks per collective and message size.
+// Which collective has which, their names and the auto rule: algorithms/registry.h.
 enum class Algo : uint8_t {
   kAuto,
   kRing,               // bandwidth-optimal, 2(N-1) steps (all_reduce), N-1 (RS, AG)
@@ -23,6 +24,7 @@ enum class Algo : uint8_t {
   kTree,               // binomial tree: reduce to rank 0, then broadcast
   kDirect,             // everyone sends everything to everyone, summed in rank order
   kDeterministic,      // bandwidth-optimal, every element summed in rank order 0..N-1
+  kDissemination,      // barrier: ceil(log2 N) rounds of signals
   kMpi,                // the MPI library's own collective (MPI world, one rank per process)
 };
 
@@ -45,7 +47,7 @@ const char* to_string(ReduceOp op);
 const char* to_string(DType t);
 const char* to_string(Algo a);
 const char* to_string(OpKind k);
-// Parses "ring", "rd"/"recursive_doubling", "tree", "direct", "deterministic", "auto".
+// Algorithm names, from the registry's name table (defined in algorithms/registry.cc).
 bool parse_algo(const std::string& s, Algo* out);
 size_t dtype_size(DType t);
 

@@ -80,6 +80,7 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
     if (link_ && model_.threads == 1) {
       ctx->native = std::make_unique<mpi::MpiCollectives>(link_.get(), r);
     }
+    ctx->world_features = model_.world_features();  // e.g. whether Algo::kMpi runs here
     ctx->tracing = options.trace;
     ctx->lend_bytes = options.lend_bytes;
     ctx->mutant = options.mutant;

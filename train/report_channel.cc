@@ -13,10 +13,18 @@ RankCounters minus(const RankCounters& a, const RankCounters& b) {
   RankCounters d;
   for (int k = 0; k < kNumOpKinds; ++k) {
     const OpCounters &x = a.by_op[k], &y = b.by_op[k];
-    d.by_op[k] = {x.calls - y.calls,         x.steps - y.steps,
-                  x.msgs_sent - y.msgs_sent, x.bytes_sent - y.bytes_sent,
-                  x.msgs_recv - y.msgs_recv, x.bytes_recv - y.bytes_recv,
-                  x.nanos - y.nanos};
+    OpCounters& z = d.by_op[k];
+    z.calls = x.calls - y.calls;
+    z.steps = x.steps - y.steps;
+    z.msgs_sent = x.msgs_sent - y.msgs_sent;
+    z.bytes_sent = x.bytes_sent - y.bytes_sent;
+    z.msgs_recv = x.msgs_recv - y.msgs_recv;
+    z.bytes_recv = x.bytes_recv - y.bytes_recv;
+    z.nanos = x.nanos - y.nanos;
+    for (int i = 0; i < kAlgoSlots; ++i) {
+      z.algo_calls[i] = x.algo_calls[i] - y.algo_calls[i];
+      z.auto_calls[i] = x.auto_calls[i] - y.auto_calls[i];
+    }
   }
   d.groups = a.groups;
   for (size_t g = 0; g < b.groups.size() && g < d.groups.size(); ++g) {

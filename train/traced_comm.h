@@ -1,7 +1,7 @@
 // TracedComm: a rank's communicator together with its timeline, so that every collective a
 // model-parallel layer issues (TP's all_reduce, EP's all_to_all) is recorded with its bytes
 // when --trace is on, without the layer knowing about tracing. Counting is left to the
-// runtime's counters. Used by tensor_parallel.cc, dp_tp.cc and expert_parallel.cc.
+// runtime's counters. Used by tensor_parallel/ and expert_parallel/.
 //
 // Thread safety: none; one TracedComm belongs to one rank thread.
 #pragma once

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "runtime/schedule/strategy.h"
-#include "runtime/stress.h"
+#include "runtime/stress/stress.h"
 
 namespace dtsim::schedule {
 

@@ -176,6 +176,9 @@ def case_train():
     rc, out, _ = run("train", "--strategy", "ep", "--model", "moe", "--experts", "4",
                      "--optimizer", "adam", "--precision", "bf16", "--steps", "3", "--quiet")
     expect(rc == 0 and "moe D 16 F 32 E 4 top-2" in out, "ep moe bf16 run:\n" + out)
+    # What ran, not just what was asked for: DDP's small buckets go to rd under auto.
+    rc, out, _ = run("train", "--strategy", "ddp", "--steps", "2", "--quiet")
+    expect_match(r"^collectives ran: all_reduce rd \(auto\)$", out, "resolved algorithm")
     rc, out, err = run("train", "--ranks=2", "--steps", "3e0", "--batch", "1.6e1", "--quiet")
     expect(rc == 0 and ", 2 ranks, 3 steps, batch 16," in out, f"3e0 is 3: {rc} {err}\n{out}")
 
@@ -363,6 +366,11 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["demo", "--steps", "0"], "--steps must be between 1"),
     (["demo", "--ranks", "8"], "unknown flag --ranks"),
     (["frobnicate"], "unknown command 'frobnicate'"),
+    (["walk", "--op", "reduce_scatter", "--algo", "rd"],
+     "reduce_scatter has no 'rd' algorithm; use auto, ring, direct or deterministic"),
+    (["walk", "--op", "all_to_all", "--algo", "rd"], "all_to_all has no 'rd' algorithm; use auto or direct"),
+    (["walk", "--op", "broadcast", "--algo", "butterfly"], "--algo for broadcast must be one of auto, tree or direct"),
+    (["train", "--algo", "mpi"], "all_reduce 'mpi' runs only in an MPI world of one rank per process"),
     (["--bogus"], "dtsim: --bogus is not a flag of dtsim itself; flags follow the command"),
     (["--config", "run.toml", "train"], "--config is not a flag of dtsim itself"),
 ]

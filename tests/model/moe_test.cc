@@ -3,6 +3,7 @@
 // backward, with and without tokens dropped at capacity); routing rules by hand.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <vector>
 
 #include "model/moe.h"
@@ -39,6 +40,10 @@ struct MoeCase {
   int top_k;
   float capacity_factor;
 };
+// The case's test name (and how gtest prints it): "top2_dropping".
+std::ostream& operator<<(std::ostream& os, const MoeCase& c) {
+  return os << "top" << c.top_k << (c.capacity_factor > 0 ? "_dropping" : "_unlimited");
+}
 
 class MoeGradTest : public ::testing::TestWithParam<MoeCase> {};
 
@@ -80,10 +85,7 @@ TEST_P(MoeGradTest, LayerBackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Routing, MoeGradTest,
                          ::testing::Values(MoeCase{1, 0.0f}, MoeCase{1, 0.5f}, MoeCase{2, 0.0f},
                                            MoeCase{2, 0.6f}),
-                         [](const auto& info) {
-                           return "top" + std::to_string(info.param.top_k) +
-                                  (info.param.capacity_factor > 0 ? "_dropping" : "_unlimited");
-                         });
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(MoeAuxLossTest, GradientMatchesFiniteDifferencesAndFormula) {
   MoeConfig c = small_config(2, 0.0f);
@@ -210,10 +212,7 @@ TEST_P(MoeDenseTest, SparseMatchesDenseReferenceForwardAndBackward) {
 INSTANTIATE_TEST_SUITE_P(Routing, MoeDenseTest,
                          ::testing::Values(MoeCase{1, 0.0f}, MoeCase{1, 0.5f}, MoeCase{2, 0.0f},
                                            MoeCase{2, 0.5f}),
-                         [](const auto& info) {
-                           return "top" + std::to_string(info.param.top_k) +
-                                  (info.param.capacity_factor > 0 ? "_dropping" : "_unlimited");
-                         });
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 }  // namespace
 }  // namespace dtsim::model

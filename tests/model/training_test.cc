@@ -97,7 +97,8 @@ TEST_P(MoeTrainingTest, MoeCutsLossTenfold) {
   EXPECT_GE(first / last, 10.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(TopK, MoeTrainingTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(TopK, MoeTrainingTest, ::testing::Values(1, 2),
+                         [](const auto& info) { return "top" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace dtsim::model

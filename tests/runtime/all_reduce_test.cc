@@ -14,8 +14,7 @@
 namespace dtsim::testing {
 namespace {
 
-const std::vector<Algo> kAlgos = {Algo::kAuto, Algo::kRing,   Algo::kRecursiveDoubling,
-                                  Algo::kTree, Algo::kDirect, Algo::kDeterministic};
+const std::vector<Algo> kAlgos = algorithms_to_test(OpKind::kAllReduce);
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
 
 std::string label(Algo a, ReduceOp op, DType t) {

@@ -52,7 +52,7 @@ TEST(ReduceScatterTest, EveryAlgorithmAndOpMatchesReference) {
     World w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "reduce_scatter"));
-      for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kDirect, Algo::kDeterministic}) {
+      for (Algo a : algorithms_to_test(OpKind::kReduceScatter)) {
         for (ReduceOp op : kOps) {
           const Ranks<int64_t> xs = int_data<int64_t>(n, len, 3 * n + len, int64_t{1} << 40);
           EXPECT_TRUE(
@@ -77,7 +77,7 @@ TEST(AllGatherTest, EveryAlgorithmMatchesReference) {
     World w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "all_gather"));
-      for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kDirect}) {
+      for (Algo a : algorithms_to_test(OpKind::kAllGather)) {
         const Ranks<int64_t> xs = gather_inputs<int64_t>(n, len, n + len);
         EXPECT_TRUE(bitwise_equal(threaded_all_gather(w, xs, a), ref_all_gather(xs)))
             << to_string(a);
@@ -107,7 +107,7 @@ TEST(BroadcastTest, EveryAlgorithmAndRootMatchesReference) {
     World w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "broadcast"));
-      for (Algo a : {Algo::kAuto, Algo::kTree, Algo::kDirect}) {
+      for (Algo a : algorithms_to_test(OpKind::kBroadcast)) {
         for (int root = 0; root < n; ++root) {
           if (len == kLargeOdd && root % 3 != 0) continue;  // every root at smaller lengths
           const Ranks<double> xs = float_data<double>(n, len, 100 * root + len);
@@ -128,7 +128,7 @@ TEST(ReduceTest, EveryAlgorithmRootAndOpMatchesReference) {
     World w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "reduce"));
-      for (Algo a : {Algo::kAuto, Algo::kTree, Algo::kDirect, Algo::kDeterministic}) {
+      for (Algo a : algorithms_to_test(OpKind::kReduce)) {
         for (int root = 0; root < n; ++root) {
           if (len == kLargeOdd && root % 3 != 0) continue;
           for (ReduceOp op : kOps) {

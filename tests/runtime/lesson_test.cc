@@ -190,10 +190,10 @@ TEST(LessonStep2, RingFollowsTheLessonSchedule) {
     World w(n, o);
     threaded_all_reduce(w, randn(n, 2 * n, 20), Algo::kRing);
     for (int r = 0; r < n; ++r) {
-      const auto& sends = w.trace(r).sends;
+      const auto sends = w.trace(r).sends();
       ASSERT_EQ(sends.size(), 2u * (n - 1));
       for (int k = 0; k < 2 * (n - 1); ++k) {
-        const TraceSend& s = sends[k];
+        const TraceEvent& s = sends[k];
         const int t = k < n - 1 ? k : k - (n - 1);
         const int want = k < n - 1 ? ((r - t) % n + n) % n : ((r + 1 - t) % n + n) % n;
         EXPECT_EQ(s.src, r);

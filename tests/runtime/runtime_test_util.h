@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "runtime/split.h"
 #include "runtime/world.h"
@@ -32,6 +33,16 @@ inline constexpr size_t kLargeOdd = 10007;
 inline constexpr bool kSmall = false;
 inline constexpr size_t kLargeOdd = 100003;
 #endif
+
+// Every algorithm the registry lists for `op` that the thread world runs, kAuto first:
+// what the sweeps run, so a new row is tested without editing the tests.
+inline std::vector<Algo> algorithms_to_test(OpKind op) {
+  std::vector<Algo> out = {Algo::kAuto};
+  for (const AlgoRow* row : algorithms_of(op)) {
+    if (row->needs == kWorldBasic) out.push_back(row->algo);
+  }
+  return out;
+}
 
 // One tensor per rank: xs[r] is rank r's copy (the lesson's list[Tensor]).
 template <class T>

@@ -16,16 +16,14 @@ namespace {
 
 // The README's case: fp32 Adam at D 64 H 256 over 20 steps, 4 ranks, ring all-reduce.
 TrainConfig wide_adam(Strategy s) {
-  TrainConfig c;
-  c.strategy = s;
-  c.ranks = 4;
-  c.steps = 20;
-  c.global_batch = 32;
-  c.optimizer = model::OptimizerKind::kAdam;
-  c.lr = 0.01f;
-  c.algo = Algo::kRing;
-  c.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
-  return c;
+  return make_config({.strategy = s,
+                      .ranks = 4,
+                      .steps = 20,
+                      .batch = 32,
+                      .opt = model::OptimizerKind::kAdam,
+                      .algo = Algo::kRing,
+                      .dim = 64,
+                      .hidden = 256});
 }
 
 // Why the floor exists: correct runs fail rtol 1e-5 here (Adam turns a reassociated near-zero

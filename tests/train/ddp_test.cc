@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "model/param_layout.h"
-#include "train/ddp.h"
+#include "train/data_parallel/ddp.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 
@@ -18,6 +18,7 @@ struct BitwiseCase {
   const char* name;
   TrainConfig config;
 };
+std::ostream& operator<<(std::ostream& os, const BitwiseCase& c) { return os << c.name; }
 
 class DdpBitwise : public ::testing::TestWithParam<BitwiseCase> {};
 
@@ -60,7 +61,8 @@ TEST_P(DdpVsSingle, MatchesSingleRankWithinFp32Tolerance) {
               ::testing::PrintToString(cmp.max_abs_diff).c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpVsSingle, ::testing::Values(1, 2, 3, 8, 16));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpVsSingle, ::testing::Values(1, 2, 3, 8, 16),
+                         [](const auto& info) { return "ranks" + std::to_string(info.param); });
 
 TEST(Ddp, AdamFp32MatchesSingleRank) {
   const TrainConfig c = with_adam(mlp_config(Strategy::kDdp, 4));

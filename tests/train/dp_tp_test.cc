@@ -17,22 +17,26 @@ struct DpTpCase {
   model::OptimizerKind opt;
   model::Precision precision;
 };
+// The case's test name (and how gtest prints it): "ranks8_tp2_adam_fp32".
+std::ostream& operator<<(std::ostream& os, const DpTpCase& p) {
+  return os << "ranks" << p.ranks << "_tp" << p.tp << "_" << opt_name(p.opt) << "_"
+            << precision_name(p.precision);
+}
 
 class DpTpTraining : public ::testing::TestWithParam<DpTpCase> {};
 
 TEST_P(DpTpTraining, MatchesSingleRankTrainingAfterKSteps) {
   const DpTpCase p = GetParam();
-  TrainConfig c;
-  c.strategy = Strategy::kDpTp;
-  c.ranks = p.ranks;
-  c.tp_size = p.tp;
-  c.steps = 8;
-  c.global_batch = 16;
-  c.optimizer = p.opt;
-  c.lr = p.opt == model::OptimizerKind::kAdam ? 1e-2f : 5e-2f;
-  c.precision = p.precision;
-  c.algo = Algo::kRing;
-  c.mlp = {.input_dim = 16, .hidden_dim = 32, .num_blocks = 2, .output_dim = 4};
+  const TrainConfig c = make_config({.strategy = Strategy::kDpTp,
+                                     .ranks = p.ranks,
+                                     .tp = p.tp,
+                                     .steps = 8,
+                                     .batch = 16,
+                                     .opt = p.opt,
+                                     .precision = p.precision,
+                                     .algo = Algo::kRing,
+                                     .dim = 16,
+                                     .hidden = 32});
   RunResult grid;
   const CheckResult check = run_and_check(c, &grid);  // train/check.h: vs single
   std::cout << "[dp-tp N=" << p.ranks << " tp=" << p.tp
@@ -55,7 +59,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DpTpCase{4, 2, model::OptimizerKind::kAdam, model::Precision::kFp32},
                       DpTpCase{8, 2, model::OptimizerKind::kAdam, model::Precision::kFp32},
                       DpTpCase{8, 4, model::OptimizerKind::kSgd, model::Precision::kFp32},
-                      DpTpCase{4, 2, model::OptimizerKind::kAdam, model::Precision::kMixedBf16}));
+                      DpTpCase{4, 2, model::OptimizerKind::kAdam, model::Precision::kMixedBf16}),
+    [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 }  // namespace
 }  // namespace dtsim::train

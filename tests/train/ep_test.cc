@@ -12,7 +12,7 @@
 #include "model/moe_layer.h"
 #include "model/rng.h"
 #include "runtime/world.h"
-#include "train/ep_moe.h"
+#include "train/expert_parallel/ep_moe_layer.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 
@@ -39,6 +39,11 @@ struct LayerCase {
   int ranks, top_k;
   float capacity_factor;
 };
+// The case's test name (and how gtest prints it): "ranks4_top2_capacity100".
+std::ostream& operator<<(std::ostream& os, const LayerCase& p) {
+  return os << "ranks" << p.ranks << "_top" << p.top_k << "_capacity"
+            << static_cast<int>(p.capacity_factor * 100);
+}
 
 class EpLayer : public ::testing::TestWithParam<LayerCase> {};
 
@@ -109,27 +114,20 @@ TEST_P(EpLayer, ShardsMatchMoeLayerOnEachRanksTokensOutputsAndEveryGradient) {
 INSTANTIATE_TEST_SUITE_P(Cases, EpLayer,
                          ::testing::Values(LayerCase{1, 1, 1.25f}, LayerCase{2, 1, 1.0f},
                                            LayerCase{4, 2, 1.0f}, LayerCase{8, 2, 0.0f},
-                                           LayerCase{4, 1, 0.0f}));
+                                           LayerCase{4, 1, 0.0f}),
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TrainConfig ep_config(int ranks, model::OptimizerKind opt, model::Precision precision) {
-  TrainConfig c;
-  c.strategy = Strategy::kEp;
-  c.model = ModelKind::kMoe;
-  c.ranks = ranks;
-  c.steps = 8;
-  c.global_batch = 32;
-  c.optimizer = opt;
-  c.lr = opt == model::OptimizerKind::kAdam ? 1e-2f : 1e-1f;
-  c.precision = precision;
-  c.moe.input_dim = 8;
-  c.moe.num_classes = 4;
-  c.moe.moe = {.d_model = 8,
-               .d_ff = 16,
-               .num_experts = 8,
-               .top_k = 2,
-               .capacity_factor = 1.0f,
-               .aux_alpha = 0.01f};
-  return c;
+  return make_config({.strategy = Strategy::kEp,
+                      .model = ModelKind::kMoe,
+                      .ranks = ranks,
+                      .steps = 8,
+                      .batch = 32,
+                      .opt = opt,
+                      .lr = opt == model::OptimizerKind::kAdam ? 1e-2f : 1e-1f,
+                      .precision = precision,
+                      .experts = 8,
+                      .capacity = 1.0f});
 }
 
 struct EpCase {
@@ -137,6 +135,11 @@ struct EpCase {
   model::OptimizerKind opt;
   model::Precision precision;
 };
+// The case's test name (and how gtest prints it): "ranks4_micro2_sgd_fp32".
+std::ostream& operator<<(std::ostream& os, const EpCase& p) {
+  return os << "ranks" << p.ranks << "_micro" << p.micro << "_" << opt_name(p.opt) << "_"
+            << precision_name(p.precision);
+}
 
 class EpTraining : public ::testing::TestWithParam<EpCase> {};
 
@@ -171,7 +174,8 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{8, 1, model::OptimizerKind::kAdam, model::Precision::kFp32},
                       EpCase{1, 1, model::OptimizerKind::kSgd, model::Precision::kFp32},
                       EpCase{4, 1, model::OptimizerKind::kAdam, model::Precision::kMixedBf16},
-                      EpCase{2, 1, model::OptimizerKind::kSgd, model::Precision::kMixedBf16}));
+                      EpCase{2, 1, model::OptimizerKind::kSgd, model::Precision::kMixedBf16}),
+    [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(EpAccounting, EachRankHoldsItsExpertsAndTheReplicatedRest) {
   TrainConfig c = ep_config(4, model::OptimizerKind::kAdam, model::Precision::kFp32);

@@ -63,7 +63,7 @@ TrainConfig config_of(const Case& c) {
 
 class PipelineTraining : public ::testing::TestWithParam<Case> {};
 
-TEST_P(PipelineTraining, BitwiseEqualToAccumulationAndSendsTheFormula) {
+TEST_P(PipelineTraining, MatchesAccumulationBitwiseWithoutTpAndSendsTheFormula) {
   const Case c = GetParam();
   const TrainConfig config = config_of(c);
   const RunResult got = run_training(config);
@@ -107,7 +107,7 @@ std::vector<Case> cases() {
   std::vector<Case> v;
   for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB}) {
     for (int p : {2, 4}) v.push_back({{k, p, 8, 1}, 1, 4});  // --pp 1 is not a pipeline
-    v.push_back({{k, 2, 4, 1}, 2, 4});  // dp x pp
+    v.push_back({{k, 2, 4, 1}, 2, 4});                       // dp x pp
     v.push_back({{k, 3, 2, 1}, 1, 3});
   }
   v.push_back({{ScheduleKind::kOneFOneB, 8, 8, 1}, 2, 8});  // 16 ranks

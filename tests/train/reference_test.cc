@@ -5,18 +5,12 @@
 #include <string>
 
 #include "train/strategies.h"
+#include "train_test_util.h"
 
 namespace dtsim::train {
 namespace {
 
-TrainConfig small_mlp() {
-  TrainConfig c;
-  c.mlp = {.input_dim = 8, .hidden_dim = 16, .num_blocks = 2, .output_dim = 4};
-  c.global_batch = 16;
-  c.steps = 4;
-  c.ranks = 1;
-  return c;
-}
+TrainConfig small_mlp() { return make_config({.batch = 16, .hidden = 16}); }
 
 TEST(Reference, AccumulationOverOneMicroBatchIsPlainTrainingBitwise) {
   TrainConfig c = small_mlp();

@@ -13,7 +13,7 @@
 #include "model/mlp.h"
 #include "runtime/world.h"
 #include "train/strategies.h"
-#include "train/tp_mlp_block.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {
@@ -99,21 +99,18 @@ TEST_P(TpLayer, ShardsMatchTheReferenceMlpOutputsAndEveryGradient) {
   EXPECT_EQ(covered, full_grads.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Widths, TpLayer, ::testing::Values(1, 2, 4, 8));
+INSTANTIATE_TEST_SUITE_P(Widths, TpLayer, ::testing::Values(1, 2, 4, 8),
+                         [](const auto& info) { return "tp" + std::to_string(info.param); });
 
 TrainConfig tp_config(int ranks, model::OptimizerKind opt, model::Precision precision) {
-  TrainConfig c;
-  c.strategy = Strategy::kTp;
-  c.model = ModelKind::kMlp;
-  c.ranks = ranks;
-  c.tp_size = ranks;
-  c.steps = 8;
-  c.global_batch = 16;
-  c.optimizer = opt;
-  c.lr = opt == model::OptimizerKind::kAdam ? 1e-2f : 5e-2f;
-  c.precision = precision;
-  c.mlp = {.input_dim = 16, .hidden_dim = 32, .num_blocks = 2, .output_dim = 4};
-  return c;
+  return make_config({.strategy = Strategy::kTp,
+                      .ranks = ranks,
+                      .steps = 8,
+                      .batch = 16,
+                      .opt = opt,
+                      .precision = precision,
+                      .dim = 16,
+                      .hidden = 32});
 }
 
 struct TpCase {
@@ -121,6 +118,10 @@ struct TpCase {
   model::OptimizerKind opt;
   model::Precision precision;
 };
+// The case's test name (and how gtest prints it): "ranks4_adam_bf16".
+std::ostream& operator<<(std::ostream& os, const TpCase& p) {
+  return os << "ranks" << p.ranks << "_" << opt_name(p.opt) << "_" << precision_name(p.precision);
+}
 
 class TpTraining : public ::testing::TestWithParam<TpCase> {};
 
@@ -150,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{2, model::OptimizerKind::kAdam, model::Precision::kMixedBf16},
                       TpCase{4, model::OptimizerKind::kSgd, model::Precision::kMixedBf16},
                       TpCase{1, model::OptimizerKind::kAdam, model::Precision::kFp32},
-                      TpCase{8, model::OptimizerKind::kAdam, model::Precision::kFp32}));
+                      TpCase{8, model::OptimizerKind::kAdam, model::Precision::kFp32}),
+    [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(TpAccounting, EachRankHoldsOneTthOfTheBlocksAndTheWholeHead) {
   TrainConfig c = tp_config(4, model::OptimizerKind::kAdam, model::Precision::kMixedBf16);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "model/memory.h"
 #include "train/check.h"
@@ -22,30 +23,72 @@ inline const double kFp32Atol = stated_tolerance(model::Precision::kFp32).atol;
 inline const double kBf16Rtol = stated_tolerance(model::Precision::kMixedBf16).rtol;
 inline const double kBf16Atol = stated_tolerance(model::Precision::kMixedBf16).atol;
 
-inline TrainConfig mlp_config(Strategy s, int ranks) {
+// Every train test builds its configuration through make_config: the small shapes that
+// train in milliseconds, and what a case varies, by name. Defaults give mlp_config().
+struct ConfigSpec {
+  Strategy strategy = Strategy::kSingle;
+  ModelKind model = ModelKind::kMlp;
+  int ranks = 1;
+  int tp = 0;  // dp-tp's tensor-parallel width (tp: every rank; 0 leaves the default)
+  int steps = 4;
+  int batch = 48;
+  int micro_batches = 1;
+  model::OptimizerKind opt = model::OptimizerKind::kSgd;
+  float lr = 0;  // 0: 0.05 for SGD, 0.01 for Adam
+  model::Precision precision = model::Precision::kFp32;
+  Algo algo = Algo::kAuto;
+  int dim = 8;
+  int hidden = 0;  // 0: 24 (mlp), 16 (moe d_ff)
+  int layers = 2;
+  int experts = 4;
+  float capacity = 1.25f;
+};
+
+inline TrainConfig make_config(const ConfigSpec& s) {
   TrainConfig c;
-  c.strategy = s;
-  c.model = ModelKind::kMlp;
-  c.ranks = ranks;
-  c.steps = 4;
-  c.global_batch = 48;
-  c.mlp = {.input_dim = 8, .hidden_dim = 24, .num_blocks = 2, .output_dim = 4};
-  c.lr = 0.05f;
+  c.strategy = s.strategy;
+  c.model = s.model;
+  c.ranks = s.ranks;
+  if (s.strategy == Strategy::kTp) c.tp_size = s.ranks;
+  if (s.tp > 0) c.tp_size = s.tp;
+  c.steps = s.steps;
+  c.global_batch = s.batch;
+  c.micro_batches = s.micro_batches;
+  c.optimizer = s.opt;
+  c.lr = s.lr != 0 ? s.lr : s.opt == model::OptimizerKind::kAdam ? 0.01f : 0.05f;
+  c.precision = s.precision;
+  c.algo = s.algo;
+  c.mlp = {.input_dim = s.dim,
+           .hidden_dim = s.hidden ? s.hidden : 24,
+           .num_blocks = s.layers,
+           .output_dim = 4};
+  if (s.model == ModelKind::kMoe) {
+    c.moe.input_dim = s.dim;
+    c.moe.num_classes = 4;
+    c.moe.moe = {.d_model = s.dim,
+                 .d_ff = s.hidden ? s.hidden : 16,
+                 .num_experts = s.experts,
+                 .top_k = 2,
+                 .capacity_factor = s.capacity,
+                 .aux_alpha = 0.01f};
+  }
   return c;
 }
 
+inline TrainConfig mlp_config(Strategy s, int ranks) {
+  return make_config({.strategy = s, .ranks = ranks});
+}
+
 inline TrainConfig moe_config(Strategy s, int ranks) {
-  TrainConfig c = mlp_config(s, ranks);
-  c.model = ModelKind::kMoe;
-  c.moe.input_dim = 8;
-  c.moe.num_classes = 4;
-  c.moe.moe = {.d_model = 8,
-               .d_ff = 16,
-               .num_experts = 4,
-               .top_k = 2,
-               .capacity_factor = 1.25f,
-               .aux_alpha = 0.01f};
-  return c;
+  return make_config({.strategy = s, .model = ModelKind::kMoe, .ranks = ranks});
+}
+
+// Readable parts of parameterised test names: "adam", "bf16".
+inline std::string opt_name(model::OptimizerKind k) {
+  return k == model::OptimizerKind::kAdam ? "adam" : "sgd";
+}
+inline std::string precision_name(model::Precision p) {
+  return p == model::Precision::kMixedBf16 ? "bf16" : "fp32";
 }
 
 inline TrainConfig with_adam(TrainConfig c) {

@@ -9,7 +9,7 @@
 
 #include "model/param_layout.h"
 #include "train/strategies.h"
-#include "train/zero3_hooks.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {

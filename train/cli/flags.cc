@@ -9,6 +9,8 @@
 #include <cstring>
 #include <map>
 
+#include "runtime/algorithms/registry.h"
+
 namespace dtsim::cli {
 namespace {
 
@@ -107,8 +109,26 @@ CLI::Validator OneOf(std::vector<std::string> choices, std::string hint) {
 }
 
 std::vector<std::string> algo_names() {
-  // TODO(walk): take these from the runtime's algorithm registry once it lands.
-  return {"auto", "ring", "rd", "tree", "direct", "deterministic"};
+  std::vector<std::string> names;
+  for (const AlgoName& n : dtsim::algo_names()) names.emplace_back(n.name);
+  return names;
+}
+
+CLI::Validator AlgoFor(std::function<OpKind()> op, std::function<uint8_t()> world, bool name_op) {
+  return CLI::Validator(
+      [op = std::move(op), world = std::move(world), name_op](std::string& text) {
+        const OpKind o = op();
+        const uint8_t w = world();
+        Algo algo = Algo::kAuto;
+        if (!parse_algo(text, &algo)) {
+          return fmt::format("{}must be one of {} (got '{}')",
+                             name_op ? fmt::format("for {} ", to_string(o)) : "",
+                             algorithm_list(o, true, w), text);
+        }
+        const std::string why = algorithm_error(o, algo, w);
+        return why.empty() ? why : text + ": " + why;
+      },
+      "{" + join(algo_names(), "|") + "}");
 }
 
 bool given(const CLI::App& app, const std::string& name) {

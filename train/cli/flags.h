@@ -6,6 +6,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,8 +26,16 @@ CLI::Validator Number(double lo, double hi);
 // One of `choices`; `hint`, when not empty, is appended to the error ("FSDP is zero3").
 CLI::Validator OneOf(std::vector<std::string> choices, std::string hint = "");
 
-// The --algo names every command accepts (runtime::parse_algo's spellings).
+// The --algo names every command accepts: the algorithm registry's (runtime's
+// parse_algo spellings, aliases left out), auto first.
 std::vector<std::string> algo_names();
+
+// --algo for the collective op() (read when the check runs, so declare --op and the flags
+// world() reads before --algo): one of the registry's algorithms of that op that a world
+// with world() features (WorldFeature bits) can run. The error lists what to pass instead:
+// "must be one of auto, ring, ... (got 'x')" ("for broadcast must be ..." with name_op),
+// or the registry's algorithm_error ("rd: reduce_scatter has no 'rd' algorithm; use ...").
+CLI::Validator AlgoFor(std::function<OpKind()> op, std::function<uint8_t()> world, bool name_op);
 
 // True when flag `name` ("--ranks") was given on the command line, in --config or by its
 // environment variable.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "runtime/algorithms/registry.h"
 #include "train/cli/table.h"
 
 namespace dtsim::cli {
@@ -159,6 +160,37 @@ std::string params_digest(const std::vector<float>& params) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> algorithms_ran(const train::RunResult& run) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (OpKind op : collectives()) {
+    uint32_t ran = 0, picked = 0;
+    for (const train::RankReport& r : run.ranks) {
+      ran |= r.counters[op].algos();
+      picked |= r.counters[op].auto_algos();
+    }
+    if (ran == 0 || op == OpKind::kBarrier) continue;
+    std::string asked, automatic;  // asked for by name; picked by auto
+    for (const AlgoName& a : algo_names()) {
+      const uint32_t bit = 1u << static_cast<int>(a.algo);
+      if (!(ran & bit)) continue;
+      std::string& list = picked & bit ? automatic : asked;
+      list += (list.empty() ? "" : ", ") + std::string(a.name);
+    }
+    if (!automatic.empty()) automatic += " (auto)";
+    out.emplace_back(to_string(op),
+                     asked + (asked.empty() || automatic.empty() ? "" : ", ") + automatic);
+  }
+  return out;
+}
+
+std::string algorithms_ran_text(const train::RunResult& run) {
+  std::string s;
+  for (const auto& [op, algos] : algorithms_ran(run)) {
+    s += (s.empty() ? "" : ", ") + op + " " + algos;
+  }
+  return s.empty() ? "none (one rank)" : s;
+}
+
 const char* optimizer_name(model::OptimizerKind k) {
   switch (k) {
     case model::OptimizerKind::kSgd:
@@ -191,6 +223,9 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
             {"ranks", ranks},
             {"traffic", traffic_json(run)},
             {"check", nullptr}};
+  json algorithms = json::object();
+  for (const auto& [op, algos] : algorithms_ran(run)) algorithms[op] = algos;
+  j["algorithms"] = algorithms;
   if (check != nullptr) {
     const train::Comparison& c = check->comparison;
     j["check"] = {{"reference", check->reference_name},

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "train/check.h"
 #include "train/config.h"
@@ -24,6 +26,13 @@ std::string report_json(const train::TrainConfig& config, size_t num_params,
 
 // The --trace document: RankReport::timeline of every rank (config.trace must have been on).
 std::string trace_json(const train::TrainConfig& config, const train::RunResult& run);
+
+// What each collective of the run resolved to, over all ranks, in collective order: pairs
+// like ("all_reduce", "rd (auto)"), ("all_gather", "ring"), ("reduce_scatter",
+// "rd, ring (auto)") when auto picked by size. From the runtime's counters.
+std::vector<std::pair<std::string, std::string>> algorithms_ran(const train::RunResult& run);
+// The same on one line: "all_reduce rd (auto), all_gather ring".
+std::string algorithms_ran_text(const train::RunResult& run);
 
 // Short names used in tables, reports and help: "sgd", "adam", "fp32", "bf16".
 const char* optimizer_name(model::OptimizerKind k);

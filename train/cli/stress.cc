@@ -1,5 +1,5 @@
 // dtsim stress: shakes race conditions out of the collectives. Runs random sequences of
-// collectives (runtime/stress.h) on N rank threads with seeded jitter, checks every result
+// collectives (runtime/stress/stress.h) on N rank threads with seeded jitter, checks every result
 // against a single-threaded reference, and on a failure prints the seed and iteration
 // that reproduce it. --report FILE writes the outcome as JSON, with every rank's flight
 // recorder on a failure. Exit code 0 when clean, 1 on any failure. --scheduler random|pct,
@@ -16,7 +16,7 @@
 
 #include "runtime/mutant.h"
 #include "runtime/process_model.h"
-#include "runtime/stress.h"
+#include "runtime/stress/stress.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
 #include "train/cli/output_file.h"

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/stress.h"
+#include "runtime/stress/stress.h"
 #include "train/cli/output_file.h"
 
 namespace dtsim::cli {

@@ -15,6 +15,7 @@
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "runtime/algorithms/registry.h"
 #include "runtime/process_model.h"
 #include "train/check.h"
 #include "train/cli/commands.h"
@@ -101,10 +102,18 @@ void declare(CLI::App* app, TrainFlags& f) {
   app->add_option("--virtual-stages", f.virtual_stages,
                   "model chunks per pipeline rank (--schedule interleaved)")
       ->transform(Integer(1, 64));
+  // The all_reduce algorithm (the other collectives follow it where the registry lists it
+  // for them, else run their auto one). Checked after --threads-per-process (declared
+  // above): `mpi` needs mpirun with one rank per process.
   app->add_option("--algo", f.algo,
-                  "all_reduce algorithm; deterministic makes ddp and zero bitwise equal to "
-                  "accumulation")
-      ->check(OneOf(algo_names()));
+                  "all_reduce algorithm, below; deterministic makes ddp and zero bitwise equal "
+                  "to accumulation")
+      ->check(AlgoFor(
+          [] { return OpKind::kAllReduce; },
+          [&f] {
+            return ProcessModel::from_environment(0, f.threads_per_process).world_features();
+          },
+          /*name_op=*/false));
   app->add_option("--seed", f.seed, "initialisation and data seed")
       ->transform(Integer(0, INT64_MAX));
   app->add_option("--pitfall", f.pitfall,
@@ -228,7 +237,7 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   }
   c.tp_size = f.tp;
   parse_mesh(a, f, c);
-  parse_algo(f.algo, &c.algo);  // OneOf(algo_names()) accepted it
+  parse_algo(f.algo, &c.algo);  // AlgoFor() accepted it
   c.seed = static_cast<uint64_t>(f.seed);
   if (!f.pitfall.empty())
     c.pitfall = train::Pitfall::kForgetDivide;  // validate() checks the strategy
@@ -364,6 +373,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   }
   const train::RunResult& run = *trained;
   print_ranks(run);
+  std::printf("\ncollectives ran: %s\n", algorithms_ran_text(run).c_str());
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());
 
@@ -413,8 +423,15 @@ Command add_train(CLI::App& dtsim) {
   app->fallthrough();  // --config belongs to dtsim
   auto flags = std::make_shared<TrainFlags>();
   declare(app, *flags);
+  std::string algos = fmt::format("\n--algo (from the algorithm registry; auto: {}):\n",
+                                  auto_rule(OpKind::kAllReduce));
+  for (const AlgoRow* row : algorithms_of(OpKind::kAllReduce)) {
+    algos += fmt::format("  {:<14} {}{}\n", to_string(row->algo), row->how,
+                         row->needs & kWorldMpi ? " (under mpirun, one rank per process)" : "");
+  }
   app->footer(
-      "example: dtsim train --strategy zero2 --model mlp --ranks 4 --optimizer adam --check");
+      "example: dtsim train --strategy zero2 --model mlp --ranks 4 --optimizer adam --check\n" +
+      algos);
   return {app, [app, flags] { return run_train(*app, *flags); }};
 }
 

@@ -1,17 +1,19 @@
-// dtsim walk: runs one collective on N rank threads with the lockstep trace on, and
-// prints the lesson's "walk the shapes" table: per step, which rank sent which chunk to
-// whom and every rank's buffer afterwards; then the result against a single-threaded
-// reference and the traffic each rank sent, read from the runtime's counters.
+// dtsim walk: runs one collective on N rank threads with the trace on (runtime/trace.h),
+// and prints the lesson's "walk the shapes" table in causal order: per step, the sends
+// that can happen at once (which rank sent which chunk to whom) and every rank's buffer
+// afterwards; then the result against a single-threaded reference and the traffic each
+// rank sent, read from the runtime's counters.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <set>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "runtime/split.h"
 #include "runtime/world.h"
@@ -27,6 +29,20 @@ struct WalkFlags {
   std::string op, algo;
   int ranks = 4, numel = 8, root = 0;
 };
+
+// The help's algorithm list, from the registry.
+std::string algorithms_help() {
+  std::string s = "\nalgorithms (from the registry):\n";
+  for (const AlgoRow& row : algo_rows()) {
+    if (row.op == OpKind::kBarrier) continue;
+    if (&row == algorithms_of(row.op).front()) {
+      s += std::string(to_string(row.op)) + " (auto: " + auto_rule(row.op) + ")\n";
+    }
+    s += "  " + std::string(to_string(row.algo)) + ": " + row.how +
+         (row.needs & kWorldMpi ? " (MPI world only)" : "") + "\n";
+  }
+  return s;
+}
 
 using Vec = std::vector<int64_t>;
 
@@ -56,9 +72,17 @@ struct Plan {
   std::string op;
   int n;
   size_t numel;
-  Algo algo;
+  Algo algo;      // as requested (may be kAuto)
+  Algo resolved;  // what the registry runs for it
   int root;
 };
+
+// Chunk bars in a full-length buffer of an op that works in chunks (none for broadcast and
+// reduce, which move whole buffers).
+size_t bars(const Plan& p, const Vec& v) {
+  if (p.op == "broadcast" || p.op == "reduce" || v.size() != p.numel) return 0;
+  return static_cast<size_t>(p.n);
+}
 
 // What rank r holds before the call (its input) and the reference result after it.
 Vec input_of(const Plan& p, int r) {
@@ -126,19 +150,61 @@ Vec run_one(const Plan& p, Communicator& c) {
     return out;
   }
   Vec out(n * split_size(p.numel, n, r));
-  c.all_to_all(std::span<const int64_t>(in), std::span<int64_t>(out));
+  c.all_to_all(std::span<const int64_t>(in), std::span<int64_t>(out), p.algo);
   return out;
 }
 
-std::string phase_name(const Plan& p, int phase, int step) {
-  if (p.op == "all_reduce" && p.algo == Algo::kRing) {
-    return step < p.n - 1 ? "reduce-scatter" : "all-gather";
+// What a send is part of, for composite algorithms ("" for single-phase ones).
+std::string phase_name(const Plan& p, const TraceEvent& e) {
+  if (p.op != "all_reduce") return "";
+  switch (p.resolved) {
+    case Algo::kRing:
+      return e.tag < p.n - 1 ? "reduce-scatter" : "all-gather";
+    case Algo::kTree:
+      return e.phase == 0 ? "reduce to 0" : "broadcast from 0";
+    case Algo::kDeterministic:
+      return e.phase == 0 ? "ordered reduce-scatter" : "all-gather";
+    default:
+      return "";
   }
-  if (p.op == "all_reduce" && (p.algo == Algo::kDeterministic || p.algo == Algo::kTree)) {
-    if (p.algo == Algo::kTree) return phase == 0 ? "reduce to 0" : "broadcast from 0";
-    return phase == 0 ? "ordered reduce-scatter" : "all-gather";
+}
+
+Vec as_values(const TraceEvent& e) {
+  Vec v(e.bytes.size() / sizeof(int64_t));
+  if (!v.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+  return v;
+}
+
+// Step by step, in causal order (runtime/trace.h).
+void print_steps(const Plan& p, const World& world) {
+  std::vector<const RankTrace*> traces;
+  for (int r = 0; r < p.n; ++r) traces.push_back(&world.trace(r));
+  const std::vector<CausalStep> steps = causal_steps(traces);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const CausalStep& st = steps[k];
+    std::string phases;
+    for (const TraceEvent& e : st.sends) {
+      const std::string ph = phase_name(p, e);
+      if (!ph.empty() && phases.find(ph) == std::string::npos) {
+        phases += (phases.empty() ? "" : " + ") + ph;
+      }
+    }
+    std::printf("\nstep %zu%s:", k, phases.empty() ? "" : (" (" + phases + ")").c_str());
+    for (const TraceEvent& e : st.sends) {
+      if (e.chunk >= 0) {
+        std::printf("  %d->%d chunk %d", e.src, e.dst, e.chunk);
+      } else {
+        std::printf("  %d->%d all %zu", e.src, e.dst, e.count);
+      }
+    }
+    std::printf("\n");
+    for (int r = 0; r < p.n; ++r) {
+      const Vec v = st.after[r] ? as_values(*st.after[r]) : input_of(p, r);
+      std::string from;
+      for (int src : st.from[r]) from += (from.empty() ? "  <- " : ", ") + std::to_string(src);
+      std::printf("  rank %d: %s%s\n", r, show(v, bars(p, v)).c_str(), from.c_str());
+    }
   }
-  return p.op;
 }
 
 int run_walk(const WalkFlags& f) {
@@ -153,8 +219,11 @@ int run_walk(const WalkFlags& f) {
                              p.n - 1, f.root, p.n));
   }
   p.root = f.root;
-  const std::string algo = f.algo.empty() ? (p.op == "all_reduce" ? "ring" : "auto") : f.algo;
-  parse_algo(algo, &p.algo);  // OneOf(algo_names()) accepted it
+  OpKind op = OpKind::kAllReduce;
+  parse_collective(p.op, &op);
+  // AlgoFor() accepted --algo for this op.
+  parse_algo(f.algo.empty() ? (p.op == "all_reduce" ? "ring" : "auto") : f.algo, &p.algo);
+  p.resolved = resolve_algorithm(op, p.algo, p.numel * sizeof(int64_t));
 
   WorldOptions opts;
   opts.trace = true;
@@ -164,51 +233,22 @@ int run_walk(const WalkFlags& f) {
   world.run([&](Communicator& c) { results[c.rank()] = run_one(p, c); });
 
   const size_t n = static_cast<size_t>(p.n);
-  std::printf("%s, algo %s, %d ranks, %zu elements per rank (chunks of", p.op.c_str(),
-              to_string(p.algo), p.n, p.numel);
+  std::printf("%s, algo %s%s, %d ranks, %zu elements per rank (chunks of", p.op.c_str(),
+              to_string(p.resolved), p.algo == Algo::kAuto ? " (auto)" : "", p.n, p.numel);
   for (size_t i = 0; i < n; ++i) std::printf(" %zu", split_size(p.numel, n, i));
   std::printf(")\n\ninputs\n");
   for (int r = 0; r < p.n; ++r) {
-    std::printf("  rank %d: %s\n", r, show(input_of(p, r), p.op == "all_gather" ? 0 : n).c_str());
+    std::printf("  rank %d: %s\n", r, show(input_of(p, r), bars(p, input_of(p, r))).c_str());
   }
 
-  // Group every rank's sends and snapshots by (phase, step).
-  std::map<std::pair<int, int>, std::vector<TraceSend>> sends;
-  std::map<std::pair<int, int>, std::map<int, Vec>> after;
-  for (int r = 0; r < p.n; ++r) {
-    for (const TraceSend& s : world.trace(r).sends) sends[{s.phase, s.step}].push_back(s);
-    for (const TraceSnapshot& s : world.trace(r).snapshots) {
-      Vec v(s.bytes.size() / sizeof(int64_t));
-      std::memcpy(v.data(), s.bytes.data(), s.bytes.size());
-      after[{s.phase, s.step}][r] = v;
-    }
-  }
-  std::set<std::pair<int, int>> steps;
-  for (auto& [k, v] : sends) steps.insert(k);
-  for (auto& [k, v] : after) steps.insert(k);
-  int shown = 0;
-  for (const auto& key : steps) {
-    std::printf("\nstep %d (%s):", shown++, phase_name(p, key.first, key.second).c_str());
-    for (const TraceSend& s : sends[key]) {
-      if (s.chunk >= 0) {
-        std::printf("  %d->%d chunk %d", s.src, s.dst, s.chunk);
-      } else {
-        std::printf("  %d->%d all %zu", s.src, s.dst, s.count);
-      }
-    }
-    std::printf("\n");
-    for (auto& [r, v] : after[key]) {
-      std::printf("  rank %d: %s\n", r, show(v, v.size() == p.numel ? n : 0).c_str());
-    }
-  }
+  print_steps(p, world);
 
   bool ok = true;
   std::printf("\nresults (checked against a single-threaded reference)\n");
   for (int r = 0; r < p.n; ++r) {
     const bool same = results[r] == reference(p, r);
     ok = ok && same;
-    std::printf("  rank %d: %s %s\n", r,
-                show(results[r], results[r].size() == p.numel ? n : 0).c_str(),
+    std::printf("  rank %d: %s %s\n", r, show(results[r], bars(p, results[r])).c_str(),
                 same ? "ok" : "WRONG");
   }
   uint64_t total = 0;
@@ -223,7 +263,7 @@ int run_walk(const WalkFlags& f) {
                 static_cast<unsigned long long>(c.steps));
   }
   std::printf("  total %llu elements", static_cast<unsigned long long>(total / sizeof(int64_t)));
-  if (p.op == "all_reduce" && (p.algo == Algo::kRing || p.algo == Algo::kDeterministic)) {
+  if (p.op == "all_reduce" && (p.resolved == Algo::kRing || p.resolved == Algo::kDeterministic)) {
     std::printf(" = 2(N - 1) x numel = %zu", 2 * (n - 1) * p.numel);
   }
   std::printf("\n");
@@ -236,8 +276,10 @@ Command add_walk(CLI::App& dtsim) {
   CLI::App* app = dtsim.add_subcommand(
       "walk", "print a collective step by step: who sends which chunk to whom");
   describe(app,
-           "Runs one collective with the lockstep trace on and prints, step by step, which rank\n"
-           "sends which chunk to whom and every rank's buffer afterwards, then the traffic.\n"
+           "Runs one collective with the trace on and prints it in causal order: a step is the\n"
+           "set of sends that can happen at once (each rank sends one message at a time, and\n"
+           "only what it has received by then), with every rank's buffer after it; then the\n"
+           "traffic. A rank marked '<- 0' received from rank 0 in that step.\n"
            "Inputs are chosen so sums can be checked by eye: with N <= 8 and K <= 9, element i of\n"
            "rank r is (i + 1) * 10^r, so 1111 means ranks 0-3 all contributed.");
   app->option_defaults()->always_capture_default();
@@ -248,15 +290,25 @@ Command add_walk(CLI::App& dtsim) {
           {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"}));
   app->add_option("--ranks", f->ranks, "number of rank threads")->transform(Integer(1, 16));
   app->add_option("--numel", f->numel, "elements per rank")->transform(Integer(0, 64));
-  app->add_option("--algo", f->algo, "[default: the op's usual one]")
-      ->check(OneOf(algo_names()))
+  // Checked against --op's algorithms (declared above, so parsed first); walk runs in
+  // the thread world.
+  app->add_option("--algo", f->algo,
+                  "the op's algorithms, below [default: ring for all_reduce, else auto]")
+      ->check(AlgoFor(
+          [f] {
+            OpKind op = OpKind::kAllReduce;
+            parse_collective(f->op, &op);
+            return op;
+          },
+          [] { return uint8_t{kWorldBasic}; }, /*name_op=*/true))
       ->default_str("");
   app->add_option("--root", f->root, "source of broadcast / destination of reduce")
       ->transform(Integer(0, 15));
   const auto pipeline = add_walk_pipeline(app);  // --pp ...: walk_pipeline.cc
   app->footer(
       "example: dtsim walk --op all_reduce --ranks 4 --numel 8\n"
-      "         dtsim walk --pp 4 --micro-batches 8 --schedule 1f1b");
+      "         dtsim walk --pp 4 --micro-batches 8 --schedule 1f1b\n" +
+      algorithms_help());
   return {app, [f, pipeline] {
             if (const std::optional<int> code = pipeline()) return *code;
             return run_walk(*f);

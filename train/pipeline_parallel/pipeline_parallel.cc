@@ -11,6 +11,7 @@
 #include "model/layer_stack.h"
 #include "model/mlp.h"
 #include "train/accounting.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -19,10 +20,9 @@
 #include "train/slice_optimizer.h"
 #include "train/step_runner.h"
 #include "train/strategies.h"
-#include "train/tp_mlp_block.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
 #include "train/traced_comm.h"
 #include "train/trainee.h"
-#include "train/zero3_hooks.h"
 
 namespace dtsim::train::pipeline {
 namespace {

@@ -14,15 +14,12 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "runtime/communicator.h"
 #include "train/config.h"
-#include "train/launch.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/result.h"
 #include "train/step_runner.h"

@@ -3,8 +3,8 @@
 // ring, N - 1 messages per rank in one step, and bitwise reproducible.
 #include <cstring>
 
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 
@@ -31,10 +31,12 @@ void reduce_scatter_ordered(Exchange& ex, const void* in, size_t count, void* ou
     } else {
       red.reduce(acc, part, mine);
     }
-    if (i != r) ex.release(i, m);
+    if (i != r) {
+      ex.release(i, m);
+      ex.snapshot(acc, mine);
+    }
   }
   if (bytes) std::memcpy(out, acc, bytes);
-  ex.snapshot(0, out, mine);
 }
 
 }  // namespace dtsim

@@ -1,8 +1,8 @@
 // Binomial-tree broadcast: with ranks renumbered so the root is 0, rank v receives from
 // v - 2^k in step k, where 2^k is v's lowest set bit, then sends to v + 2^j for every
 // smaller j. ceil(log2 N) steps.
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 
@@ -14,6 +14,7 @@ void broadcast_tree(Exchange& ex, void* data, size_t count, int root) {
   while (mask < n) {
     if (vr & mask) {
       ex.recv_copy(mod(vr - mask + root, n), step, data, count);
+      ex.snapshot(data, count);
       break;
     }
     mask <<= 1;
@@ -22,7 +23,6 @@ void broadcast_tree(Exchange& ex, void* data, size_t count, int root) {
   for (mask >>= 1, --step; mask > 0; mask >>= 1, --step) {
     if (vr + mask < n) ex.send(mod(vr + mask + root, n), step, data, count);
   }
-  ex.snapshot(0, data, count);
 }
 
 // Direct broadcast: the root sends to every other rank in one step.
@@ -34,8 +34,8 @@ void broadcast_direct(Exchange& ex, void* data, size_t count, int root) {
     ex.settle();
   } else {
     ex.recv_copy(root, 0, data, count);
+    ex.snapshot(data, count);
   }
-  ex.snapshot(0, data, count);
 }
 
 }  // namespace dtsim

@@ -27,13 +27,13 @@
 #include <vector>
 
 #include "model/memory.h"
+#include "train/data_parallel/zero12_sync.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
-#include "train/zero3_hooks.h"
-#include "train/zero_sync.h"
 
 namespace dtsim::train {
 namespace {
@@ -41,7 +41,7 @@ namespace {
 using model::MemoryCategory;
 
 // ZeRO-1 (stage 1) or ZeRO-2 (stage 2) on one rank: the full replica, and ZeroSync
-// (zero_sync.h) over the world.
+// (zero12_sync.h) over the world.
 template <class T>
 class Zero12Rank : public RankStrategy {
  public:

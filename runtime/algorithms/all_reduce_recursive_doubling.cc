@@ -3,7 +3,7 @@
 // a power of two p, the first 2(N - p) ranks pair up first: even ones hand their data to
 // their odd neighbour, sit out, and get the result back at the end. Partners combine
 // a op b and b op a, which are bitwise equal, so every rank ends with the same bits.
-#include "runtime/exchange.h"
+#include "runtime/algorithms/algorithms.h"
 
 namespace dtsim {
 
@@ -27,6 +27,7 @@ void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const
       vr = -1;
     } else {
       ex.recv_reduce(r - 1, 0, data, count, red.reduce);
+      ex.snapshot(data, count);
       vr = r / 2;
     }
   } else {
@@ -38,7 +39,7 @@ void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const
       const int peer = pv < rem ? pv * 2 + 1 : pv + rem;
       ex.send(peer, step, data, count);
       ex.recv_reduce(peer, step, data, count, red.reduce);
-      ex.snapshot(step, data, count);
+      ex.snapshot(data, count);
     }
   }
   if (r < 2 * rem) {
@@ -46,6 +47,7 @@ void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const
       ex.send(r - 1, levels + 1, data, count);
     } else {
       ex.recv_copy(r + 1, levels + 1, data, count);
+      ex.snapshot(data, count);
     }
   }
 }

@@ -16,7 +16,7 @@
 // run_accum with the same ranks and micro-batches (reference.cc). For MoE, that
 // accumulation is also the only exact reference: routing, capacity and the aux loss depend
 // on which tokens are batched together.
-#include "train/ddp.h"
+#include "train/data_parallel/ddp.h"
 
 #include <memory>
 #include <vector>

@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "train/data_parallel/zero12_sync.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
-#include "train/tp_mlp_block.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
 #include "train/trainee.h"
-#include "train/zero_sync.h"
 
 namespace dtsim::train {
 namespace {

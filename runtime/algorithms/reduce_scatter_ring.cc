@@ -5,8 +5,8 @@
 // no temporary of the full length is needed.
 #include <cstring>
 
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 
@@ -28,7 +28,7 @@ void reduce_scatter_ring(Exchange& ex, const void* in, size_t count, void* out,
     Message m = ex.recv(left, t, ch.size(c));
     if (t < n - 2) {
       red.reduce(m.data, ex.at(in, ch.offset(c)), ch.size(c));
-      ex.snapshot(t, m.data, ch.size(c));
+      ex.snapshot(m.data, ch.size(c));
       try {
         ex.send(right, t + 1, m.data, ch.size(c), c);
       } catch (...) {
@@ -37,7 +37,7 @@ void reduce_scatter_ring(Exchange& ex, const void* in, size_t count, void* out,
       }
     } else {
       red.reduce3(out, m.data, ex.at(in, ch.offset(c)), ch.size(c));
-      ex.snapshot(t, out, ch.size(c));
+      ex.snapshot(out, ch.size(c));
     }
     ex.release(left, m);
   }

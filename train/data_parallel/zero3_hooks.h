@@ -13,6 +13,7 @@
 
 #include "model/memory.h"
 #include "model/param_layout.h"
+#include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "train/accounting.h"
 #include "train/config.h"
@@ -20,12 +21,10 @@
 
 namespace dtsim::train {
 
-// Reduce-scatter and all-gather have fewer algorithms than all-reduce: the one ZeRO (every
-// stage) runs for the config's all-reduce algorithm.
-inline Algo reduce_scatter_algo(Algo a) {
-  return a == Algo::kDeterministic || a == Algo::kDirect ? a : Algo::kRing;
-}
-inline Algo all_gather_algo(Algo a) { return a == Algo::kDirect ? a : Algo::kRing; }
+// Reduce-scatter and all-gather have fewer algorithms than all-reduce: ZeRO (every stage)
+// runs the config's algorithm where the registry lists it for them, else their auto one.
+inline Algo reduce_scatter_algo(Algo a) { return algorithm_or_auto(OpKind::kReduceScatter, a); }
+inline Algo all_gather_algo(Algo a) { return algorithm_or_auto(OpKind::kAllGather, a); }
 
 // Every layer sharded on its own over n ranks, padded to a multiple of n (as FSDP pads a
 // flat parameter): rank r's shard of layer l is elements [r * s_l, (r + 1) * s_l) of the

@@ -1,10 +1,11 @@
-#include "runtime/stress_plan.h"
+#include "runtime/stress/stress_plan.h"
 
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 
 #include "common/splitmix.h"
+#include "runtime/algorithms/registry.h"
 #include "runtime/reduce_kernels.h"
 #include "runtime/split.h"
 
@@ -119,23 +120,13 @@ Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel)
         rng.pick({ReduceOp::kSum, ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin});
     s.root = static_cast<int>(rng.below(g));
     s.numel = pick_numel(rng, g, max_numel);
+    // Any algorithm the registry lists for the op (that the thread world runs), or auto.
+    std::vector<Algo> algos = {Algo::kAuto};
+    for (const AlgoRow* row : algorithms_of(s.op)) {
+      if (row->needs == kWorldBasic) algos.push_back(row->algo);
+    }
+    s.algo = algos[rng.below(algos.size())];
     switch (s.op) {
-      case OpKind::kAllReduce:
-        s.algo = rng.pick({Algo::kAuto, Algo::kRing, Algo::kRecursiveDoubling, Algo::kTree,
-                           Algo::kDirect, Algo::kDeterministic});
-        break;
-      case OpKind::kReduceScatter:
-      case OpKind::kReduce:
-        s.algo = rng.pick({Algo::kAuto, Algo::kDirect, Algo::kDeterministic});
-        if (s.algo == Algo::kAuto && rng.below(2))
-          s.algo = s.op == OpKind::kReduce ? Algo::kTree : Algo::kRing;
-        break;
-      case OpKind::kAllGather:
-        s.algo = rng.pick({Algo::kAuto, Algo::kRing, Algo::kDirect});
-        break;
-      case OpKind::kBroadcast:
-        s.algo = rng.pick({Algo::kAuto, Algo::kTree, Algo::kDirect});
-        break;
       case OpKind::kAllToAll:
         s.single = rng.below(2) == 0;
         if (s.single) {
@@ -144,11 +135,15 @@ Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel)
           }
         }
         break;
-      default:
+      case OpKind::kBarrier:
         s.numel = 0;
         break;
+      default:
+        break;
     }
-    const bool ordered = s.algo == Algo::kDirect || s.algo == Algo::kDeterministic;
+    const AlgoRow* row =
+        find_algorithm(s.op, resolve_algorithm(s.op, s.algo, s.numel * dtype_size(s.dtype)));
+    const bool ordered = row != nullptr && row->deterministic;
     s.fractional =
         (s.dtype == DType::kFloat32 || s.dtype == DType::kFloat64) && (!reduces(s.op) || ordered);
     s.repeats = reduces(s.op) && ordered ? 2 : 1;

@@ -3,8 +3,8 @@
 // the target of two senders at once.
 #include <cstring>
 
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 namespace {
@@ -30,6 +30,7 @@ void all_to_all_pairwise(Exchange& ex, const void* in, const size_t* send_counts
     const int src = mod(r - s, n);
     ex.send(dst, s - 1, ex.at(in, prefix(send_counts, dst)), send_counts[dst], dst);
     ex.recv_copy(src, s - 1, ex.at(out, prefix(recv_counts, src)), recv_counts[src]);
+    ex.snapshot(out, prefix(recv_counts, n));
   }
 }
 

@@ -5,7 +5,7 @@
 // bytes readable instead of N (N - 1) x M in flight.
 #include <cstring>
 
-#include "runtime/exchange.h"
+#include "runtime/algorithms/algorithms.h"
 
 namespace dtsim {
 
@@ -32,6 +32,7 @@ void all_reduce_direct(Exchange& ex, void* data, size_t count, const Reducer& re
       red.reduce(acc, m.data, count);
     }
     ex.release(i, m);
+    ex.snapshot(acc, count);
   }
   ex.settle();
   std::memcpy(data, acc, count * ex.esize());

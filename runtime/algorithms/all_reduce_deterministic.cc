@@ -2,8 +2,8 @@
 // 0..N-1 by the rank that owns its chunk) followed by a ring all-gather. The same
 // 2(N - 1)/N traffic per rank as the ring, and bitwise equal to a sequential sum, run after
 // run, whatever the thread timing: what bitwise DDP == gradient accumulation needs.
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 

@@ -1,4 +1,4 @@
-#include "train/tp_mlp_block.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "train/ep_moe.h"
+#include "train/expert_parallel/ep_moe_layer.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "runtime/stress.h"
+#include "runtime/stress/stress.h"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/schedule/scheduler.h"
-#include "runtime/stress_plan.h"
+#include "runtime/stress/stress_plan.h"
 #include "runtime/world.h"
 
 namespace dtsim {
@@ -20,6 +20,13 @@ using stress::Step;
 using stress::StepKind;
 
 constexpr size_t kMaxMessages = 8;
+
+// Thrown by the rank that finds a wrong result (in a thread world): World::run then aborts
+// every other rank at once (instead of letting them wait out the deadline for a peer that
+// stopped making sense), and run_stress counts the failure from the slot, not twice.
+struct WrongResult : Error {
+  using Error::Error;
+};
 constexpr std::byte kPoison{0xA5};
 
 // One rank's buffers: sized by the main thread before the run and never reallocated
@@ -72,9 +79,9 @@ void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, 
             send[j] = s.counts[r * g + j];
             recv[j] = s.counts[j * g + r];
           }
-          comm.all_to_all_single_raw(in, in_n, send, out, out_n, recv, s.dtype);
+          comm.all_to_all_single_raw(in, in_n, send, out, out_n, recv, s.dtype, s.algo);
         } else {
-          comm.all_to_all_raw(in, in_n, out, out_n, s.dtype);
+          comm.all_to_all_raw(in, in_n, out, out_n, s.dtype, s.algo);
         }
         break;
       default:
@@ -93,11 +100,15 @@ void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, 
     }
     if (rep == 0 && s.repeats > 1 && bytes) std::memcpy(slot.first.data(), result, bytes);
     slot.failed += !diff.empty();
-    if (!diff.empty() && slot.failures.size() < kMaxMessages) {
-      slot.failures.push_back(
-          "iteration " + std::to_string(iteration) + " step " + std::to_string(i) + ": " +
-          stress::describe(s) + " on " + comm.name() + (rep ? " (repeat)" : "") + ": rank " +
-          std::to_string(r) + " (global " + std::to_string(comm.global_rank()) + ") " + diff);
+    if (!diff.empty()) {
+      std::string what = "iteration " + std::to_string(iteration) + " step " + std::to_string(i) +
+                         ": " + stress::describe(s) + " on " + comm.name() +
+                         (rep ? " (repeat)" : "") + ": rank " + std::to_string(r) + " (global " +
+                         std::to_string(comm.global_rank()) + ") " + diff;
+      if (slot.failures.size() < kMaxMessages) slot.failures.push_back(what);
+      // The first wrong result ends the iteration's world. Not across processes: there the
+      // others would see only an abort, and every rank's counts are summed after the run.
+      if (!o.process.mpi) throw WrongResult(what);
     }
     // A late reader of a live pointer must not find the right bytes by luck.
     std::fill(slot.in.begin(), slot.in.end(), ~kPoison);
@@ -214,6 +225,24 @@ StressResult run_stress(const StressOptions& o,
     bool failed = false;
     try {
       world.run([&](Communicator& c) { run_rank(c, o, it, want, slots[c.rank()]); });
+    } catch (const RankFailure& e) {
+      // Across processes a failed run may mean a lost process: stop, with the error
+      // (sum_counts below would wait out another deadline for the lost process).
+      if (o.process.mpi) throw;
+      failed = true;
+      bool wrong_result = false;  // already counted and described by its rank's slot
+      try {
+        std::rethrow_exception(e.cause());
+      } catch (const WrongResult&) {
+        wrong_result = true;
+      } catch (...) {
+      }
+      if (!wrong_result) {
+        ++res.failures;
+        if (res.messages.size() < kMaxMessages) {
+          res.messages.push_back("iteration " + std::to_string(it) + ": " + e.what());
+        }
+      }
     } catch (const std::exception& e) {
       // Across processes a failed run may mean a lost process: stop, with the error.
       if (o.process.mpi) throw;

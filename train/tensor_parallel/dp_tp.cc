@@ -11,9 +11,9 @@
 // the blocks plus the replicated head) across its DP group, DDP style, in one call; the
 // gradients already carry 1/B, so the sum is the mean over the global batch and no division
 // follows (with --zero 1 or 2 the DP sync is ZeRO's reduce-scatter and all-gather instead,
-// zero_sync.h). Every rank then steps its own shard. A step therefore costs 2L - 1 all_reduces of
-// B/(N/T) x D activations on the TP group and one all_reduce of Psi_local gradients on the DP
-// group.
+// data_parallel/zero12_sync.h). Every rank then steps its own shard. A step therefore costs 2L - 1
+// all_reduces of B/(N/T) x D activations on the TP group and one all_reduce of Psi_local gradients
+// on the DP group.
 #include "train/strategies.h"
 
 namespace dtsim::train {

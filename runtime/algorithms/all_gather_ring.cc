@@ -5,8 +5,8 @@
 // the end suffices.
 #include <cstring>
 
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 
@@ -28,7 +28,7 @@ void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total) {
     const int c = mod(r - 1 - t, n);
     ex.recv_copy(left, t, ex.at(out, ch.offset(c)), ch.size(c));
     if (late && t == 0 && mine != in) std::memmove(mine, in, own * ex.esize());
-    ex.snapshot(t, out, total);
+    ex.snapshot(out, total);
   }
   ex.settle();
 }

@@ -1,5 +1,5 @@
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 

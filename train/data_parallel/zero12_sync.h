@@ -20,9 +20,9 @@
 #include "runtime/communicator.h"
 #include "train/accounting.h"
 #include "train/config.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train/grad_ops.h"
 #include "train/slice_optimizer.h"
-#include "train/zero3_hooks.h"
 
 namespace dtsim::train {
 

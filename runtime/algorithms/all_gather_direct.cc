@@ -1,8 +1,8 @@
 // Direct all-gather: every rank sends its chunk to every other rank in one step.
 #include <cstring>
 
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 
@@ -16,10 +16,11 @@ void all_gather_direct(Exchange& ex, const void* in, void* out, size_t total) {
     if (p != r) ex.send_or_lend(p, 0, mine, ch.size(r), r);  // peers write elsewhere in out
   }
   for (int p = 0; p < n; ++p) {
-    if (p != r) ex.recv_copy(p, 0, ex.at(out, ch.offset(p)), ch.size(p));
+    if (p == r) continue;
+    ex.recv_copy(p, 0, ex.at(out, ch.offset(p)), ch.size(p));
+    ex.snapshot(out, total);
   }
   ex.settle();
-  ex.snapshot(0, out, total);
 }
 
 }  // namespace dtsim

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "train/ep_moe.h"
+#include "train/expert_parallel/ep_moe_layer.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"

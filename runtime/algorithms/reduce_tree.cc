@@ -4,8 +4,8 @@
 // as they were (torch semantics: only dst gets the result).
 #include <cstring>
 
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 
@@ -22,7 +22,10 @@ void reduce_tree(Exchange& ex, void* data, size_t count, int root, const Reducer
       ex.send(mod(vr - mask + root, n), step, acc, count);
       break;
     }
-    if (vr + mask < n) ex.recv_reduce(mod(vr + mask + root, n), step, acc, count, red.reduce);
+    if (vr + mask < n) {
+      ex.recv_reduce(mod(vr + mask + root, n), step, acc, count, red.reduce);
+      ex.snapshot(acc, count);  // non-root ranks: the partial sum they pass on
+    }
   }
 }
 
@@ -48,7 +51,10 @@ void reduce_ordered(Exchange& ex, void* data, size_t count, int root, const Redu
     } else {
       red.reduce(acc, part, count);
     }
-    if (i != r) ex.release(i, m);
+    if (i != r) {
+      ex.release(i, m);
+      ex.snapshot(acc, count);
+    }
   }
   if (bytes) std::memcpy(data, acc, bytes);
 }

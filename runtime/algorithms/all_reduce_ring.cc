@@ -8,8 +8,8 @@
 // the chunk lent in reduce-scatter step t is overwritten in all-gather step t, so one
 // settle() between the phases (and one at the end) keeps every lent chunk unchanged
 // while it is read: the snapshot rule holds with one copy instead of two.
-#include "runtime/exchange.h"
-#include "runtime/ring_chunks.h"
+#include "runtime/algorithms/algorithms.h"
+#include "runtime/algorithms/ring_chunks.h"
 
 namespace dtsim {
 
@@ -24,7 +24,7 @@ void all_reduce_ring(Exchange& ex, void* data, size_t count, const Reducer& red)
     ex.send_or_lend(right, t, ex.at(data, ch.offset(s)), ch.size(s), s);
     const int c = mod(r - 1 - t, n);
     ex.recv_reduce(left, t, ex.at(data, ch.offset(c)), ch.size(c), red.reduce);
-    ex.snapshot(t, data, count);
+    ex.snapshot(data, count);
   }
   // Rank r now holds the full reduction of chunk (r + 1) mod N.
   ex.settle();
@@ -35,7 +35,7 @@ void all_reduce_ring(Exchange& ex, void* data, size_t count, const Reducer& red)
     ex.send_or_lend(right, step, ex.at(data, ch.offset(s)), ch.size(s), s);
     const int c = mod(r - t, n);
     ex.recv_copy(left, step, ex.at(data, ch.offset(c)), ch.size(c));
-    ex.snapshot(step, data, count);
+    ex.snapshot(data, count);
   }
   if (ex.mutant() != Mutant::kMissingSettle) ex.settle();
 }

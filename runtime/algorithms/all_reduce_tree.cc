@@ -1,6 +1,6 @@
 // Tree all-reduce: a binomial-tree reduce to rank 0, then a binomial-tree broadcast from
 // it: 2 ceil(log2 N) steps, each moving the whole buffer.
-#include "runtime/exchange.h"
+#include "runtime/algorithms/algorithms.h"
 
 namespace dtsim {
 
