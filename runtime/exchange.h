@@ -24,6 +24,10 @@ class Exchange {
   const WaitSite& site() const { return site_; }
   int size() const { return comm_.size(); }
   size_t esize() const { return esize_; }
+  // The planted bug this run carries (mutant.h): algorithms test for their own.
+  Mutant mutant() const { return ctx_.mutant; }
+  // Would send_or_lend lend `count` elements?
+  bool lends(size_t count) const { return count * esize_ >= ctx_.lend_bytes; }
   // Byte address of element `i` of a buffer of this call's element type.
   std::byte* at(void* base, size_t i) const { return static_cast<std::byte*>(base) + i * esize_; }
   const std::byte* at(const void* base, size_t i) const {
@@ -41,7 +45,7 @@ class Exchange {
   // elements until settle(), and the receiver must only read them (recv_copy, recv_reduce).
   // The single copy that halves the memory traffic of large ring collectives.
   void send_or_lend(int peer, int step, const void* data, size_t count, int chunk = -1) {
-    post(peer, step, data, count, chunk, count * esize_ >= ctx_.lend_bytes);
+    post(peer, step, data, count, chunk, lends(count));
   }
   // Waits until every peer released what this call lent it. Algorithms that lend call it
   // before they write a lent element again and before they return.

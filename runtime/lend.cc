@@ -22,6 +22,7 @@ void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
     return;
   }
   jitter();
+  if (sched_) sched_->yield(rank_, schedule::Point::kLend);
   check_abort(site, dst);
   Channel& ch = state_->channel(rank_, dst);
   Envelope e;
@@ -48,7 +49,15 @@ bool try_claim(Channel& ch, uint64_t number) {
 }  // namespace
 
 void ThreadTransport::claim_lend(Channel& ch, const Envelope& e, int src, const WaitSite& site) {
-  if (try_claim(ch, e.payload.buf.capacity)) return;
+  if (mutant_ == Mutant::kLendClaimRace) {  // planted: look, then announce, not atomic
+    if (ch.lends_withdrawn.load(std::memory_order_seq_cst) < e.payload.buf.capacity) {
+      if (sched_) sched_->yield(rank_, schedule::Point::kRecv);
+      ch.lends_reading.fetch_add(1, std::memory_order_seq_cst);
+      return;
+    }
+  } else if (try_claim(ch, e.payload.buf.capacity)) {
+    return;
+  }
   state_->bell(src).ring();  // the sender may wait for claims in progress
   check_abort(site, src);
   throw AbortedError("rank " + std::to_string(rank_) + " aborted in " + describe(site.sig) +
@@ -88,6 +97,10 @@ void ThreadTransport::withdraw_lends(Channel& ch, int dst) {
   auto quiet = [&] {
     return ch.lends_reading.load(std::memory_order_seq_cst) == 0 || peer_gone(dst);
   };
+  if (sched_) {
+    const std::function<bool()> ready = quiet;
+    while (!quiet()) block(schedule::WaitKind::kReaders, dst, nullptr, ready);
+  }
   for (int i = 0; !quiet(); ++i) {
     if (i < spin_) {
       cpu_relax();
@@ -99,6 +112,7 @@ void ThreadTransport::withdraw_lends(Channel& ch, int dst) {
 }
 
 void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
+  if (sched_ && !unwinding) sched_->yield(rank_, schedule::Point::kSettle);
   Channel& ch = state_->channel(rank_, dst);
   auto settled = [&] {
     return ch.lends_released.load(std::memory_order_acquire) + ch.lends_written_off >=
@@ -107,6 +121,10 @@ void ThreadTransport::settle(int dst, const WaitSite& site, bool unwinding) {
   if (settled()) return;
   if (unwinding) {  // this call has failed: no one needs the bytes now
     withdraw_lends(ch, dst);
+    return;
+  }
+  if (sched_) {
+    settle_controlled(ch, dst, site);
     return;
   }
   // Published for the watchdog before the yields: on a loaded machine they can outlast its

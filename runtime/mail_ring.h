@@ -76,6 +76,9 @@ class MailRing {
     return true;
   }
 
+  // Producer: would push() succeed now?
+  bool has_room() const { return head_ - tail_.load(std::memory_order_acquire) < Depth; }
+
   // Consumer. False when no message is waiting.
   bool pop(Envelope& out) {
     const Slot& s = slots_[tail_local_ & (Depth - 1)];

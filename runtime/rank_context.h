@@ -8,6 +8,7 @@
 
 #include "runtime/counters.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/mutant.h"
 #include "runtime/native_collectives.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
@@ -20,8 +21,9 @@ struct RankContext {
   RankCounters counters;
   RankTrace trace;  // trace.h; written only when tracing
   bool tracing = false;
-  size_t lend_bytes = SIZE_MAX;  // Exchange::send_or_lend lends payloads this large
-  uint8_t world_features = 0;    // WorldFeature bits (algorithms/registry.h) of this world
+  size_t lend_bytes = SIZE_MAX;   // Exchange::send_or_lend lends payloads this large
+  uint8_t world_features = 0;     // WorldFeature bits (algorithms/registry.h) of this world
+  Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h), for measuring stress tests
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
   // Algo::kMpi, where the world has one (an MPI world of one rank per process).

@@ -26,7 +26,11 @@ bool is_collective(const MessageKey& k) { return (k.seq >> 63) == 0; }
 }  // namespace
 
 ThreadTransport::ThreadTransport(WorldState* state, int rank)
-    : state_(state), rank_(rank), rng_(state->options().jitter_seed * 0x100000001b3ull + rank) {
+    : state_(state),
+      rank_(rank),
+      rng_(state->options().jitter_seed * 0x100000001b3ull + rank),
+      sched_(state->options().scheduler),
+      mutant_(state->options().mutant) {
   const int opt = state->options().spin;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // 256 pauses is ~6.5 us on Zen 4: enough for a peer running on another core, short
@@ -62,6 +66,7 @@ void ThreadTransport::check_abort(const WaitSite& site, int peer) {
 void ThreadTransport::send(int dst, const MessageKey& key, const Signature& sig,
                            std::span<const std::byte> payload, const WaitSite& site) {
   jitter();
+  if (sched_) sched_->yield(rank_, schedule::Point::kSend);
   check_abort(site, dst);
   Channel& ch = state_->channel(rank_, dst);
   Envelope e;
@@ -116,16 +121,18 @@ PayloadBuffer ThreadTransport::take_buffer(Channel& ch, size_t size, int dst,
                      " bytes; raise WorldOptions::max_bytes_in_flight or send less at once");
   }
   // Flow control: wait for receivers to free buffers (every waiting rank frees its cache).
-  state_->reclaim(rank_);
+  auto reclaim = [&] { sched_ ? reclaim_controlled() : state_->reclaim(rank_); };
+  reclaim();
   if (state_->try_allocate_payload(size, &b)) return b;
   state_->begin_budget_wait();
   struct EndWait {
     WorldState* s;
     ~EndWait() { s->end_budget_wait(); }
   } end_wait{state_};
+  const std::function<bool()> room = [&] { return state_->payload_fits(size); };
   wait_as_sender(
       [&] {
-        state_->reclaim(rank_);
+        reclaim();
         return state_->try_allocate_payload(size, &b);
       },
       -1, site,
@@ -133,7 +140,8 @@ PayloadBuffer ThreadTransport::take_buffer(Channel& ch, size_t size, int dst,
           " bytes of payloads in flight (WorldOptions::max_bytes_in_flight) to send " +
           std::to_string(size) + " bytes to rank " + std::to_string(dst) +
           ": the messages sent and not yet received need more; raise the budget, or use an "
-          "algorithm that keeps less in flight (ring instead of direct)");
+          "algorithm that keeps less in flight (ring instead of direct)",
+      &room);
   return b;
 }
 
@@ -173,10 +181,12 @@ void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const Wa
     return held == 0 || held + bytes <= kChannelByteBudget;
   };
   if (!fits()) {
+    const std::function<bool()> can = fits;
     wait_as_sender(fits, dst, site,
                    "sending to rank " + std::to_string(dst) +
                        ", which left a full per-channel budget of this rank's large messages "
-                       "unreceived: that rank stopped receiving");
+                       "unreceived: that rank stopped receiving",
+                   &can);
   }
   ch.large_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
@@ -184,6 +194,7 @@ void ThreadTransport::reserve_bytes(Channel& ch, size_t bytes, int dst, const Wa
 void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
                                      const WaitSite& site) {
   try {
+    const std::function<bool()> can = [&] { return ch.mail.has_room(); };
     wait_as_sender(
         [&] {
           if (ch.mail.push(e)) return true;
@@ -192,7 +203,8 @@ void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
         },
         dst, site,
         "sending to rank " + std::to_string(dst) +
-            ", which kept its mailbox full: that rank stopped receiving");
+            ", which kept its mailbox full: that rank stopped receiving",
+        &can);
   } catch (...) {
     drop(ch, e, /*src=*/-1);
     throw;
@@ -200,10 +212,13 @@ void ThreadTransport::wait_for_space(Channel& ch, const Envelope& e, int dst,
 }
 
 void ThreadTransport::wait_as_sender(const std::function<bool()>& ready, int dst,
-                                     const WaitSite& site, const std::string& why) {
+                                     const WaitSite& site, const std::string& why,
+                                     const std::function<bool()>* can) {
   // A sender waits only when its receiver is far behind (a full mailbox, a spent byte
   // budget): rare, so it polls with doubling sleeps up to 1 ms instead of having the
-  // receiver signal on every receive.
+  // receiver signal on every receive. Under the controlled scheduler it blocks there
+  // instead, runnable again when `can` holds, and has no deadline (a deadlock is reported).
+  const bool controlled = sched_ && can;
   const auto deadline = deadline_after(Clock::now(), state_->options().timeout);
   auto nap = std::chrono::microseconds(1);
   while (!ready()) {
@@ -217,6 +232,10 @@ void ThreadTransport::wait_as_sender(const std::function<bool()>& ready, int dst
                          ", which already returned from its job: it skipped this call or "
                          "called fewer collectives; every rank must call the same collectives "
                          "in the same order");
+    }
+    if (controlled) {
+      block_sender(dst, site, *can);
+      continue;
     }
     if (Clock::now() >= deadline) {
       throw TimeoutError(where + " timed out after " + seconds_text(state_->options().timeout) +
@@ -295,16 +314,20 @@ ThreadTransport::PeerCheck ThreadTransport::check_peer(Channel& ch, int src, con
 
 Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& site) {
   jitter();
+  if (sched_) sched_->yield(rank_, schedule::Point::kRecv);
   Channel& ch = state_->channel(src, rank_);
   Envelope e;
-  bool found = state_->stash(rank_).take(src, key, &e);
-  if (found) check_fingerprint(e, src, key, site);
+  bool found = mutant_ == Mutant::kRecvWrongStep && take_newest(ch, src, key, site, &e);
+  if (!found && (found = state_->stash(rank_).take(src, key, &e))) {
+    check_fingerprint(e, src, key, site);
+  }
   if (!found && src == rank_) {
     throw MismatchError("rank " + std::to_string(rank_) + " in " + describe(site.sig) + " (seq " +
                         std::to_string(site.seq) + ", communicator " + site.comm_name +
                         ") receives from itself a message it has not sent: a receive from self "
                         "must follow the matching send");
   }
+  if (!found && sched_) found = recv_controlled(ch, src, key, site, &e);
   auto take = [&] { return try_take(ch, src, key, site, &e); };
   if (!found) found = spin_poll(spin_, take);
   std::optional<WaitingOn> published;  // for the watchdog, from the first yield on

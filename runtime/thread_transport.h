@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "runtime/schedule/scheduler.h"
 #include "runtime/transport.h"
 #include "runtime/world_state.h"
 
@@ -53,8 +54,10 @@ class ThreadTransport final : public Transport {
   bool peer_gone(int peer) const;
   // Polls `ready` with backoff until it holds. TimeoutError at the deadline ("timed out
   // after 1.0 s <why>"), or at once if `dst` (when >= 0) has returned from its job.
+  // `can`: a side-effect-free test that `ready` may now succeed; with it, under the
+  // controlled scheduler the sender blocks there instead of polling.
   void wait_as_sender(const std::function<bool()>& ready, int dst, const WaitSite& site,
-                      const std::string& why);
+                      const std::string& why, const std::function<bool()>* can = nullptr);
   // A pooled buffer of at least `size` bytes for a send to `dst`: from the channel's cache,
   // or newly allocated within the world-wide budget (waiting for room, flow control).
   PayloadBuffer take_buffer(Channel& ch, size_t size, int dst, const WaitSite& site);
@@ -73,11 +76,28 @@ class ThreadTransport final : public Transport {
   PeerCheck check_peer(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
                        Envelope* out);
   void jitter();
+  // Under the controlled scheduler (runtime/schedule/controlled_waits.cc) the waits block
+  // in the scheduler instead of polling: recv's for a message, settle's for releases,
+  // withdraw's for readers, a sender's for room.
+  bool recv_controlled(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
+                       Envelope* out);
+  void settle_controlled(Channel& ch, int dst, const WaitSite& site);
+  void block(schedule::WaitKind kind, int peer, const WaitSite* site,
+             const std::function<bool()>& ready);
+  // A sender's wait for room (dst >= 0) or for the world-wide budget (dst < 0).
+  void block_sender(int dst, const WaitSite& site, const std::function<bool()>& can);
+  // Frees every rank's cached buffers (only while this rank alone runs).
+  void reclaim_controlled();
+  // Mutant::kRecvWrongStep: takes the newest pending message of this call from src.
+  bool take_newest(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
+                   Envelope* out);
 
   WorldState* state_;
   int rank_;
   int spin_;
   uint64_t rng_;
+  schedule::Scheduler* sched_;  // WorldOptions::scheduler: nullptr unless controlled
+  Mutant mutant_;
 };
 
 }  // namespace dtsim

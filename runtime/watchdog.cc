@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/schedule/scheduler.h"
 #include "runtime/world_state.h"
 
 namespace dtsim {
@@ -76,7 +77,33 @@ std::string desync_report(const WorldState& state) {
     out += in_call[r] ? " (in " + call_name(cur[r]) + ")"
                       : std::string(" (") + to_string(state.recorder(r).phase()) + ")";
   }
+  if (const schedule::Scheduler* sched = state.options().scheduler) {
+    out += "\n" + sched->summary(16);
+  }
   return out;
+}
+
+bool find_mismatch(const WorldState& state, int* rank, std::string* what) {
+  const int n = state.size();
+  std::vector<FlightEntry> cur(n);
+  std::vector<int> order;
+  for (int r = 0; r < n; ++r) {
+    if (state.recorder(r).current(&cur[r])) order.push_back(r);
+  }
+  // Same (communicator, sequence number), different fingerprint: always a user bug.
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::tie(cur[a].comm, cur[a].seq, a) < std::tie(cur[b].comm, cur[b].seq, b);
+  });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const FlightEntry& a = cur[order[i - 1]];
+    const FlightEntry& b = cur[order[i]];
+    if (a.comm == b.comm && a.seq == b.seq && !(a.sig == b.sig)) {
+      *rank = order[i - 1];
+      *what = mismatch_message(a.seq, a.comm_name, order[i - 1], a.sig, order[i], b.sig);
+      return true;
+    }
+  }
+  return false;
 }
 
 struct Watchdog::Impl {
@@ -98,24 +125,11 @@ struct Watchdog::Impl {
   void tick() {
     std::lock_guard<std::mutex> lock(mu);
     if (!active || state->aborted()) return;
-    const int n = state->size();
-    cur.resize(n);
-    order.clear();
-    for (int r = 0; r < n; ++r) {
-      if (state->recorder(r).current(&cur[r])) order.push_back(r);
-    }
-    // Same (communicator, sequence number), different fingerprint: always a user bug.
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-      return std::tie(cur[a].comm, cur[a].seq, a) < std::tie(cur[b].comm, cur[b].seq, b);
-    });
-    for (size_t i = 1; i < order.size(); ++i) {
-      const FlightEntry& a = cur[order[i - 1]];
-      const FlightEntry& b = cur[order[i]];
-      if (a.comm == b.comm && a.seq == b.seq && !(a.sig == b.sig)) {
-        fire(order[i - 1], std::make_exception_ptr(MismatchError(mismatch_message(
-                               a.seq, a.comm_name, order[i - 1], a.sig, order[i], b.sig))));
-        return;
-      }
+    int rank = -1;
+    std::string what;
+    if (find_mismatch(*state, &rank, &what)) {
+      fire(rank, std::make_exception_ptr(MismatchError(what)));
+      return;
     }
     // Timeouts are not judged here: a long call that keeps making progress is fine, and
     // each blocking wait has its own deadline on lack of progress, so whether a
@@ -134,8 +148,6 @@ struct Watchdog::Impl {
   std::thread thread;
   std::mutex mu;
   bool active = false;
-  std::vector<FlightEntry> cur;  // reused across ticks
-  std::vector<int> order;
 };
 
 Watchdog::Watchdog(WorldState* state) : impl_(std::make_unique<Impl>(state)) {

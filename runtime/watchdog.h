@@ -8,6 +8,10 @@
 // the waiting rank, with the desync report below), so a slow call that keeps making
 // progress is never stopped, and a caught TimeoutError never races a second one.
 //
+// Under the controlled scheduler (WorldOptions::scheduler) World keeps it inactive: a
+// check at a random moment would make a schedule's outcome depend on time; the scheduler
+// runs the same check (find_mismatch) when no rank can run, before it reports a deadlock.
+//
 // Thread safety: set_active() may be called from any thread; ticks run on the service
 // thread and hold a mutex that set_active() also takes, so a tick never fails a world
 // whose run has already ended.
@@ -40,6 +44,11 @@ class Watchdog {
 // Per rank: the last completed collective and the call it is in (and the peer it waits
 // for), then the lagging or missing ranks. Safe from any thread while ranks run.
 std::string desync_report(const WorldState& state);
+
+// The watchdog's check: true, with the first rank of the pair and the mismatch message,
+// when two ranks are in the same collective with different fingerprints. Safe from any
+// thread while ranks run (the controlled scheduler calls it when no rank can run).
+bool find_mismatch(const WorldState& state, int* rank, std::string* what);
 
 // "collective mismatch at seq 17: rank 0 called all_reduce(...), rank 2 called
 // broadcast(...) (communicator world, global ranks); ..." with the ranks in order.

@@ -8,6 +8,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/rank_context.h"
+#include "runtime/schedule/scheduler.h"
 #include "runtime/thread_transport.h"
 #include "runtime/transport/mpi/mpi_collectives.h"
 #include "runtime/transport/mpi/mpi_link.h"
@@ -46,6 +47,10 @@ RankFailure::RankFailure(int rank, std::exception_ptr cause, const std::string& 
 World::World(int size, WorldOptions options) : World(ProcessModel::threads_only(size), options) {}
 
 World::World(ProcessModel model, WorldOptions options) : model_(model) {
+  if (model_.mpi && options.scheduler) {
+    throw UsageError(
+        "the controlled scheduler runs thread worlds only; run without mpirun to use it");
+  }
   if (model_.mpi) {
     mpi::MpiProcess& process = mpi::MpiProcess::instance();
     if (model_.threads < 1) {
@@ -78,6 +83,7 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
     ctx->world_features = model_.world_features();  // e.g. whether Algo::kMpi runs here
     ctx->tracing = options.trace;
     ctx->lend_bytes = options.lend_bytes;
+    ctx->mutant = options.mutant;
     ctx->recorder = &state_->recorder(r);
     contexts_.push_back(std::move(ctx));
   }
@@ -147,6 +153,8 @@ void World::rank_main(int rank) {
     seen = generation_.load(std::memory_order_acquire);
     if (stopping_) return;
     FlightRecorder& recorder = state_->recorder(rank);
+    schedule::Scheduler* sched = state_->options().scheduler;
+    if (sched) sched->enter(rank);
     try {
       Communicator world(
           &context(rank), 1,
@@ -168,6 +176,7 @@ void World::rank_main(int rank) {
       // settle()) must see it leave either way.
       for (int r = first_rank(); r < first_rank() + model_.threads; ++r) state_->bell(r).ring();
     }
+    if (sched) sched->leave(rank);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
   }
 }
@@ -178,7 +187,11 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     ctx->trace.clear();
     state_->recorder(ctx->rank).reset();
   }
-  watchdog_->set_active(true);
+  schedule::Scheduler* sched = state_->options().scheduler;
+  // Under the controlled scheduler the scheduler runs the watchdog's check itself, at
+  // deadlocks, so that the outcome of a schedule does not depend on time (watchdog.h).
+  watchdog_->set_active(sched == nullptr);
+  if (sched) sched->begin_run(state_.get(), state_->options().timeout);
   if (link_) link_->begin_run();
   job_ = &fn;
   pending_.store(model_.threads, std::memory_order_release);
@@ -215,6 +228,7 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     what = state_->abort_reason().substr(std::string("rank ").size());
     flight = flight_report(kFailureReportCalls);
   }
+  if (cause && sched) flight += "\n" + sched->summary(32);
   state_->reset();
   if (cause) {
     const std::string prefix = std::to_string(failed) + " failed: ";

@@ -16,6 +16,7 @@
 
 #include "runtime/counters.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/mutant.h"
 #include "runtime/process_model.h"
 #include "runtime/trace.h"
 #include "runtime/types.h"
@@ -29,6 +30,9 @@ class MpiLink;
 }
 class Watchdog;
 struct RankContext;
+namespace schedule {
+class Scheduler;
+}
 
 struct WorldOptions {
   // Deadline of every blocking wait in the runtime: a wait that sees no progress (its
@@ -63,6 +67,12 @@ struct WorldOptions {
   // gets a core of its own, as mpirun does, so that the scheduler cannot stack two
   // spinning ranks on one core in the middle of a measurement.
   bool bind_to_cores = false;
+  // Controlled scheduling (runtime/schedule/scheduler.h): one rank thread runs at a time
+  // and this scheduler, borrowed for the World's life, picks which at every send, receive
+  // and settle. nullptr (the default): the ranks run freely and the hooks cost one branch.
+  schedule::Scheduler* scheduler = nullptr;
+  // A bug planted on purpose (mutant.h), to measure that stress testing finds it.
+  Mutant mutant = Mutant::kNone;
 };
 
 // Thrown by World::run: the first rank that failed, and what it threw.

@@ -51,6 +51,11 @@ class WorldState {
   // reuse). False, and nothing allocated, if `size` does not fit now.
   bool try_allocate_payload(size_t size, PayloadBuffer* out);
   void free_payload(PayloadBuffer b);
+  // Would try_allocate_payload(size) succeed now? No side effect (the controlled scheduler
+  // asks it to tell whether a rank waiting for the budget can run).
+  bool payload_fits(size_t size) const {
+    return payload_bytes() + payload_capacity(size) <= options_.max_bytes_in_flight;
+  }
   size_t payload_bytes() const { return payload_bytes_.load(std::memory_order_relaxed); }
   size_t payload_budget() const { return options_.max_bytes_in_flight; }
   // Frees the buffers cached in rank's outgoing channels (rank's thread, or between runs).

@@ -11,6 +11,7 @@
 #include "model/mlp.h"
 #include "model/moe_model.h"
 #include "runtime/types.h"
+#include "runtime/world.h"
 #include "train/mesh_shape.h"
 #include "train/pipeline_parallel/schedule.h"
 
@@ -70,6 +71,9 @@ struct TrainConfig {
   // reverse order. The same training in a different summation order: train/check.h measures
   // the reassociation floor of MoE and accumulation references with it.
   bool reverse_accumulation = false;
+  // Options of the rank threads' World (the controlled scheduler for schedule tests,
+  // planted mutants); the defaults run free threads.
+  WorldOptions world;
 
   // The mesh this run lays its ranks on: kMesh's fields, or what a preset means (ddp and
   // zero1-3: dp = ranks; tp: tp = ranks; dp-tp: dp x tp_size; ep: dp = ep = ranks).

@@ -37,7 +37,7 @@ std::unique_ptr<World> make_world(const TrainConfig& config) {
                      model.describe() + " = " + std::to_string(model.world_size()) +
                      " ranks; drop --ranks or make them match");
   }
-  return std::make_unique<World>(model);
+  return std::make_unique<World>(model, config.world);
 }
 
 bool holds_global_rank0() { return ProcessModel::from_environment(1, 1).process == 0; }

@@ -13,9 +13,13 @@ namespace dtsim {
 void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total) {
   const int n = ex.size();
   const int r = ex.rank();
-  const Chunks ch{total, static_cast<size_t>(n)};
+  const bool off_by_one = ex.mutant() == Mutant::kSplitOffByOne;
+  const Chunks ch{total, static_cast<size_t>(n), off_by_one};
   std::byte* mine = ex.at(out, ch.offset(r));
-  if (mine != in && ch.size(r)) std::memmove(mine, in, ch.size(r) * ex.esize());
+  // Mutant::kLendOverwrite: the own chunk is put in place only after it was lent.
+  const size_t own = split_size(total, n, r);
+  const bool late = ex.mutant() == Mutant::kLendOverwrite && ex.lends(own);
+  if (mine != in && own && !late) std::memmove(mine, in, own * ex.esize());
   const int right = mod(r + 1, n);
   const int left = mod(r - 1, n);
   for (int t = 0; t < n - 1; ++t) {
@@ -23,6 +27,7 @@ void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total) {
     ex.send_or_lend(right, t, ex.at(out, ch.offset(s)), ch.size(s), s);
     const int c = mod(r - 1 - t, n);
     ex.recv_copy(left, t, ex.at(out, ch.offset(c)), ch.size(c));
+    if (late && t == 0 && mine != in) std::memmove(mine, in, own * ex.esize());
     ex.snapshot(out, total);
   }
   ex.settle();

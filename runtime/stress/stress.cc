@@ -8,6 +8,7 @@
 #include <span>
 
 #include "runtime/communicator.h"
+#include "runtime/schedule/scheduler.h"
 #include "runtime/stress/stress_plan.h"
 #include "runtime/world.h"
 
@@ -213,6 +214,8 @@ StressResult run_stress(const StressOptions& o,
     // Odd iterations lend every ring chunk of 64 bytes or more (the default only lends
     // from 64 KiB), so the lend/settle protocol meets the jitter at every length.
     if (it % 2) wo.lend_bytes = 64;
+    wo.mutant = o.mutant;
+    if (o.configure) o.configure(it, wo);
     World world(o.process.mpi ? o.process : ProcessModel::threads_only(o.ranks), wo);
     if (world.size() != o.ranks) {
       throw UsageError("stress: --ranks " + std::to_string(o.ranks) + " does not match the " +
@@ -264,6 +267,7 @@ StressResult run_stress(const StressOptions& o,
     if (failed && res.first_failed_iteration < 0) {
       res.first_failed_iteration = it;
       res.flight_report = flight_report(world);
+      if (wo.scheduler) res.flight_report += wo.scheduler->summary(32) + "\n";
     }
     if (on_iteration) on_iteration(it, res);
     if (failed && !o.keep_going) break;

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/mutant.h"
 #include "runtime/process_model.h"
+#include "runtime/world.h"
 
 namespace dtsim {
 
@@ -29,9 +31,13 @@ struct StressOptions {
   uint32_t jitter_us = 0;
   bool unsafe_live_sends = false;
   std::chrono::milliseconds timeout{10000};
-  int calls_per_iteration = 16;  // collective calls (group creations come on top)
-  size_t max_numel = 2048;       // typical length; one call in ten is up to 8x longer
-  bool keep_going = false;       // run every iteration even after a failure
+  int calls_per_iteration = 16;   // collective calls (group creations come on top)
+  size_t max_numel = 2048;        // typical length; one call in ten is up to 8x longer
+  bool keep_going = false;        // run every iteration even after a failure
+  Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h) the run must find
+  // Called before each iteration's World is made, to adjust its options (the controlled
+  // scheduler of runtime/schedule/explore.h sets itself up here; thread worlds only).
+  std::function<void(int iteration, WorldOptions&)> configure;
   // Thread world (default) or an MPI job (every process calls run_stress with the same
   // options; ranks must equal processes * threads). Under MPI each process checks its own
   // ranks, and the counts of the result are summed over all ranks by an all_reduce.

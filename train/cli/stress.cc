@@ -2,7 +2,8 @@
 // collectives (runtime/stress/stress.h) on N rank threads with seeded jitter, checks every result
 // against a single-threaded reference, and on a failure prints the seed and iteration
 // that reproduce it. --report FILE writes the outcome as JSON, with every rank's flight
-// recorder on a failure. Exit code 0 when clean, 1 on any failure.
+// recorder on a failure. Exit code 0 when clean, 1 on any failure. --scheduler random|pct,
+// --replay and --same-plan run under the controlled scheduler instead (stress_explore.h).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -11,12 +12,15 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "runtime/mutant.h"
 #include "runtime/process_model.h"
 #include "runtime/stress/stress.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
 #include "train/cli/output_file.h"
+#include "train/cli/stress_explore.h"
 
 namespace dtsim::cli {
 namespace {
@@ -26,14 +30,26 @@ struct StressFlags {
   int64_t seed = 1, start = 0, jitter_us = 50, max_numel = 2048, timeout_ms = 10000;
   bool unsafe_live_sends = false, keep_going = false;
   std::string report;
+  // The controlled scheduler (stress_explore.h) and planted bugs (runtime/mutant.h).
+  std::string scheduler = "jitter", mutant = "none", schedule_file, replay;
+  int depth = 3, schedules = 100;
+  bool same_plan = false;
 };
+
+std::vector<std::string> mutant_choices() {
+  std::vector<std::string> names = {mutant_name(Mutant::kNone)};
+  for (Mutant m : kAllMutants) names.push_back(mutant_name(m));
+  return names;
+}
 
 std::string reproduce_command(const StressOptions& o, int iteration) {
   return fmt::format(
       "dtsim stress --ranks {} --seed {} --start {} --iterations 1 --jitter-us {} --calls {} "
-      "--max-numel {}{}",
+      "--max-numel {}{}{}{}",
       o.ranks, o.seed, iteration, o.jitter_us, o.calls_per_iteration, o.max_numel,
-      o.unsafe_live_sends ? " --unsafe-live-sends" : "");
+      o.unsafe_live_sends ? " --unsafe-live-sends" : "",
+      o.mutant == Mutant::kNone ? "" : " --mutant ",
+      o.mutant == Mutant::kNone ? "" : mutant_name(o.mutant));
 }
 
 std::string report_text(const StressOptions& o, const StressResult& r, double secs) {
@@ -48,7 +64,8 @@ std::string report_text(const StressOptions& o, const StressResult& r, double se
         {"max_numel", o.max_numel},
         {"timeout_ms", o.timeout.count()},
         {"unsafe_live_sends", o.unsafe_live_sends},
-        {"keep_going", o.keep_going}}},
+        {"keep_going", o.keep_going},
+        {"mutant", mutant_name(o.mutant)}}},
       {"iterations", r.iterations},
       {"collectives", r.collectives},
       {"results_checked", r.results_checked},
@@ -91,8 +108,26 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
   o.timeout = std::chrono::milliseconds(f.timeout_ms);
   o.unsafe_live_sends = f.unsafe_live_sends;
   o.keep_going = f.keep_going;
+  parse_mutant(f.mutant, &o.mutant);  // OneOf checked the name
+  const bool controlled = f.scheduler != "jitter" || !f.replay.empty() || f.same_plan;
+  if (o.process.mpi && controlled) {
+    fail("stress",
+         "--scheduler random|pct, --replay and --same-plan run thread worlds only; "
+         "run them without mpirun");
+  }
   OutputFile report;
   if (lead && given(app, "--report")) report = OutputFile("stress", "report", f.report);
+  if (controlled) {
+    ExploreFlags ef;
+    ef.scheduler = f.scheduler;
+    ef.depth = f.depth;
+    ef.replay = f.replay;
+    ef.schedule_file = f.schedule_file;
+    ef.same_plan = f.same_plan;
+    ef.report = report.open() ? &report : nullptr;
+    o.iterations = f.schedules;
+    return explore_stress(o, ef);
+  }
 
   const std::string layout = o.process.mpi ? " (" + o.process.describe() + ")" : std::string();
   if (lead)
@@ -164,6 +199,28 @@ Command add_stress(CLI::App& dtsim) {
                   "- is standard output")
       ->type_name("FILE")
       ->default_str("");
+  app->add_option("--scheduler", f->scheduler,
+                  "jitter: free-running threads with injected jitter; random, pct: one rank "
+                  "at a time under a controlled scheduler choosing every interleaving from the "
+                  "seed (exact replay; thread worlds only)")
+      ->transform(OneOf({"jitter", "random", "pct"}));
+  app->add_option("--depth", f->depth, "PCT bug depth d: d - 1 priority change points")
+      ->transform(Integer(1, 16));
+  app->add_option("--schedules", f->schedules,
+                  "under --scheduler random|pct: schedules to explore (an iteration each)")
+      ->transform(Integer(1, 100000000));
+  app->add_option("--mutant", f->mutant, "plant a bug that stress must find (runtime/mutant.h)")
+      ->transform(OneOf(mutant_choices()));
+  app->add_option("--schedule-file", f->schedule_file,
+                  "where a failing schedule is written (default dtsim-schedule-S-I.txt)")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_option("--replay", f->replay, "replay a schedule file exactly")
+      ->type_name("FILE")
+      ->default_str("");
+  app->add_flag("--same-plan", f->same_plan,
+                "run every schedule on plan --start and count the failing ones (a mutant's hit "
+                "rate per schedule, for any --scheduler)");
   app->footer("example: dtsim stress --ranks 8 --iterations 50 --seed 7 --jitter-us 50");
   return {app, [app, f] { return run_stress(*app, *f); }};
 }

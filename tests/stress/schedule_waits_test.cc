@@ -1,0 +1,192 @@
+// The controlled scheduler on the reliability runtime (issue 15): a receiver of a rank
+// that returned fails at once and names it; a cycle of receives is a deadlock naming who
+// waits for whom and the schedule; sends beyond the world-wide budget wait under the
+// scheduler (a side-effect-free room check) and one collective that cannot fit is a
+// deadlock on the budget; the turn deadline is on lack of progress, not on duration; a
+// caught error leaves the communicator unusable and the run goes on under the scheduler.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "runtime/schedule/scheduler.h"
+#include "runtime/world.h"
+
+namespace dtsim {
+namespace {
+
+using std::chrono::milliseconds;
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+WorldOptions with_timeout(milliseconds t) {
+  WorldOptions o;
+  o.timeout = t;
+  return o;
+}
+
+// A World whose ranks run under `strategy` (seeded by `seed`).
+struct Controlled {
+  explicit Controlled(int ranks, std::unique_ptr<schedule::Strategy> s, WorldOptions o = {},
+                      uint64_t seed = 7)
+      : strategy(std::move(s)), sched(strategy.get()) {
+    sched.set_run_seed(seed);
+    o.scheduler = &sched;
+    world = std::make_unique<World>(ranks, o);
+  }
+  template <class Fn>
+  std::string failure_of(Fn fn) {
+    try {
+      world->run(fn);
+    } catch (const RankFailure& f) {
+      return f.what();
+    }
+    ADD_FAILURE() << "World::run returned normally";
+    return "";
+  }
+  std::unique_ptr<schedule::Strategy> strategy;
+  schedule::Scheduler sched;
+  std::unique_ptr<World> world;
+};
+
+TEST(ScheduleWaits, AReceiverOfARankThatReturnedFailsAtOnceNamingIt) {
+  std::string first;
+  for (int i = 0; i < 2; ++i) {  // the same schedule fails the same way
+    Controlled c(3, schedule::make_pct(2), with_timeout(milliseconds(60000)));
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string what = c.failure_of([](Communicator& comm) {
+      int x = 0;
+      if (comm.rank() == 2) return;
+      comm.recv(std::span<int>(&x, 1), comm.rank() + 1);
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+    EXPECT_TRUE(has(what, "waiting for rank 2, which already returned from its job")) << what;
+    if (i == 0) first = what;
+    EXPECT_EQ(what, first);
+  }
+}
+
+TEST(ScheduleWaits, ACycleOfReceivesIsADeadlockNamingWhoWaitsAndTheSchedule) {
+  Controlled c(3, schedule::make_random_walk(), with_timeout(milliseconds(60000)));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string what = c.failure_of([](Communicator& comm) {
+    int x = 0;
+    comm.recv(std::span<int>(&x, 1), (comm.rank() + 1) % 3);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_TRUE(has(what, "deadlock: no rank can run")) << what;
+  EXPECT_TRUE(has(what, "controlled schedule (random walk, run seed 0x7, step ")) << what;
+  EXPECT_TRUE(has(what, "rank 0 waits in recv")) << what;
+  EXPECT_TRUE(has(what, "for a message from rank 1")) << what;
+  EXPECT_TRUE(has(what, "rank 2 waits in recv")) << what;
+  EXPECT_TRUE(has(what, "for a message from rank 0")) << what;
+}
+
+TEST(ScheduleWaits, SendsBeyondTheBudgetWaitForTheReceiver) {
+  // 64 messages of 256 KiB through a 2 MiB budget: the sender blocks in the scheduler on
+  // "is there room", and every schedule completes.
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    WorldOptions o = with_timeout(milliseconds(60000));
+    o.max_bytes_in_flight = size_t{2} << 20;
+    Controlled c(2, schedule::make_pct(2), o, seed);
+    c.world->run([&](Communicator& comm) {
+      std::vector<float> x(1 << 16);
+      for (int i = 0; i < 64; ++i) {
+        if (comm.rank() == 0) {
+          std::fill(x.begin(), x.end(), float(i));
+          comm.send(std::span<const float>(x), 1);
+        } else {
+          comm.recv(std::span<float>(x), 0);
+          ASSERT_EQ(x[12345], float(i));
+        }
+      }
+    });
+    EXPECT_EQ(c.world->payload_bytes(), 0u);
+  }
+}
+
+TEST(ScheduleWaits, ACollectiveThatCannotFitTheBudgetIsADeadlockOnIt) {
+  WorldOptions o = with_timeout(milliseconds(60000));
+  o.max_bytes_in_flight = size_t{4} << 20;
+  o.lend_bytes = SIZE_MAX;
+  Controlled c(4, schedule::make_random_walk(), o);
+  const std::string what = c.failure_of([](Communicator& comm) {
+    std::vector<float> x(1 << 18, 1.0f);
+    comm.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kDirect);
+  });
+  EXPECT_TRUE(has(what, "deadlock")) << what;
+  EXPECT_TRUE(has(what, "for room in the world-wide budget of payloads in flight")) << what;
+}
+
+TEST(ScheduleWaits, TheTurnDeadlineIsOnLackOfProgressNotDuration) {
+  // Rank 2 waits for rank 0's last message while ranks 0 and 1 ping-pong for several
+  // timeouts: rank 2 waits for its turn all that time, but steps are being taken.
+  const milliseconds t(100);
+  Controlled c(3, schedule::make_pct(1), with_timeout(t));
+  const auto t0 = std::chrono::steady_clock::now();
+  c.world->run([&](Communicator& comm) {
+    int x = 0;
+    if (comm.rank() == 2) {
+      comm.recv(std::span<int>(&x, 1), 0);
+      EXPECT_EQ(x, 42);
+      return;
+    }
+    // Rank 0 decides when to stop (after 4 timeouts) and tells rank 1 in each ping.
+    for (int more = 1; more;) {
+      if (comm.rank() == 0) {
+        more = std::chrono::steady_clock::now() - t0 < 4 * t;
+        comm.send(std::span<const int>(&more, 1), 1);
+        comm.recv(std::span<int>(&x, 1), 1);
+      } else {
+        comm.recv(std::span<int>(&more, 1), 0);
+        comm.send(std::span<const int>(&more, 1), 0);
+      }
+    }
+    if (comm.rank() == 0) {
+      x = 42;
+      comm.send(std::span<const int>(&x, 1), 2);
+    }
+  });
+  // Else the test proves nothing: the run must outlast the deadline several times.
+  EXPECT_GT(std::chrono::steady_clock::now() - t0, 3 * t);
+}
+
+TEST(ScheduleWaits, ACaughtErrorLeavesTheCommunicatorUnusable) {
+  Controlled c(2, schedule::make_pct(2));
+  std::string first, second;
+  c.world->run([&](Communicator& comm) {
+    if (comm.rank() == 1) return;
+    int x = 0;
+    try {
+      comm.recv(std::span<int>(&x, 1), 1);
+    } catch (const TimeoutError& e) {
+      first = e.what();
+    }
+    try {
+      comm.all_reduce(std::span<int>(&x, 1));
+    } catch (const Error& e) {
+      second = e.what();
+    }
+  });
+  EXPECT_TRUE(has(first, "which already returned from its job")) << first;
+  EXPECT_TRUE(has(second, "the communicator is unusable")) << second;
+}
+
+TEST(ScheduleWaits, TheDesyncReportEndsWithTheSchedule) {
+  Controlled c(2, schedule::make_random_walk());
+  std::string report;
+  c.world->run([&](Communicator& comm) {
+    int x = 1;
+    comm.all_reduce(std::span<int>(&x, 1));
+    if (comm.rank() == 0) report = c.world->desync_report();
+  });
+  EXPECT_TRUE(has(report, "controlled schedule (random walk, run seed 0x7, step ")) << report;
+}
+
+}  // namespace
+}  // namespace dtsim
