@@ -118,12 +118,16 @@ int lend_claim_race_hits(Mutant mutant, const std::string& strategy, int depth, 
   wo.scheduler = s ? &sched : nullptr;
   World world(2, wo);
   const Signature sig{OpKind::kSend, DType::kInt32};
+  // The lent buffer outlives rank 0's frame, so that a read after the withdrawal finds the
+  // overwritten bytes (the race this counts) rather than a dead stack frame, which
+  // AddressSanitizer would stop the test binary for.
+  int buf[4];
   for (int run = 0; run < schedules && !(stop_at_first && hits > 0); ++run) {
     sched.set_run_seed(1000 + run);
     try {
       world.run([&](Communicator& c) {
-        int buf[4] = {1, 2, 3, 4};
         if (c.rank() == 0) {
+          for (int i = 0; i < 4; ++i) buf[i] = i + 1;
           try {
             Exchange ex(c, sig);
             ex.send_or_lend(1, 0, buf, 4);
