@@ -8,8 +8,8 @@
 #include <cstdio>
 
 #include "model/param_layout.h"
-#include "train/strategies.h"
 #include "train/data_parallel/zero3_hooks.h"
+#include "train/strategies.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {
