@@ -24,6 +24,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/world.h"
+#include "runtime_test_util.h"
 
 namespace dtsim {
 namespace {
@@ -31,15 +32,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-WorldOptions with_timeout(milliseconds t) {
-  WorldOptions o;
-  o.timeout = t;
-  return o;
-}
+using testing::has;
+using testing::with_timeout;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();

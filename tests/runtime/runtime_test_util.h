@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -324,6 +325,18 @@ inline std::string describe_case(int n, size_t len, const char* what) {
   std::ostringstream s;
   s << what << " N=" << n << " len=" << len;
   return s.str();
+}
+
+// True if `s` contains `part` (for checks on error messages).
+inline bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Default WorldOptions with deadline `t`.
+inline WorldOptions with_timeout(std::chrono::milliseconds t) {
+  WorldOptions o;
+  o.timeout = t;
+  return o;
 }
 
 }  // namespace dtsim::testing

@@ -14,6 +14,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/world.h"
+#include "runtime_test_util.h"
 
 namespace dtsim {
 namespace {
@@ -21,9 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using testing::has;
 
 // Runs fn on n ranks; returns each rank's error ("" if none) and the World's failure.
 struct Outcome {

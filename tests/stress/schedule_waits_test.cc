@@ -14,21 +14,15 @@
 #include "runtime/communicator.h"
 #include "runtime/schedule/scheduler.h"
 #include "runtime/world.h"
+#include "runtime_test_util.h"
 
 namespace dtsim {
 namespace {
 
 using std::chrono::milliseconds;
 
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-WorldOptions with_timeout(milliseconds t) {
-  WorldOptions o;
-  o.timeout = t;
-  return o;
-}
+using testing::has;
+using testing::with_timeout;
 
 // A World whose ranks run under `strategy` (seeded by `seed`).
 struct Controlled {
