@@ -27,8 +27,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/counters.h"
-#include "runtime/flight_recorder.h"
+#include "runtime/diagnostics/counters.h"
+#include "runtime/diagnostics/flight_recorder.h"
 #include "runtime/rank_context.h"
 #include "runtime/types.h"
 

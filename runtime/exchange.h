@@ -9,7 +9,7 @@
 #include "runtime/communicator.h"
 #include "runtime/rank_context.h"
 #include "runtime/reduce_kernels.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim {
 

@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 #include "runtime/types.h"
 
 namespace dtsim {

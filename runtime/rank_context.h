@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/counters.h"
-#include "runtime/flight_recorder.h"
+#include "runtime/diagnostics/counters.h"
+#include "runtime/diagnostics/flight_recorder.h"
 #include "runtime/mutant.h"
 #include "runtime/native_collectives.h"
-#include "runtime/trace.h"
-#include "runtime/transport.h"
+#include "runtime/diagnostics/trace.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim {
 

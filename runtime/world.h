@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/counters.h"
-#include "runtime/flight_recorder.h"
+#include "runtime/diagnostics/counters.h"
+#include "runtime/diagnostics/flight_recorder.h"
 #include "runtime/mutant.h"
 #include "runtime/process_model.h"
-#include "runtime/trace.h"
+#include "runtime/diagnostics/trace.h"
 #include "runtime/types.h"
 
 namespace dtsim {

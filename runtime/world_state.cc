@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "runtime/watchdog.h"
+#include "runtime/diagnostics/watchdog.h"
 
 namespace dtsim {
 

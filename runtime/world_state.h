@@ -15,10 +15,10 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/doorbell.h"
-#include "runtime/flight_recorder.h"
-#include "runtime/mailbox.h"
-#include "runtime/stash.h"
+#include "runtime/transport/thread/doorbell.h"
+#include "runtime/diagnostics/flight_recorder.h"
+#include "runtime/transport/thread/mailbox.h"
+#include "runtime/transport/thread/stash.h"
 #include "runtime/world.h"
 
 namespace dtsim {

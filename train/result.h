@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "model/memory.h"
-#include "runtime/counters.h"
-#include "runtime/flight_recorder.h"
-#include "runtime/trace.h"
+#include "runtime/diagnostics/counters.h"
+#include "runtime/diagnostics/flight_recorder.h"
+#include "runtime/diagnostics/trace.h"
 
 namespace dtsim::train {
 

@@ -3,7 +3,7 @@
 #include <array>
 
 #include "runtime/algorithms/algorithms.h"
-#include "runtime/counters.h"
+#include "runtime/diagnostics/counters.h"
 
 namespace dtsim {
 namespace {

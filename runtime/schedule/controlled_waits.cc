@@ -5,8 +5,8 @@
 // once. Also the planted recv-wrong-step mutant's receive.
 #include <string>
 
-#include "runtime/thread_transport.h"
-#include "runtime/transport_wait.h"
+#include "runtime/transport/thread/thread_transport.h"
+#include "runtime/transport/thread/transport_wait.h"
 
 namespace dtsim {
 

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "runtime/schedule/strategy.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 #include "runtime/types.h"
 
 namespace dtsim {

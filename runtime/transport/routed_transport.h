@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "runtime/process_model.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/communicator.h"
-#include "runtime/flight_recorder.h"
+#include "runtime/diagnostics/flight_recorder.h"
 #include "runtime/world.h"
 
 namespace dtsim {

@@ -1,4 +1,4 @@
-// dtsim walk: runs one collective on N rank threads with the trace on (runtime/trace.h),
+// dtsim walk: runs one collective on N rank threads with the trace on (runtime/diagnostics/trace.h),
 // and prints the lesson's "walk the shapes" table in causal order: per step, the sends
 // that can happen at once (which rank sent which chunk to whom) and every rank's buffer
 // afterwards; then the result against a single-threaded reference and the traffic each
@@ -175,7 +175,7 @@ Vec as_values(const TraceEvent& e) {
   return v;
 }
 
-// Step by step, in causal order (runtime/trace.h).
+// Step by step, in causal order (runtime/diagnostics/trace.h).
 void print_steps(const Plan& p, const World& world) {
   std::vector<const RankTrace*> traces;
   for (int r = 0; r < p.n; ++r) traces.push_back(&world.trace(r));

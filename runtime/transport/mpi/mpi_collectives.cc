@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "runtime/transport_wait.h"
+#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/world_state.h"
 
 namespace dtsim::mpi {

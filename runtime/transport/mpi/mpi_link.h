@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/doorbell.h"
+#include "runtime/transport/thread/doorbell.h"
 #include "runtime/native_collectives.h"
 #include "runtime/process_model.h"
 #include "runtime/transport/mpi/wire.h"

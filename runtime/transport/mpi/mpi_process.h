@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/doorbell.h"
+#include "runtime/transport/thread/doorbell.h"
 #include "runtime/transport/mpi/wire.h"
 #include "runtime/transport/mpi/wire_pool.h"
 

@@ -16,7 +16,7 @@
 
 #include <vector>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 #include "runtime/transport/mpi/mpi_link.h"
 #include "runtime/transport/mpi/wire_pool.h"
 

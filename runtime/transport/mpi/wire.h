@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim::mpi {
 

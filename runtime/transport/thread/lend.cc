@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/thread_transport.h"
-#include "runtime/transport_wait.h"
+#include "runtime/transport/thread/thread_transport.h"
+#include "runtime/transport/thread/transport_wait.h"
 
 namespace dtsim {
 

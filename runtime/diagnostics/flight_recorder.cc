@@ -1,4 +1,4 @@
-#include "runtime/flight_recorder.h"
+#include "runtime/diagnostics/flight_recorder.h"
 
 #include <cstdio>
 #include <cstring>

@@ -11,7 +11,7 @@
 #include <memory_resource>
 #include <unordered_map>
 
-#include "runtime/mail_ring.h"
+#include "runtime/transport/thread/mail_ring.h"
 
 namespace dtsim {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "runtime/schedule/scheduler.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 #include "runtime/world_state.h"
 
 namespace dtsim {

@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/flight_recorder.h"
+#include "runtime/diagnostics/flight_recorder.h"
 
 namespace dtsim {
 

@@ -14,8 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/mail_ring.h"
-#include "runtime/transport.h"
+#include "runtime/transport/thread/mail_ring.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim {
 

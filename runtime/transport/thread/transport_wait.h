@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "runtime/flight_recorder.h"
+#include "runtime/diagnostics/flight_recorder.h"
 
 namespace dtsim {
 

@@ -1,4 +1,4 @@
-#include "runtime/watchdog.h"
+#include "runtime/diagnostics/watchdog.h"
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>

@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim {
 

@@ -1,6 +1,6 @@
 #include <string>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim {
 

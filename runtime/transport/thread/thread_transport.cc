@@ -1,4 +1,4 @@
-#include "runtime/thread_transport.h"
+#include "runtime/transport/thread/thread_transport.h"
 
 #include <sched.h>
 
@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "common/splitmix.h"
-#include "runtime/transport_wait.h"
-#include "runtime/watchdog.h"
+#include "runtime/transport/thread/transport_wait.h"
+#include "runtime/diagnostics/watchdog.h"
 
 namespace dtsim {
 namespace {

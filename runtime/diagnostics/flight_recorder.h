@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim {
 

@@ -1,4 +1,4 @@
-#include "runtime/trace.h"
+#include "runtime/diagnostics/trace.h"
 
 #include <algorithm>
 #include <deque>
