@@ -1,0 +1,35 @@
+// The register-blocked AVX2/FMA GEMM behind model/gemm.h, compiled when the build machine
+// has AVX2 and FMA (DTSIM_GEMM_AVX2 is then 1; DTSIM_NATIVE=ON gives -march=native).
+//
+// Every C element is one chain of fused multiply-adds over k = 0, 1, ..., K-1 in order,
+// started from zero, in one SIMD lane: its bits depend on its row of op(A) and column of
+// op(B) alone, never on the tiling, the slicing into calls, the thread or the shape's edges.
+// The chain then meets C (beta) or the epilogue once. A scalar std::fma chain in the same
+// order gives the same bits (tests/model/gemm_test.cc checks both against double).
+//
+// Operands are read where they lie (no packing), except A of an A * B^T product, which is
+// transposed into a per-thread buffer (grown once, kept). Thread safety: any number of
+// threads may call concurrently on disjoint outputs.
+#pragma once
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define DTSIM_GEMM_AVX2 1
+#else
+#define DTSIM_GEMM_AVX2 0
+#endif
+
+#if DTSIM_GEMM_AVX2
+namespace dtsim::model::avx2 {
+
+// C (m, n) = beta * C + op(A) * op(B), as model::sgemm; not for trans_a && trans_b.
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
+           int ldb, float beta, float* c, int ldc);
+// pre (m, n) = A (m, k) * B^T + bias, hid = gelu(pre); B stored (n, k), bias (n) or null.
+void sgemm_nt_bias_gelu(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                        const float* bias, float* pre, float* hid, int ldc);
+// dpre (m, n) = gelu'(pre) * (A (m, k) * B (k, n)), overwritten.
+void sgemm_nn_gelu_grad(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                        const float* pre, float* dpre, int ldc);
+
+}  // namespace dtsim::model::avx2
+#endif
