@@ -1,4 +1,4 @@
-// Single-precision GEMM on row-major buffers, with the two GELU epilogues the MLP fuses.
+// Single-precision GEMM on row-major buffers.
 //
 // Built for a machine with AVX2 and FMA (DTSIM_NATIVE=ON on such a machine), the GEMMs run
 // dtsim's register-blocked kernel (model/gemm_avx2.h): each C element is one in-order FMA
@@ -18,20 +18,6 @@ namespace dtsim::model {
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc);
-
-// The Linear + GELU forward: pre (m, n) = A (m, k) * B^T + bias, hid = gelu(pre), with B
-// stored (n, k) (a weight (out, in)), bias (n) or null; pre and hid have leading
-// dimension ldc. Bitwise equal to sgemm(false, true, ...) onto the broadcast bias with
-// beta = 1 followed by gelu_forward.
-void sgemm_nt_bias_gelu(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                        const float* bias, float* pre, float* hid, int ldc);
-
-// The input gradient through a Linear and the GELU before it: dpre (m, n) = gelu'(pre) *
-// (A (m, k) * B (k, n)), OVERWRITTEN; pre and dpre have leading dimension ldc. Equal to
-// sgemm(false, false, ...) into a zeroed dh followed by gelu_backward into a zeroed dpre
-// (bitwise but for the sign of zeros).
-void sgemm_nn_gelu_grad(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                        const float* pre, float* dpre, int ldc);
 
 // "avx2-fma" (dtsim's kernel) or "openblas": what this build's GEMMs run.
 const char* gemm_backend();

@@ -9,8 +9,6 @@
 #include <memory>
 #include <type_traits>
 
-#include "model/gelu_pack.h"
-
 namespace dtsim::model::avx2 {
 namespace {
 
@@ -107,10 +105,9 @@ float* scratch(int slot, size_t n) {
 }
 
 // Columns j0 .. j0 + cols - 1 of the (k, *) array src (row stride ld) as consecutive
-// kNr-column panels of k rows of kNr floats, zero beyond cols. Rows are read in runs of
-// up to kPackPanels * 64 bytes: a weight's rows lie 1-4 KiB apart, so each row is a new
+// kNr-column panels of k rows of kNr floats, zero beyond cols. Each row is read as one run
+// of up to 64 bytes per panel: a weight's rows lie 1-4 KiB apart, so each row starts a new
 // page for the hardware prefetcher, and a run amortises its first miss.
-constexpr int kPackPanels = 8;   // columns outer: 8 panels (K = 256: 128 KiB, in L2)
 constexpr int kWidePanels = 64;  // rows outer: up to 1024 columns (K = 64: 256 KiB)
 void pack_panels(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out) {
   const int panels = (cols + kNr - 1) / kNr;
@@ -125,6 +122,56 @@ void pack_panels(const float* src, ptrdiff_t ld, int k, int j0, int cols, float*
       } else {
         for (int j = 0; j < kNr; ++j) row[j] = j < nc ? in[p * kNr + j] : 0.0f;
       }
+    }
+  }
+}
+
+// The 8 x 8 block at src (row stride ld) transposed into dst (row stride kNr).
+void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
+  __m256 r[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// The same panels as pack_panels from a transposed source: Q(k, j) = src[j * ld + k], so
+// panel p is rows j0 + 16 p .. of src, each read along k (8 x 8 blocks in registers).
+void pack_panels_transposed(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out) {
+  const int panels = (cols + kNr - 1) / kNr;
+  for (int p = 0; p < panels; ++p) {
+    float* panel = out + ptrdiff_t(p) * k * kNr;
+    const int c0 = j0 + p * kNr, nc = std::min(kNr, cols - p * kNr);
+    int kk = 0;
+    if (nc == kNr) {
+      // Both 8 x 8 blocks of one 64-byte run of 8 rows back to back: rows 4 KiB apart share
+      // an L1 set, so 8 rows' lines fit in its 8 ways, 16 would evict each other.
+      for (; kk + 16 <= k; kk += 16) {
+        for (int h = 0; h < 2; ++h) {
+          const float* rows8 = src + (c0 + 8 * h) * ld + kk;
+          transpose8x8(rows8, ld, panel + ptrdiff_t(kk) * kNr + 8 * h);
+          transpose8x8(rows8 + 8, ld, panel + ptrdiff_t(kk + 8) * kNr + 8 * h);
+        }
+      }
+      for (; kk + 8 <= k; kk += 8) {
+        transpose8x8(src + c0 * ld + kk, ld, panel + ptrdiff_t(kk) * kNr);
+        transpose8x8(src + (c0 + 8) * ld + kk, ld, panel + ptrdiff_t(kk) * kNr + 8);
+      }
+    }
+    for (; kk < k; ++kk) {
+      float* row = panel + ptrdiff_t(kk) * kNr;
+      for (int j = 0; j < kNr; ++j) row[j] = j < nc ? src[(c0 + j) * ld + kk] : 0.0f;
     }
   }
 }
@@ -145,18 +192,24 @@ const float* pack_tiles(const float* a, int lda, int m, int k) {
   return out;
 }
 
+// Q as stored: Q(k, j) at src[k * ld + j], or at src[j * ld + k] when transposed (the
+// weight (out, in) of an x W^T product).
+struct QSource {
+  const float* src;
+  ptrdiff_t ld;
+  bool transposed;
+};
+
 // Runs every tile of P (rows, K) * Q (K, cols) and hands it to epi(r0, rows, j0, cols, t),
 // after epi.prefetch(r0, rows, j0) before the tile's product; an Epi with kDirect takes
-// whole tiles row by row from the registers instead, epi.direct(row, j0, lo, hi). With q_src (Q as
-// a (K, cols) array, row stride q_ld) Q is first packed, `chunk` panels at a time (pack_panels);
-// without, o.q already holds every panel. Within a chunk, rows_outer keeps a P tile in L1
-// across Q's panels and walks C along its rows (for a C that is a weight gradient, whose
-// rows are 1-4 KiB apart: walked by columns, a tile's rows share one L1 set); columns
-// outer keeps a Q panel in L1 across P's tiles (a weight's panel: unpacked, its rows too
-// would share a few L1 sets and evict each other).
+// whole tiles row by row from the registers instead, epi.direct(row, j0, lo, hi). Q is
+// packed `chunk` panels at a time (pack_panels): a weight's rows lie 1-4 KiB apart, so
+// read in place a panel's lines would share a few L1 sets and evict each other. Within a
+// chunk, rows_outer keeps a P tile in L1 across Q's panels and walks C along its rows (for
+// a C that is a weight gradient: walked by columns, a tile's rows share one L1 set);
+// columns outer keeps a Q panel in L1 across P's tiles.
 template <bool kUnitK, class Epi>
-void run(Operands o, int rows, int cols, const float* q_src, ptrdiff_t q_ld, int chunk,
-         bool rows_outer, Epi&& epi) {
+void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_outer, Epi&& epi) {
   alignas(64) float t[kMr * kNr];
   auto tile = [&](int r0, int j0) {
     const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0);
@@ -174,18 +227,17 @@ void run(Operands o, int rows, int cols, const float* q_src, ptrdiff_t q_ld, int
     });
     epi(r0, mr, j0, nc, t);
   };
-  const int width = q_src != nullptr ? chunk * kNr : cols;
-  float* panels = nullptr;
-  if (q_src != nullptr) {
-    panels = scratch(0, size_t(width) * o.k);
-    o.q_panel = ptrdiff_t(kNr) * o.k;
-  }
+  const int width = chunk * kNr;
+  float* panels = scratch(0, size_t(width) * o.k);
+  o.q_panel = ptrdiff_t(kNr) * o.k;
   for (int c0 = 0; c0 < cols; c0 += width) {
     const int c1 = std::min(cols, c0 + width);
-    if (q_src != nullptr) {
-      pack_panels(q_src, q_ld, o.k, c0, c1 - c0, panels);
-      o.q = panels - ptrdiff_t(c0 / kNr) * o.q_panel;  // panel of column j0 at (j0 / kNr)
+    if (q.transposed) {
+      pack_panels_transposed(q.src, q.ld, o.k, c0, c1 - c0, panels);
+    } else {
+      pack_panels(q.src, q.ld, o.k, c0, c1 - c0, panels);
     }
+    o.q = panels - ptrdiff_t(c0 / kNr) * o.q_panel;  // panel of column j0 at (j0 / kNr)
     if (rows_outer) {
       for (int r0 = 0; r0 < rows; r0 += kMr) {
         for (int j0 = c0; j0 < c1; j0 += kNr) tile(r0, j0);
@@ -197,6 +249,10 @@ void run(Operands o, int rows, int cols, const float* q_src, ptrdiff_t q_ld, int
     }
   }
 }
+
+// Panels per chunk when columns go outer: a chunk of at most 128 KiB (in L2), one panel at
+// least.
+int column_chunk(int k) { return std::max(1, (32 * 1024) / (kNr * std::max(k, 1))); }
 
 // Prefetches the kNr floats at p + r * ld for r < rows (two lines: p may be unaligned).
 void prefetch_rows(const float* p, ptrdiff_t ld, int rows) {
@@ -243,145 +299,18 @@ struct StoreEpi {
   }
 };
 
-// The same for a tile of C^T: t's row r is C's column r0 + r.
-struct StoreTransposedEpi {
-  static constexpr bool kDirect = false;
-  float* c;
-  int ldc;
-  float beta;
-  void prefetch(int, int, int) const {}
-  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
-    for (int j = 0; j < cols; ++j) {
-      float* dst = c + ptrdiff_t(j0 + j) * ldc + r0;
-      for (int r = 0; r < rows; ++r) {
-        const float v = t[r * kNr + j];
-        dst[r] = beta == 0.0f ? v : beta == 1.0f ? dst[r] + v : beta * dst[r] + v;
-      }
-    }
-  }
-};
-
-// A tile of pre^T: pre = t + bias, hid = gelu(pre), both stored transposed.
-struct BiasGeluTransposedEpi {
-  static constexpr bool kDirect = false;
-  const float* bias;
-  float* pre;
-  float* hid;
-  int ldc;
-  void prefetch(int, int, int) const {}
-  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
-    alignas(64) float pv[kMr][kNr], hv[kMr][kNr];
-    for (int r = 0; r < rows; ++r) {
-      gelu_pack::Pack v = gelu_pack::load(t + r * kNr, kNr);
-      if (bias != nullptr) v = v + bias[r0 + r];
-      gelu_pack::store(v, pv[r], kNr);
-      gelu_pack::store(gelu_pack::gelu(v), hv[r], kNr);
-    }
-    for (int j = 0; j < cols; ++j) {
-      const ptrdiff_t at = ptrdiff_t(j0 + j) * ldc + r0;
-      for (int r = 0; r < rows; ++r) {
-        pre[at + r] = pv[r][j];
-        hid[at + r] = hv[r][j];
-      }
-    }
-  }
-};
-
-// dpre = gelu'(pre) * t on the tile (row-major).
-struct GeluGradEpi {
-  static constexpr bool kDirect = false;
-  const float* pre;
-  float* dpre;
-  int ldc;
-  void prefetch(int r0, int rows, int j0) const {
-    prefetch_rows(pre + ptrdiff_t(r0) * ldc + j0, ldc, rows);
-  }
-  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
-    for (int r = 0; r < rows; ++r) {
-      const ptrdiff_t at = ptrdiff_t(r0 + r) * ldc + j0;
-      const gelu_pack::Pack g = gelu_pack::load(t + r * kNr, cols);
-      const gelu_pack::Pack v = gelu_pack::load(pre + at, cols);
-      gelu_pack::store(gelu_pack::gelu_grad(v, g), dpre + at, cols);
-    }
-  }
-};
-
-// The 8 x 8 block at src (row stride ld) transposed into dst (row stride kNr).
-void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
-  __m256 r[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
-  for (int i = 0; i < 8; i += 2) {
-    u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
-    r[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xee);
-    r[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-    r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xee);
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
-
-// A (m, k) transposed into kNr-column panels: panel p holds columns p*kNr .. p*kNr + 15 of
-// A^T (k, m) as k rows of kNr floats (zero beyond m).
-const float* pack_transposed(const float* a, int lda, int m, int k) {
-  const int panels = (m + kNr - 1) / kNr;
-  float* out = scratch(0, size_t(panels) * kNr * k);
-  for (int p = 0; p < panels; ++p) {
-    float* panel = out + size_t(p) * kNr * k;
-    const int j0 = p * kNr, nc = std::min(kNr, m - j0);
-    int kk = 0;
-    if (nc == kNr) {  // 8 x 8 blocks in registers
-      for (; kk + 8 <= k; kk += 8) {
-        for (int h = 0; h < 2; ++h) {
-          transpose8x8(a + ptrdiff_t(j0 + 8 * h) * lda + kk, lda, panel + size_t(kk) * kNr + 8 * h);
-        }
-      }
-    }
-    for (; kk < k; ++kk) {
-      float* row = panel + size_t(kk) * kNr;
-      for (int j = 0; j < nc; ++j) row[j] = a[ptrdiff_t(j0 + j) * lda + kk];
-      for (int j = nc; j < kNr; ++j) row[j] = 0.0f;
-    }
-  }
-  return out;
-}
-
-// Operands of C^T (n, m) = B (n, k) * A^T, B stored (n, k): the product A * B^T.
-Operands nt_operands(int m, int k, const float* a, int lda, const float* b, int ldb) {
-  return {b, ldb, 1, pack_transposed(a, lda, m, k), ptrdiff_t(kNr) * k, k};
-}
-
 }  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
   const StoreEpi store{c, ldc, beta};
-  if (!trans_b && !trans_a) {  // P = A (m, k) where it lies
-    run<true>({a, lda, 1, nullptr, 0, k}, m, n, b, ldb, kPackPanels, false, store);
-  } else if (!trans_b) {  // P = A^T, A stored (k, m): packed into tiles
-    run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, b, ldb, kWidePanels, true,
+  const QSource q{b, ldb, trans_b};
+  if (!trans_a) {  // P = A (m, k) where it lies
+    run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, store);
+  } else {  // P = A^T, A stored (k, m): packed into tiles; C a weight gradient, rows outer
+    run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true,
                store);
-  } else {
-    run<true>(nt_operands(m, k, a, lda, b, ldb), n, m, nullptr, 0, 0, true,
-              StoreTransposedEpi{c, ldc, beta});
   }
-}
-
-void sgemm_nt_bias_gelu(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                        const float* bias, float* pre, float* hid, int ldc) {
-  run<true>(nt_operands(m, k, a, lda, b, ldb), n, m, nullptr, 0, 0, true,
-            BiasGeluTransposedEpi{bias, pre, hid, ldc});
-}
-
-void sgemm_nn_gelu_grad(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                        const float* pre, float* dpre, int ldc) {
-  run<true>({a, lda, 1, nullptr, 0, k}, m, n, b, ldb, kPackPanels, false,
-            GeluGradEpi{pre, dpre, ldc});
 }
 
 }  // namespace dtsim::model::avx2

@@ -7,8 +7,11 @@
 // The chain then meets C (beta) or the epilogue once. A scalar std::fma chain in the same
 // order gives the same bits (tests/model/gemm_test.cc checks both against double).
 //
-// Operands are read where they lie (no packing), except A of an A * B^T product, which is
-// transposed into a per-thread buffer (grown once, kept). Thread safety: any number of
+// A (the broadcast side, a batch of rows) is read where it lies; A^T of A^T * B (the
+// batch-long gradient side of a weight gradient) is copied into 6-row tiles. B is copied
+// into 16-column panels (transposed in 8 x 8 register blocks for B^T, the weight of an
+// x W^T), a few at a time, into a per-thread buffer (grown once, kept). C is written in
+// row-major order; no product is transposed on the way out. Thread safety: any number of
 // threads may call concurrently on disjoint outputs.
 #pragma once
 
@@ -24,12 +27,5 @@ namespace dtsim::model::avx2 {
 // C (m, n) = beta * C + op(A) * op(B), as model::sgemm; not for trans_a && trans_b.
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc);
-// pre (m, n) = A (m, k) * B^T + bias, hid = gelu(pre); B stored (n, k), bias (n) or null.
-void sgemm_nt_bias_gelu(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                        const float* bias, float* pre, float* hid, int ldc);
-// dpre (m, n) = gelu'(pre) * (A (m, k) * B (k, n)), overwritten.
-void sgemm_nn_gelu_grad(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                        const float* pre, float* dpre, int ldc);
-
 }  // namespace dtsim::model::avx2
 #endif

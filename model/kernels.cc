@@ -6,12 +6,14 @@
 #include <cmath>
 
 #include "model/check.h"
-#include "model/gelu_pack.h"
 #include "model/gemm.h"
 #include "model/parallel.h"
 
 namespace dtsim::model {
 namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluC = 0.044715f;
 
 // Elementwise kernels are split into fixed chunks of this many elements.
 constexpr int kElemChunk = 4096;
@@ -24,12 +26,32 @@ void for_elements(size_t n, Fn&& fn) {
   });
 }
 
-// Every element, the tail's too, goes through the same fixed-size pack expression
-// (model/gelu_pack.h), so y[i] depends on x[i] alone.
-using gelu_pack::kPack;
-using gelu_pack::load;
-using gelu_pack::Pack;
-using gelu_pack::store;
+// A pack of 16 floats: a whole number of SIMD registers for SSE, AVX and AVX-512. The
+// elementwise kernels compute every element, the tail's too, through the same aligned
+// fixed-size Eigen expression (packet math only, no scalar libm call), so y[i] depends on
+// x[i] alone, never on the element's position, the buffer's alignment or the chunking.
+constexpr int kPack = 16;
+using Pack = Eigen::Array<float, kPack, 1>;
+
+Pack load(const float* p, int n) {
+  Pack v;
+  if (n == kPack) {
+    v = Eigen::Map<const Pack>(p);
+  } else {
+    v.setZero();
+    std::copy(p, p + n, v.data());
+  }
+  return v;
+}
+
+void store(const Pack& v, float* p, int n) {
+  if (n == kPack) {
+    Eigen::Map<Pack> dst(p);
+    dst = v;
+  } else {
+    std::copy(v.data(), v.data() + n, p);
+  }
+}
 
 // Calls fn(i, count) for the packs of [0, n), count = kPack except for the tail.
 template <class Fn>
@@ -39,6 +61,13 @@ void for_packs(size_t n, Fn&& fn) {
       fn(i, static_cast<int>(std::min<size_t>(kPack, i1 - i)));
   });
 }
+
+// GELU (tanh form) is evaluated as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
+// 0.5 (1 + tanh u) = 1 / (1 + e^{-2u}), so one vectorised exp (Eigen's packet exp, no libm
+// call) gives both the forward and, with e s^2 = s (1 - s), the derivative
+//   gelu'(x) = s + 2 x u'(x) e s^2,  s = 1 / (1 + e),  e = e^{-2u}.
+// Accuracy against a double-precision evaluation: see tests/model/kernels_test.cc.
+Pack gelu_exp(const Pack& v) { return ((-2.0f * kSqrt2OverPi) * (v + kGeluC * v.cube())).exp(); }
 
 }  // namespace
 
@@ -103,43 +132,24 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
   }
 }
 
-void linear_gelu_forward(std::span<const float> x, std::span<const float> w,
-                         std::span<const float> b, std::span<float> pre, std::span<float> hid,
-                         int batch, int in, int out) {
-  DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
-  DTSIM_CHECK(pre.size() >= size_t(batch) * out && hid.size() >= size_t(batch) * out);
-  DTSIM_CHECK(b.empty() || b.size() == size_t(out));
-  const int64_t work = int64_t{batch} * in * out;
-  for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int c0, int c1) {
-    sgemm_nt_bias_gelu(batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in,
-                       b.empty() ? nullptr : b.data() + c0, pre.data() + c0, hid.data() + c0, out);
-  });
-}
-
-void linear_gelu_input_grad(std::span<const float> dy, std::span<const float> w,
-                            std::span<const float> pre, std::span<float> dpre, int batch, int in,
-                            int out) {
-  DTSIM_CHECK(dy.size() >= size_t(batch) * out && w.size() == size_t(out) * in);
-  DTSIM_CHECK(pre.size() >= size_t(batch) * in && dpre.size() >= size_t(batch) * in);
-  const int64_t work = int64_t{batch} * in * out;
-  for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-    sgemm_nn_gelu_grad(batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, pre.data() + c0,
-                       dpre.data() + c0, in);
-  });
-}
-
 void gelu_forward(std::span<const float> x, std::span<float> y) {
   DTSIM_CHECK(y.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {
-    store(gelu_pack::gelu(load(x.data() + i, n)), y.data() + i, n);
+    const Pack v = load(x.data() + i, n);
+    const Pack out = v / (1.0f + gelu_exp(v));
+    store(out, y.data() + i, n);
   });
 }
 
 void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
   DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {
-    const Pack grad = gelu_pack::gelu_grad(load(x.data() + i, n), load(dy.data() + i, n));
-    store(load(dx.data() + i, n) + grad, dx.data() + i, n);
+    const Pack v = load(x.data() + i, n), g = load(dy.data() + i, n);
+    const Pack e = gelu_exp(v);
+    const Pack s = 1.0f / (1.0f + e);
+    const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
+    const Pack out = load(dx.data() + i, n) + g * (s + v * du * (e * s) * s);
+    store(out, dx.data() + i, n);
   });
 }
 

@@ -24,18 +24,6 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                      std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
                      int in, int out);
 
-// Fused Linear + GELU: pre (B, out) = x (B, in) * w^T + b (b empty: no bias), hid (B, out)
-// = gelu(pre); the same bits as linear_forward then gelu_forward, in one pass over pre.
-void linear_gelu_forward(std::span<const float> x, std::span<const float> w,
-                         std::span<const float> b, std::span<float> pre, std::span<float> hid,
-                         int batch, int in, int out);
-// The input gradient of a Linear (in -> out) whose input was gelu(pre), through the GELU:
-// dpre (B, in) = gelu'(pre) * (dy (B, out) * w), OVERWRITTEN (the one kernel here that does
-// not accumulate). Equals linear_backward's dx into zeros, then gelu_backward into zeros.
-void linear_gelu_input_grad(std::span<const float> dy, std::span<const float> w,
-                            std::span<const float> pre, std::span<float> dpre, int batch, int in,
-                            int out);
-
 // y = gelu(x) elementwise, tanh approximation (as GPT-2 / torch approximate="tanh").
 void gelu_forward(std::span<const float> x, std::span<float> y);
 // dx += dy * gelu'(x) elementwise.

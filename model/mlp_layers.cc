@@ -49,8 +49,8 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
   const MlpBlockOffsets o(D, H);
   auto& s = static_cast<MlpBlockState&>(state);
   s.ensure(size_t(batch) * H);
-  linear_gelu_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(),
-                      s.hid.span(), batch, D, H);
+  linear_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(), batch, D, H);
+  gelu_forward(s.pre.span(), s.hid.span());
   linear_forward(s.hid.span(), p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), y, batch, H, D);
   const size_t bd = size_t(batch) * D;
   for (size_t i = 0; i < bd; ++i) y[i] += x[i];  // residual
@@ -63,14 +63,12 @@ void MlpBlock::backward(std::span<const float> p, std::span<const float> x,
   const MlpBlockOffsets o(D, H);
   auto& s = static_cast<MlpBlockState&>(state);
   const size_t bh = size_t(batch) * H;
-  // dp = gelu'(pre) * (dy W2) in one fused pass. Slot 0 (B, H), the unfused dh, stays
-  // reserved: the block's workspace is 2 B H floats as TpMlpBlock's and the activation
-  // formulas (tests/model/memory_test.cc, train/pipeline_parallel) count it.
-  ws.take(0, bh);
-  std::span<float> dp = ws.take(1, bh);
-  linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), {},
+  std::span<float> dh = ws.take(0, bh), dp = ws.take(1, bh);
+  std::fill(dh.begin(), dh.end(), 0.0f);
+  std::fill(dp.begin(), dp.end(), 0.0f);
+  linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), dh,
                   g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch, H, D);
-  linear_gelu_input_grad(dy, p.subspan(o.w2, size_t(D) * H), s.pre.span(), dp, batch, H, D);
+  gelu_backward(s.pre.span(), dh, dp);
   // The residual makes dy the first term of dx; the block's own part accumulates on top.
   if (!dx.empty() && dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());
   linear_backward(dp, x, p.subspan(o.w1, size_t(H) * D), dx, g.subspan(o.w1, size_t(H) * D),

@@ -1,7 +1,6 @@
 // model/gemm.h against a double-precision reference, over shapes that hit every edge of the
 // AVX2 kernel's 6 x 16 tiles (1 row, 5 rows, 17 columns, k = 1, ...) and the model's own,
-// for the four transpose cases and beta 0, 1 and 0.5; and the fused GELU epilogues against
-// the unfused kernels.
+// for the four transpose cases and beta 0, 1 and 0.5.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +9,6 @@
 #include <vector>
 
 #include "model/gemm.h"
-#include "model/kernels.h"
 #include "tests/model/grad_check.h"
 
 namespace dtsim::model {
@@ -130,36 +128,6 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{false, true, 64, 70, 256}, GemmCase{false, true, 33, 6, 1030},
                       GemmCase{true, true, 5, 7, 3}, GemmCase{true, true, 17, 16, 9}),
     case_name);
-
-// The fused epilogues give the bits of the unfused kernels (the GELU-gradient one up to the
-// sign of zeros, which == ignores).
-TEST(GemmEpilogueTest, BiasGeluEqualsLinearForwardThenGelu) {
-  for (const auto& [batch, in, out] :
-       {std::tuple{1, 1, 1}, {5, 9, 7}, {64, 32, 70}, {3, 1030, 17}}) {
-    const auto x = random_vector(size_t(batch) * in, 1), w = random_vector(size_t(out) * in, 2);
-    const auto b = random_vector(out, 3);
-    std::vector<float> pre(size_t(batch) * out), hid(pre.size()), pre2(pre.size()),
-        hid2(pre.size());
-    linear_gelu_forward(x, w, b, pre, hid, batch, in, out);
-    linear_forward(x, w, b, pre2, batch, in, out);
-    gelu_forward(pre2, hid2);
-    EXPECT_EQ(pre, pre2) << batch << " x " << in << " -> " << out;
-    EXPECT_EQ(hid, hid2) << batch << " x " << in << " -> " << out;
-  }
-}
-
-TEST(GemmEpilogueTest, GeluGradEqualsLinearInputGradThenGeluBackward) {
-  for (const auto& [batch, in, out] :
-       {std::tuple{1, 1, 1}, {5, 9, 7}, {64, 70, 32}, {3, 17, 1030}}) {
-    const auto dy = random_vector(size_t(batch) * out, 4), w = random_vector(size_t(out) * in, 5);
-    const auto pre = random_vector(size_t(batch) * in, 6);
-    std::vector<float> dpre(size_t(batch) * in, 99.0f), dh(dpre.size()), dpre2(dpre.size());
-    linear_gelu_input_grad(dy, w, pre, dpre, batch, in, out);
-    linear_backward(dy, pre, w, dh, {}, {}, batch, in, out);
-    gelu_backward(pre, dh, dpre2);
-    EXPECT_EQ(dpre, dpre2) << batch << " x " << in << " <- " << out;
-  }
-}
 
 }  // namespace
 }  // namespace dtsim::model
