@@ -1,10 +1,11 @@
-// The register-blocked AVX2/FMA GEMM behind model/gemm.h, compiled when the build machine
-// has AVX2 and FMA (DTSIM_GEMM_AVX2 is then 1; DTSIM_NATIVE=ON gives -march=native).
+// The register-blocked AVX2/FMA GEMM behind model/gemm.h, compiled when the compiler
+// targets AVX2 and FMA (DTSIM_NATIVE=ON on such a machine: -march=native) unless CMake's
+// DTSIM_OWN_GEMM is OFF; DTSIM_GEMM_AVX2 then is 1.
 //
 // Every C element is one chain of fused multiply-adds over k = 0, 1, ..., K-1 in order,
 // started from zero, in one SIMD lane: its bits depend on its row of op(A) and column of
 // op(B) alone, never on the tiling, the slicing into calls, the thread or the shape's edges.
-// The chain then meets C (beta) or the epilogue once. A scalar std::fma chain in the same
+// The chain then meets beta * C once. A scalar std::fma chain in the same
 // order gives the same bits (tests/model/gemm_test.cc checks both against double).
 //
 // A (the broadcast side, a batch of rows) is read where it lies; A^T of A^T * B (the
@@ -15,7 +16,7 @@
 // threads may call concurrently on disjoint outputs.
 #pragma once
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && !defined(DTSIM_NO_OWN_GEMM)
 #define DTSIM_GEMM_AVX2 1
 #else
 #define DTSIM_GEMM_AVX2 0
