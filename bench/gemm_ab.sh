@@ -31,7 +31,7 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 for dir in build-blas build; do
-  name=own-avx2
+  name="own-avx2"
   [[ $dir == build-blas ]] && name=openblas
   tr ' ' '\n' <<<"${runs[$dir]}" | grep -v '^$' | sort -g | awk -v n="$name" -v r="$rounds" \
     '{a[NR] = $1} END {printf "%-9s step cpu ms over %d rounds: q1 %.3f median %.3f min %.3f\n",
