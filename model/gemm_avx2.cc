@@ -20,8 +20,8 @@ constexpr int kNr = 16;
 // The product P (rows, K) * Q (K, cols). P's element (r, k) is at p[r * prs + k] when
 // kUnitK, else at p[(r0 / kMr) * kMr * prs + k * pks + r - r0] for the tile at r0 (prs = 1
 // for a plain (K, rows) array; prs = K, pks = kMr for pack_tiles' layout). Q is in kNr-wide
-// zero-padded panels: columns j0 .. j0 + 15 at step k start at q + (j0 / kNr) * q_panel +
-// k * kNr (q_panel = 0 when the caller packs one panel at a time).
+// zero-padded panels of K rows: columns j0 .. j0 + 15 at step k start at q + (j0 / kNr) *
+// q_panel + k * kNr (q_panel = K * kNr).
 struct Operands {
   const float* p;
   ptrdiff_t prs, pks;
