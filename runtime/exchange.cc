@@ -15,7 +15,8 @@ Exchange::Exchange(Communicator& comm, const Signature& sig)
       sig_(sig),
       esize_(dtype_size(sig.dtype)),
       peers_(ctx_.counters.groups[comm.traffic_].peers.data()) {
-  comm_.check_usable(describe(sig).c_str());
+  // The call's name only for the error: no string built per call.
+  if (!comm_.broken_.empty()) comm_.check_usable(describe(sig).c_str());
   site_.comm_name = comm_.name_.c_str();
   site_.seq = comm_.seq_++;
   site_.sig = sig;
