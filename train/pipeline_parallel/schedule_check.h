@@ -56,6 +56,11 @@ DryRun dry_run(const Schedule& s);
 // program order alone (a chunk's count does not depend on timing).
 std::vector<int> peak_in_flight_per_chunk(const Schedule& s, int rank);
 
+// Peak passes held per local chunk j of rank r: micro-batches whose forward ran and whose
+// last backward pass (B, or W for ZB-H1) has not, which the executor keeps a pass for.
+// Equal to peak_in_flight_per_chunk except for ZB-H1.
+std::vector<int> peak_held_per_chunk(const Schedule& s, int rank);
+
 // The paper's bubble for `spec` in slots: (p - 1)/(m + p - 1), (p - 1)/(v m + p - 1)
 // interleaved, (p - 1)/(3 m + p - 1) ZB-H1.
 Fraction bubble_formula(const ScheduleSpec& spec);
