@@ -491,11 +491,13 @@ def case_demo():
     rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", out, re.M)
     want = [(s, "mlp") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "tp",
                                  "dp-tp", "dp 2 x tp 2 zero1", "dp 2 x pp 2 1f1b",
-                                 "ddp forget-divide sgd"]]
+                                 "dp 2 x tp 2 x pp 2 1f1b zero1", "ddp forget-divide sgd"]]
     want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep",
                                   "dp 4 ep 2"]]
     expect(rows == want, f"rows {rows}")
-    expect(len(re.findall(r" PASS ", out)) == 15, "fifteen PASS verdicts:\n" + out)
+    expect(len(re.findall(r" PASS ", out)) == 16, "sixteen PASS verdicts:\n" + out)
+    expect_match(r"^dp 2 x tp 2 x pp 2 1f1b zero1 +mlp .* rtol 1e-05 atol 1e-06 vs single +PASS ",
+                 out, "the 3D row (8 rank threads)")
     expect_match(r"^dp 2 x pp 2 1f1b +mlp .* 0  bitwise vs accum +PASS ", out, "pipeline bitwise row")
     expect_match(r"^ddp forget-divide sgd +mlp .* FAIL \(expected FAIL\) ", out, "pitfall row")
     expect_match(r"^ddp +mlp .* 0  bitwise vs accum +PASS ", out, "ddp bitwise row")
