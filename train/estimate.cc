@@ -73,10 +73,7 @@ MeshEstimate estimate_mesh(const MeshEstimateInput& in) {
   } else {
     m.bubble = m.bubble_formula;
     for (int r = 0; r < spec.stages; ++r) m.in_flight.push_back(pipeline::in_flight_bound(spec, r));
-    m.held = m.in_flight;
-    if (spec.kind == pipeline::ScheduleKind::kZeroBubbleH1) {
-      m.held.assign(spec.stages, spec.micro_batches);
-    }
+    for (int r = 0; r < spec.stages; ++r) m.held.push_back(pipeline::held_bound(spec, r));
   }
   const double chunk = in.activation_bytes / (spec.stages * spec.virtual_stages);
   for (int n : m.held) m.activation_bytes.push_back(n * chunk);

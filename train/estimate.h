@@ -67,8 +67,8 @@ struct MeshEstimate {
   pipeline::Fraction bubble, bubble_formula;
   std::vector<int> in_flight;
   // Per stage: the micro-batches whose activations it keeps at its peak: in_flight, but for
-  // ZB-H1 a micro-batch's activations stay until its W (peak_held_per_chunk), and this
-  // generator runs W only in otherwise idle slots, so all m stay (m when not dry-run).
+  // ZB-H1 a micro-batch's activations stay until its W (peak_held_per_chunk; held_bound
+  // when not dry-run).
   std::vector<int> held;
   // Per stage: held x activation_bytes / (pp v), the activations a device of the stage
   // holds at its peak.

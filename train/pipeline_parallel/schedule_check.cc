@@ -260,6 +260,11 @@ Fraction bubble_formula(const ScheduleSpec& spec) {
   }
 }
 
+int held_bound(const ScheduleSpec& spec, int rank) {
+  if (spec.kind != ScheduleKind::kZeroBubbleH1) return in_flight_bound(spec, rank);
+  return std::min(2 * spec.stages - 1 - rank, spec.micro_batches);
+}
+
 int in_flight_bound(const ScheduleSpec& spec, int rank) {
   const int p = spec.stages, m = spec.micro_batches, v = spec.virtual_stages;
   switch (spec.kind) {

@@ -65,6 +65,10 @@ std::vector<int> peak_held_per_chunk(const Schedule& s, int rank);
 // interleaved, (p - 1)/(3 m + p - 1) ZB-H1.
 Fraction bubble_formula(const ScheduleSpec& spec);
 
+// The schedule's bound on the micro-batches rank r keeps (peak_held_per_chunk, chunk units):
+// in_flight_bound, but for ZB-H1 min(2p - 1 - r, m), activations kept until W.
+int held_bound(const ScheduleSpec& spec, int rank);
+
 // The schedule's bound on peak in-flight micro-batches (chunk units) of rank r: m for
 // GPipe, min(p - r, m) for 1F1B and ZB-H1, min((p - r - 1) 2 + (v - 1) p + 1, v m) for
 // interleaved (v m when m = p: every forward is warm-up).
