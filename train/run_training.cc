@@ -48,6 +48,8 @@ void validate_model(const TrainConfig& c) {
           "--top-k " + std::to_string(m.top_k) + " must be 1 or 2 and at most --experts " +
               std::to_string(m.num_experts));
   require(m.d_ff >= 1, "--hidden " + std::to_string(m.d_ff) + " must be at least 1");
+  require(c.moe.num_blocks >= 1,
+          "--layers " + std::to_string(c.moe.num_blocks) + " must be at least 1");
 }
 
 // The pitfall skips the division by N after the gradient sum, which only ddp and zero have.
@@ -124,15 +126,15 @@ void validate_pipeline(const TrainConfig& c) {
   require(c.strategy == Strategy::kMesh,
           "--pp " + str(c.pp) + " is a mesh axis: give --dp --tp --pp instead of --strategy " +
               to_string(c.strategy));
-  require(c.model == ModelKind::kMlp,
-          "--pp " + str(c.pp) + " needs --model mlp (its blocks are the pipeline's layers)");
   const std::string why = pipeline::validate(schedule_spec(c));
   require(why.empty(), why);
   const int chunks = c.pp * c.virtual_stages;
-  require(c.mlp.num_blocks % chunks == 0,
-          "--layers " + str(c.mlp.num_blocks) + " does not divide into --pp " + str(c.pp) +
-              " x --virtual-stages " + str(c.virtual_stages) + " = " + str(chunks) +
-              " pipeline chunks; give --layers a multiple of " + str(chunks));
+  // The pipeline cuts the MLP's blocks or the MoE's MoE layers (--layers either way).
+  const int blocks = c.model == ModelKind::kMlp ? c.mlp.num_blocks : c.moe.num_blocks;
+  require(blocks % chunks == 0, "--layers " + str(blocks) + " does not divide into --pp " +
+                                    str(c.pp) + " x --virtual-stages " + str(c.virtual_stages) +
+                                    " = " + str(chunks) +
+                                    " pipeline chunks; give --layers a multiple of " + str(chunks));
   require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
           "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
           "split into input and weight gradients, which the layers do not have");

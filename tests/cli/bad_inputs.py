@@ -36,7 +36,7 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--strategy", "single", "--ranks", "8"], "--strategy single trains on one rank, not --ranks 8"),
     (["train", "--model", "moe", "--top-k", "3"], "--top-k must be between 1 and 2"),
     (["train", "--experts", "8"], "--experts applies to --model moe"),
-    (["train", "--model", "moe", "--layers", "3"], "--layers applies to --model mlp"),
+    (["train", "--model", "moe", "--pp", "2", "--micro-batches", "2"], "--layers 1 does not divide into --pp 2"),
     (["train", "--strategy", "tp", "--tp", "2"], "--strategy tp is a preset of the mesh; give either --strategy or the mesh flags (--dp --tp --pp --ep --zero), not both"),
     (["train", "--dp", "2", "--tp", "2", "--pp", "2", "--ranks", "4"], "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the world has 4 (--ranks); make the product the world size"),
     (["train", "--model", "moe", "--dp", "4", "--ep", "3", "--experts", "6"], "--ep 3 does not divide --dp 4: experts are sharded over groups of --ep data-parallel ranks"),

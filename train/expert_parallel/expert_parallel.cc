@@ -48,17 +48,13 @@ class EpRank : public RankStrategy {
         params_(params),
         grads_(grads),
         opt_(make_slice_optimizer(config, params, &trainee.memory())) {
-    // The replicated tensors: embed (layer 0), head (layer 2), router (start of layer 1),
-    // packed in that order for one all_reduce.
-    const model::ParamLayout& l = trainee.store().layout();
-    replicated_ = {
-        l.layer_range(0),
-        l.layer_range(2),
-        {l.layer_range(1).begin, l.layer_range(1).begin + model::moe_router_size(config.moe.moe)}};
+    // The replicated tensors: embed, head, routers, packed in that order for one all_reduce.
+    const EpParamSplit split = ep_param_split(trainee.store().layout(), config.moe.moe);
+    replicated_ = split.replicated;
+    experts_ = split.experts;
     size_t n = 0;
     for (const model::ParamRange& r : replicated_) n += r.size();
     packed_.resize(n);
-    experts_ = {replicated_[2].end, l.layer_range(1).end};
   }
 
   // Data parallel over the token batch; gradients carry 1/B, so sums are global means.
@@ -93,7 +89,7 @@ class EpRank : public RankStrategy {
     }
     if (mesh_.expert_dp() != nullptr) {
       TracedComm edp(*mesh_.expert_dp(), timeline_, config_.algo);
-      edp.all_reduce(grads_.subspan(experts_.begin, experts_.size()));
+      for (const model::ParamRange& r : experts_) edp.all_reduce(grads_.subspan(r.begin, r.size()));
     }
   }
   void optimizer_step() override { opt_->step(params_, grads_); }
@@ -109,8 +105,8 @@ class EpRank : public RankStrategy {
   std::span<T> params_, grads_;
   std::unique_ptr<SliceOptimizer> opt_;
   std::vector<model::ParamRange> replicated_;
-  model::ParamRange experts_;  // this rank's experts' gradients
-  std::vector<T> packed_;      // the replicated gradients, contiguous for one all_reduce
+  std::vector<model::ParamRange> experts_;  // per MoE layer: this rank's experts' gradients
+  std::vector<T> packed_;  // the replicated gradients, contiguous for one all_reduce
 };
 
 }  // namespace

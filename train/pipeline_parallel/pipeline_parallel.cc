@@ -12,6 +12,7 @@
 #include "model/mlp.h"
 #include "train/accounting.h"
 #include "train/data_parallel/zero3_hooks.h"
+#include "train/expert_parallel/ep_moe_layer.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -45,23 +46,39 @@ class LayerStackChunk : public StageChunk {
   model::LayerStack& stack_;
 };
 
-// Chunk `chunk`'s layers on tensor-parallel rank `tp_rank` of `tp_size` (tp: the group its
-// blocks all-reduce on; null for the layout only).
+// Where a rank sits on the model-parallel axes inside its stage: its tensor-parallel rank
+// (blocks split Megatron-style) and expert-parallel rank (MoE experts sharded), with the
+// groups their layers talk on (null for the layout only).
+struct ChunkParallel {
+  int tp_rank = 0, tp_size = 1;
+  TracedComm* tp = nullptr;
+  int ep_rank = 0, ep_size = 1;
+  TracedComm* ep = nullptr;
+};
+
+// Chunk `chunk`'s layers on the rank `at`.
 model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
-                              int tp_rank = 0, int tp_size = 1, TracedComm* tp = nullptr) {
+                              const ChunkParallel& at = {}) {
   const auto [first, last] = chunk_layers(config, spec, chunk);
-  if (tp_size == 1) return model::mlp_layers(config.mlp, first, last);
-  model::Layers all = tp_mlp_layers(config.mlp, tp_rank, tp_size, tp);
+  model::Layers all;
+  if (config.model == ModelKind::kMoe) {
+    all = at.ep_size == 1 ? model::moe_model_layers(config.moe)
+                          : ep_moe_model_layers(config.moe, at.ep_rank, at.ep_size, at.ep);
+  } else if (at.tp_size == 1) {
+    return model::mlp_layers(config.mlp, first, last);
+  } else {
+    all = tp_mlp_layers(config.mlp, at.tp_rank, at.tp_size, at.tp);
+  }
   return model::Layers(std::make_move_iterator(all.begin() + first),
                        std::make_move_iterator(all.begin() + last));
 }
 
 // The parameters stage s holds, chunk after chunk (for assembling the result).
 model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& spec, int stage,
-                                int tp_rank, int tp_size) {
+                                const ChunkParallel& at) {
   model::Layers all;
   for (int c = stage; c < spec.stages * spec.virtual_stages; c += spec.stages) {
-    for (auto& l : layers_of_chunk(config, spec, c, tp_rank, tp_size)) all.push_back(std::move(l));
+    for (auto& l : layers_of_chunk(config, spec, c, at)) all.push_back(std::move(l));
   }
   return model::layout_of(all);
 }
@@ -71,14 +88,15 @@ model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& s
 template <class T>
 class PipelineRank : public RankStrategy {
  public:
-  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
-               Communicator* dp, bool reports_loss, StepRunner& runner,
-               std::vector<std::unique_ptr<Trainee>>& chunks, int zero_stage)
+  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, const PipelineGroups& groups,
+               bool reports_loss, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
+               int zero_stage)
       : config_(config),
         spec_(spec),
-        dp_(dp),
+        dp_(groups.dp),
+        expert_dp_(groups.expert_dp),
         chunks_(chunks),
-        micro_(data_parallel_micro_batches(config, dp ? dp->size() : 1, dp ? dp->rank() : 0)),
+        micro_(data_parallel_micro_batches(config, dp_ ? dp_->size() : 1, dp_ ? dp_->rank() : 0)),
         timeline_(&runner.timeline()),
         zero_stage_(zero_stage) {
     std::vector<StageChunk*> views;
@@ -91,14 +109,17 @@ class PipelineRank : public RankStrategy {
           grads_.push_back(grads);
           // ZeRO-1: this dp rank's shard of the chunk's optimizer state only.
           const model::ParamRange mine =
-              zero_stage >= 1 && dp ? model::shard_range(params.size(), dp->size(), dp->rank())
-                                    : model::ParamRange{0, params.size()};
+              zero_stage >= 1 && dp_ ? model::shard_range(params.size(), dp_->size(), dp_->rank())
+                                     : model::ParamRange{0, params.size()};
           shards_.push_back(mine);
           opts_.push_back(
               make_slice_optimizer(config, params.subspan(mine.begin, mine.size()), &t->memory()));
         }
       });
+      if (groups.ep != nullptr)
+        split_.push_back(ep_param_split(t->store().layout(), config.moe.moe));
     }
+    Communicator* pipe = groups.pipe;
     const int stage = pipe ? pipe->rank() : 0;
     stage_ = std::make_unique<PipelineStage>(make_schedule(spec), stage, views, pipe, &buffers_,
                                              &runner.timeline());
@@ -139,6 +160,10 @@ class PipelineRank : public RankStrategy {
     Communicator& dp = *dp_;
     for (size_t j = 0; j < grads_.size(); ++j) {
       std::span<T> g = grads_[j];
+      if (!split_.empty()) {
+        sync_expert_parallel(g, split_[j]);
+        continue;
+      }
       if (zero_stage_ == 0) {
         timeline_->collective("all_reduce", dp,
                               [&] { dp.all_reduce(g, ReduceOp::kSum, config_.algo); });
@@ -154,6 +179,30 @@ class PipelineRank : public RankStrategy {
       std::copy(shard_sum_.begin(), shard_sum_.end(), mine.begin());
       divide(mine, dp.size());
     }
+  }
+  // Expert parallelism inside the stage: the replicated tensors (embed, head, routers) are
+  // summed over dp, each expert's gradient (complete over its expert group's tokens) over the
+  // expert_dp ranks that hold the same experts; then all of it is divided by dp.
+  void sync_expert_parallel(std::span<T> g, const EpParamSplit& split) {
+    packed_.clear();
+    for (const model::ParamRange& r : split.replicated) {
+      packed_.insert(packed_.end(), g.begin() + r.begin, g.begin() + r.end);
+    }
+    timeline_->collective("all_reduce", *dp_, [&] {
+      dp_->all_reduce(std::span<T>(packed_), ReduceOp::kSum, config_.algo);
+    });
+    size_t at = 0;
+    for (const model::ParamRange& r : split.replicated) {
+      std::copy_n(packed_.begin() + at, r.size(), g.begin() + r.begin);
+      at += r.size();
+    }
+    for (const model::ParamRange& r : split.experts) {
+      if (expert_dp_ == nullptr) break;
+      timeline_->collective("all_reduce", *expert_dp_, [&] {
+        expert_dp_->all_reduce(g.subspan(r.begin, r.size()), ReduceOp::kSum, config_.algo);
+      });
+    }
+    divide(g, dp_->size());
   }
   void optimizer_step() override {
     for (size_t j = 0; j < opts_.size(); ++j) {
@@ -195,6 +244,7 @@ class PipelineRank : public RankStrategy {
   const TrainConfig& config_;
   ScheduleSpec spec_;
   Communicator* dp_;
+  Communicator* expert_dp_;  // under --ep: the ranks holding the same experts (null: none)
   std::vector<std::unique_ptr<Trainee>>& chunks_;
   std::vector<MicroBatch> micro_;
   std::vector<StageMicroBatch> mbs_;
@@ -207,14 +257,22 @@ class PipelineRank : public RankStrategy {
   int zero_stage_;
   std::vector<model::ParamRange> shards_;  // per chunk: this dp rank's optimizer shard
   std::vector<T> shard_sum_;               // reduce-scatter output (scratch)
+  std::vector<EpParamSplit> split_;        // under --ep, per chunk: replicated and experts
+  std::vector<T> packed_;                  // the replicated gradients of a chunk (scratch)
 };
 
 }  // namespace
 
+int pipeline_blocks(const TrainConfig& config) {
+  return config.model == ModelKind::kMlp ? config.mlp.num_blocks : config.moe.num_blocks;
+}
+
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
-  const int blocks = config.mlp.num_blocks, chunks = spec.stages * spec.virtual_stages;
-  const int first = first_layer(chunk, blocks, chunks);
-  const int last = chunk == chunks - 1 ? blocks + 1 : first_layer(chunk + 1, blocks, chunks);
+  const int blocks = pipeline_blocks(config), chunks = spec.stages * spec.virtual_stages;
+  const int lead = config.model == ModelKind::kMlp ? 0 : 1;  // the MoE's embedding
+  const int first = chunk == 0 ? 0 : lead + first_layer(chunk, blocks, chunks);
+  const int last =
+      chunk == chunks - 1 ? lead + blocks + 1 : lead + first_layer(chunk + 1, blocks, chunks);
   return {first, last};
 }
 
@@ -273,13 +331,12 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
     return "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
            "split into input and weight gradients, which the layers do not have";
   }
-  if (config.model != ModelKind::kMlp) return "--pp runs the MLP (--model mlp)";
   const int chunks = spec.stages * spec.virtual_stages;
-  if (config.mlp.num_blocks % chunks != 0) {
+  if (pipeline_blocks(config) % chunks != 0) {
     return fmt::format(
         "--layers {} must be a multiple of --pp x --virtual-stages = {} (each "
         "chunk holds the same number of blocks)",
-        config.mlp.num_blocks, chunks);
+        pipeline_blocks(config), chunks);
   }
   if (config.micro_batches != spec.micro_batches) {
     return fmt::format("--micro-batches {} but the schedule has {}", config.micro_batches,
@@ -295,20 +352,27 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
                        const PipelineGroups& groups, StepRunner& runner, int zero_stage) {
   const int p = spec.stages, stage = groups.pipe ? groups.pipe->rank() : 0;
-  std::unique_ptr<TracedComm> tp;
+  std::unique_ptr<TracedComm> tp, ep;
+  ChunkParallel at;
   if (groups.tp != nullptr) {
     tp = std::make_unique<TracedComm>(*groups.tp, runner.timeline(), config.algo);
+    at.tp_rank = groups.tp->rank();
+    at.tp_size = groups.tp->size();
+    at.tp = tp.get();
   }
-  const int tp_rank = groups.tp ? groups.tp->rank() : 0,
-            tp_size = groups.tp ? groups.tp->size() : 1;
+  if (groups.ep != nullptr) {
+    ep = std::make_unique<TracedComm>(*groups.ep, runner.timeline(), config.algo);
+    at.ep_rank = groups.ep->rank();
+    at.ep_size = groups.ep->size();
+    at.ep = ep.get();
+  }
   std::vector<std::unique_ptr<Trainee>> chunks;
   for (int c = stage; c < p * spec.virtual_stages; c += p) {
-    chunks.push_back(std::make_unique<Trainee>(
-        config, layers_of_chunk(config, spec, c, tp_rank, tp_size, tp.get())));
+    chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c, at)));
   }
   auto run = [&](auto tag) {
-    PipelineRank<decltype(tag)> rank(config, spec, groups.pipe, groups.dp, tp_rank == 0, runner,
-                                     chunks, zero_stage);
+    PipelineRank<decltype(tag)> rank(config, spec, groups, at.tp_rank == 0, runner, chunks,
+                                     zero_stage);
     runner.run(rank);
   };
   if (config.precision == model::Precision::kFp32) {
@@ -336,14 +400,17 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
       config,
       [&](Communicator& world, StepRunner& runner) {
         Mesh mesh(world, shape);
-        pipeline::run_pipeline_rank(config, spec, {mesh.pp(), mesh.dp(), mesh.tp()}, runner,
-                                    config.zero);
+        pipeline::run_pipeline_rank(config, spec,
+                                    {mesh.pp(), mesh.dp(), mesh.tp(), mesh.ep(), mesh.expert_dp()},
+                                    runner, config.zero);
       },
       assemble_slices(
           model_layout(config),
           [config, spec, shape](int rank) {
             const MeshCoord c = mesh_coord(shape, rank);
-            return pipeline::stage_layout(config, spec, c.pp, c.tp, shape.tp);
+            return pipeline::stage_layout(
+                config, spec, c.pp,
+                {.tp_rank = c.tp, .tp_size = shape.tp, .ep_rank = c.ep, .ep_size = shape.ep});
           },
           "pipeline"));
 }
