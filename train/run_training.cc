@@ -138,9 +138,9 @@ void validate_pipeline(const TrainConfig& c) {
   require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
           "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
           "split into input and weight gradients, which the layers do not have");
-  require(c.zero <= 1,
-          "--zero " + str(c.zero) +
-              " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+  require(c.zero <= 2,
+          "--zero 3 with --pp is not supported (ZeRO-3 gathers each layer at each "
+          "use, which the pipeline stages do not do); use --zero 1 or 2");
   require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
           "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
               " x --micro-batches " + str(c.micro_batches));

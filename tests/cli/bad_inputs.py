@@ -42,7 +42,7 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--model", "moe", "--dp", "4", "--ep", "3", "--experts", "6"], "--ep 3 does not divide --dp 4: experts are sharded over groups of --ep data-parallel ranks"),
     (["train", "--pp", "2", "--schedule", "zb-h1"], "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train"),
     (["train", "--pp", "4", "--layers", "6"], "--layers 6 does not divide into --pp 4"),
-    (["train", "--pp", "2", "--dp", "2", "--zero", "2"], "--zero 2 with --pp: a pipeline shards along dp with ZeRO-1 only"),
+    (["train", "--pp", "2", "--dp", "2", "--zero", "3"], "--zero 3 with --pp is not supported (ZeRO-3 gathers each layer at each use, which the pipeline stages do not do); use --zero 1 or 2"),
     (["train", "--schedule", "gpipe"], "--schedule applies to a pipeline: give --pp > 1"),
     (["train", "--pitfall", "forget-sync"], "--pitfall must be one of forget-divide"),
     (["train", "--strategy", "tp", "--pitfall", "forget-divide"], "--pitfall forget-divide applies to --strategy ddp"),

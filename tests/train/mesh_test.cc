@@ -224,13 +224,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadMesh{"Zero3WithTp", [](TrainConfig& c) { c.zero = 3; }, "--zero 3 with --tp 2"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
-        BadMesh{"PipelineWithZero2",
+        BadMesh{"PipelineWithZero3",
                 [](TrainConfig& c) {
+                  c.tp_size = 1;
                   c.pp = 2;
-                  c.ranks = 8;
-                  c.zero = 2;
+                  c.zero = 3;
                 },
-                "--zero 2 with --pp: a pipeline shards along dp with ZeRO-1 only"},
+                "--zero 3 with --pp is not supported"},
         BadMesh{"LayersDoNotSplitIntoStages",
                 [](TrainConfig& c) {
                   c.pp = 2;

@@ -229,6 +229,15 @@ class PipelineRank : public RankStrategy {
       for (auto& t : chunks_) bytes += t->memory().bytes(cat);
       all.add(cat, bytes);
     }
+    if (zero_stage_ == 2 && dp_ != nullptr) {
+      // ZeRO-2 holds its shard's summed gradient; the buffer the micro-batches accumulate
+      // into is not counted, as for zero2 over the world (zero.cc).
+      for (size_t j = 0; j < grads_.size(); ++j) {
+        const int64_t full = static_cast<int64_t>(grads_[j].size() * sizeof(T));
+        const int64_t shard = static_cast<int64_t>(shards_[j].size() * sizeof(T));
+        all.add(model::MemoryCategory::kGradients, shard - full);
+      }
+    }
     peak.observe(all);
   }
   std::vector<float> final_params() override {
@@ -392,9 +401,9 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
   if (std::string why = pipeline::validate_pipeline(config, spec, shape.dp); !why.empty()) {
     throw UsageError("dtsim train: " + why);
   }
-  if (config.zero != 0 && config.zero != 1) {
+  if (config.zero < 0 || config.zero > 2) {
     throw UsageError("dtsim train: --zero " + std::to_string(config.zero) +
-                     " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+                     " with --pp: a pipeline shards along dp with ZeRO-1 or 2 (--zero 0, 1 or 2)");
   }
   return launch(
       config,

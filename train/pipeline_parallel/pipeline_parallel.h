@@ -82,7 +82,9 @@ struct PipelineGroups {
 
 // One rank's part of a run: builds the stage's chunks and runs `runner` over them.
 // zero_stage 1 shards each stage's optimizer state over its dp ranks (ZeRO-1 along dp:
-// reduce-scatter the gradients, step the shard, all-gather the parameters); 0 all-reduces.
+// reduce-scatter the gradients, step the shard, all-gather the parameters); 2 does the same
+// and counts only the shard's gradient (the step's micro-batches accumulate into the full
+// buffer, uncounted as for zero2 over the world); 0 all-reduces.
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
                        const PipelineGroups& groups, StepRunner& runner, int zero_stage = 0);
 
