@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "model/moe.h"
+#include "model/moe_model.h"
+#include "model/param_layout.h"
 #include "runtime/world.h"
 #include "train/mesh.h"
 #include "train/strategies.h"
@@ -104,8 +107,11 @@ TEST_P(MeshTraining, MatchesItsSingleRankReference) {
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
     const RankCounters& k = run.ranks[rank].counters;
     SCOPED_TRACE("rank " + std::to_string(rank));
+    // Under --ep, ZeRO reduce-scatters the replicated tensors over dp and, when dp > ep,
+    // the experts over the ranks holding them.
+    const bool ep_experts_shared = m.moe && m.ep > 1 && m.dp > m.ep;
     if (m.zero > 0 && m.dp > 1) {
-      EXPECT_EQ(k[OpKind::kReduceScatter].calls / steps, 1);
+      EXPECT_EQ(k[OpKind::kReduceScatter].calls / steps, ep_experts_shared ? 2 : 1);
     }
     if (m.tp > 1) {
       const double dp_sync = m.zero == 0 && m.dp > 1 ? 1 : 0;
@@ -114,7 +120,7 @@ TEST_P(MeshTraining, MatchesItsSingleRankReference) {
     }
     if (m.moe && m.ep > 1) {
       EXPECT_EQ(k[OpKind::kAllToAll].calls / steps, 5 * m.micro);
-      EXPECT_EQ(k[OpKind::kAllReduce].calls / steps, m.dp > m.ep ? 2 : 1);
+      EXPECT_EQ(k[OpKind::kAllReduce].calls / steps, m.zero > 0 ? 0 : m.dp > m.ep ? 2 : 1);
     }
   }
 }
@@ -133,7 +139,10 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{2, 4, 1, 2, 1, false, true}, MeshCase{8, 1, 2, 0, 1, true, false},
                       MeshCase{8, 1, 4, 0, 1, true, true},
                       MeshCase{4, 4, 1, 1, 1, false, false},  // N = 16
-                      MeshCase{16, 1, 4, 0, 1, true, false}),
+                      MeshCase{16, 1, 4, 0, 1, true, false},
+                      // ZeRO along the data axis of expert parallelism (ep_zero.h).
+                      MeshCase{2, 1, 2, 1, 1, true, false}, MeshCase{4, 1, 2, 2, 1, true, true},
+                      MeshCase{8, 1, 2, 1, 2, true, true}, MeshCase{3, 1, 3, 2, 1, true, false}),
     [](const auto& info) { return case_name(info.param); });
 
 // A preset given by its mesh flags runs the preset: the same bits.
@@ -157,6 +166,40 @@ TEST(MeshPresets, MeshFlagsOfAPresetRunThePresetBitForBit) {
     const RunResult a = run_training(mesh), b = run_training(preset);
     EXPECT_EQ(a.losses, b.losses);
     EXPECT_EQ(a.params, b.params);
+  }
+}
+
+// ZeRO-1/2 along dp x ep changes no sum under --algo deterministic (a reduce-scatter and an
+// all-gather instead of the all-reduce), so it is bitwise equal to dp x ep without ZeRO;
+// each rank keeps Adam state for its shards only: of the replicated tensors over dp and of
+// its experts over the ranks holding them (the rank's own when dp = ep).
+TEST(MeshZeroWithEp, BitwiseEqualToEpWithoutZeroWithAdamStateSharded) {
+  for (const MeshCase& m :
+       {MeshCase{4, 1, 2, 1, 2, true, true}, MeshCase{4, 1, 4, 2, 1, true, true},
+        MeshCase{4, 1, 2, 2, 1, true, true}}) {
+    SCOPED_TRACE(case_name(m));
+    TrainConfig zero = mesh_config(m);
+    zero.algo = Algo::kDeterministic;
+    TrainConfig plain = zero;
+    plain.zero = 0;
+    const RunResult a = run_training(zero), b = run_training(plain);
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(a.params, b.params);
+    const model::MoeConfig& moe = zero.moe.moe;
+    const size_t replicated = model::layout_of(model::moe_model_layers(zero.moe)).size() -
+                              moe.num_experts * model::moe_expert_size(moe);
+    const size_t experts = moe.num_experts / m.ep * model::moe_expert_size(moe);
+    const int holders = m.dp / m.ep;
+    for (int r = 0; r < m.dp; ++r) {
+      const MeshCoord c = mesh_coord(zero.mesh(), r);
+      const size_t want = model::shard_range(replicated, m.dp, r).size() +
+                          model::shard_range(experts, holders, c.ep_group).size();
+      EXPECT_EQ(a.ranks[r].memory[static_cast<int>(model::MemoryCategory::kAdamM)], 4 * want)
+          << "rank " << r;
+      const size_t grads = m.zero == 2 ? want : replicated + experts;
+      EXPECT_EQ(a.ranks[r].memory[static_cast<int>(model::MemoryCategory::kGradients)], 4 * grads)
+          << "rank " << r;
+    }
   }
 }
 
@@ -224,6 +267,25 @@ INSTANTIATE_TEST_SUITE_P(
         BadMesh{"Zero3WithTp", [](TrainConfig& c) { c.zero = 3; }, "--zero 3 with --tp 2"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
+        BadMesh{"Zero3WithEp",
+                [](TrainConfig& c) {
+                  c.model = ModelKind::kMoe;
+                  c.tp_size = 1;
+                  c.dp = 4;
+                  c.ep = 2;
+                  c.zero = 3;
+                },
+                "--zero 3 with --ep 2 is not supported"},
+        BadMesh{"ZeroWithEpInAPipeline",
+                [](TrainConfig& c) {
+                  c.model = ModelKind::kMoe;
+                  c.moe.num_blocks = 2;
+                  c.tp_size = 1;
+                  c.pp = 2;
+                  c.ep = 2;
+                  c.zero = 1;
+                },
+                "--zero with --ep and --pp is not supported"},
         BadMesh{"PipelineWithZero3",
                 [](TrainConfig& c) {
                   c.tp_size = 1;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "train/expert_parallel/ep_moe_layer.h"
+#include "train/expert_parallel/ep_zero.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -47,7 +48,7 @@ class EpRank : public RankStrategy {
         hooks_(&runner.timeline()),
         params_(params),
         grads_(grads),
-        opt_(make_slice_optimizer(config, params, &trainee.memory())) {
+        opt_(config.zero == 0 ? make_slice_optimizer(config, params, &trainee.memory()) : nullptr) {
     // The replicated tensors: embed, head, routers, packed in that order for one all_reduce.
     const EpParamSplit split = ep_param_split(trainee.store().layout(), config.moe.moe);
     replicated_ = split.replicated;
@@ -55,7 +56,15 @@ class EpRank : public RankStrategy {
     size_t n = 0;
     for (const model::ParamRange& r : replicated_) n += r.size();
     packed_.resize(n);
+    if (config.zero > 0) {  // ep_zero.h: replicated tensors over dp, experts over expert_dp
+      zero_.reserve(2);
+      zero_.emplace_back(config, dp_group(), replicated_, params, &trainee.memory());
+      zero_.emplace_back(config, mesh.expert_dp(), experts_, params, &trainee.memory());
+    }
   }
+
+  // The data-parallel group of the replicated tensors (a one-rank world: the world).
+  Communicator* dp_group() { return mesh_.dp() != nullptr ? mesh_.dp() : &mesh_.world(); }
 
   // Data parallel over the token batch; gradients carry 1/B, so sums are global means.
   std::vector<MicroBatch> micro_batches() const override {
@@ -72,8 +81,12 @@ class EpRank : public RankStrategy {
   // an expert's gradient is complete within its expert group, and summed over the groups
   // that hold the same experts (dp > ep).
   void sync_gradients() override {
+    if (!zero_.empty()) {
+      for (EpZeroPart<T>& part : zero_) part.sync_gradients(grads_, timeline_);
+      return;
+    }
     // A one-rank world all-reduces over itself, as every other width does.
-    Communicator* group = mesh_.dp() != nullptr ? mesh_.dp() : &mesh_.world();
+    Communicator* group = dp_group();
     if (group->size() != mesh_.shape().dp) return;
     size_t at = 0;
     for (const model::ParamRange& r : replicated_) {
@@ -92,8 +105,27 @@ class EpRank : public RankStrategy {
       for (const model::ParamRange& r : experts_) edp.all_reduce(grads_.subspan(r.begin, r.size()));
     }
   }
-  void optimizer_step() override { opt_->step(params_, grads_); }
-  void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
+  void optimizer_step() override {
+    if (opt_) return opt_->step(params_, grads_);
+    for (EpZeroPart<T>& part : zero_) part.optimizer_step();
+  }
+  void sync_params() override {
+    for (EpZeroPart<T>& part : zero_) part.sync_params(params_, timeline_);
+  }
+  void observe_memory(PeakMemory& peak) override {
+    if (config_.zero != 2) return peak.observe(trainee_.memory());
+    // ZeRO-2 holds its shards' summed gradients, not the full buffer (as zero2 counts it).
+    model::MemoryLedger state;
+    for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+      const auto cat = static_cast<model::MemoryCategory>(c);
+      state.add(cat, trainee_.memory().bytes(cat));
+    }
+    for (const EpZeroPart<T>& part : zero_) {
+      state.add(model::MemoryCategory::kGradients,
+                -static_cast<int64_t>((part.size() - part.shard_size()) * sizeof(T)));
+    }
+    peak.observe(state, trainee_.memory());
+  }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
 
  private:
@@ -106,7 +138,8 @@ class EpRank : public RankStrategy {
   std::unique_ptr<SliceOptimizer> opt_;
   std::vector<model::ParamRange> replicated_;
   std::vector<model::ParamRange> experts_;  // per MoE layer: this rank's experts' gradients
-  std::vector<T> packed_;  // the replicated gradients, contiguous for one all_reduce
+  std::vector<T> packed_;            // the replicated gradients, contiguous for one all_reduce
+  std::vector<EpZeroPart<T>> zero_;  // --zero 1, 2: the replicated part, the experts' part
 };
 
 }  // namespace
