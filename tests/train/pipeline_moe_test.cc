@@ -62,9 +62,9 @@ TrainConfig config_of(const MoeCase& c) {
   config.precision = c.precision;
   config.steps = 3;
   if (c.ep > 1) {
-    // Adam turns the reordered expert sums into up to 4.5e-05 of drift in some near-zero
-    // gradient at L 2 (with or without --pp: the pipeline is bitwise equal to plain dp x ep
-    // there); SGD shows the gradients themselves, 3e-08 apart.
+    // Adam turns the reordered expert sums into some 1e-05 of drift in near-zero gradients
+    // at L 2 (with or without --pp: the pipeline is bitwise equal to plain dp x ep there,
+    // PipelineMoeEp below); SGD shows the gradients themselves, within 1e-07.
     config.optimizer = model::OptimizerKind::kSgd;
     config.lr = 0.05f;
   }
