@@ -179,9 +179,6 @@ void validate_mesh(const TrainConfig& c) {
     require(c.zero <= 2, "--zero 3 with --ep " + str(m.ep) +
                              " is not supported (ZeRO-3 gathers whole layers, experts "
                              "included); use --zero 1 or 2");
-    require(c.zero == 0 || m.pp == 1,
-            "--zero with --ep and --pp is not supported (a stage's experts are not sharded "
-            "along dp); drop --zero or --pp");
   }
   require(mlp || m.tp == 1, "--model moe runs on --dp and --ep (no tensor-parallel MoE)");
   require(c.pitfall == Pitfall::kNone,

@@ -276,16 +276,6 @@ INSTANTIATE_TEST_SUITE_P(
                   c.zero = 3;
                 },
                 "--zero 3 with --ep 2 is not supported"},
-        BadMesh{"ZeroWithEpInAPipeline",
-                [](TrainConfig& c) {
-                  c.model = ModelKind::kMoe;
-                  c.moe.num_blocks = 2;
-                  c.tp_size = 1;
-                  c.pp = 2;
-                  c.ep = 2;
-                  c.zero = 1;
-                },
-                "--zero with --ep and --pp is not supported"},
         BadMesh{"PipelineWithZero3",
                 [](TrainConfig& c) {
                   c.tp_size = 1;

@@ -126,6 +126,8 @@ std::vector<MoeCase> moe_cases() {
   v.push_back({{kOneFOneB, 2, 4, 1}, 2, 1, 2, 1});  // ZeRO-1 along dp
   v.push_back({{kOneFOneB, 2, 4, 1}, 2, 2});        // dp x ep x pp
   v.push_back({{kGpipe, 2, 4, 1}, 4, 2});           // two expert groups per stage
+  v.push_back({{kOneFOneB, 2, 4, 1}, 2, 2, 2, 1});  // ZeRO-1 along dp x ep
+  v.push_back({{kGpipe, 2, 4, 1}, 4, 2, 2, 2});     // ZeRO-2, experts over expert_dp
   v.push_back({{kOneFOneB, 2, 4, 1}, 2, 1, 2, 0, model::Precision::kMixedBf16});
   return v;
 }
@@ -135,17 +137,21 @@ INSTANTIATE_TEST_SUITE_P(Moe, PipelineMoe, ::testing::ValuesIn(moe_cases()),
 
 // The pipeline changes no float operation of dp x ep: each stage's expert group routes,
 // dispatches and sums the same tokens as the unpipelined run (dividing by dp = 2 or 4 where
-// expert parallelism scales by 1/B is exact), so the two are bitwise equal, Adam included.
+// expert parallelism scales by 1/B is exact), and ZeRO's reduce-scatter sums as the
+// all-reduce does, so all are bitwise equal to dp x ep without pipeline or ZeRO, Adam included.
 TEST(PipelineMoeEp, BitwiseEqualToTheSameDpxEpWithoutAPipeline) {
   for (const int dp : {2, 4}) {
-    TrainConfig piped = config_of({{ScheduleKind::kOneFOneB, 2, 4, 1}, dp, 2});
-    piped.optimizer = model::OptimizerKind::kAdam;
-    piped.lr = 0.01f;
-    TrainConfig flat = piped;
-    flat.pp = 1;
-    flat.ranks = dp;
-    EXPECT_TRUE(compare(run_training(piped), run_training(flat), 0, 0).bitwise_equal)
-        << "dp " << dp;
+    for (const int zero : {0, 1, 2}) {
+      TrainConfig piped = config_of({{ScheduleKind::kOneFOneB, 2, 4, 1}, dp, 2, 2, zero});
+      piped.optimizer = model::OptimizerKind::kAdam;
+      piped.lr = 0.01f;
+      TrainConfig flat = piped;
+      flat.pp = 1;
+      flat.ranks = dp;
+      flat.zero = 0;
+      EXPECT_TRUE(compare(run_training(piped), run_training(flat), 0, 0).bitwise_equal)
+          << "dp " << dp << " zero " << zero;
+    }
   }
 }
 

@@ -32,10 +32,11 @@ template <class T>
 class EpZeroPart {
  public:
   // The tensors `ranges` of the rank's flat `params`, sharded over `group` (null: this rank
-  // alone holds them).
+  // alone holds them); the summed shard is divided by `divide_by` (a pipeline's gradients
+  // carry its replica's mean: dp).
   EpZeroPart(const TrainConfig& config, Communicator* group, std::vector<model::ParamRange> ranges,
-             std::span<const T> params, model::MemoryLedger* ledger)
-      : config_(config), group_(group), ranges_(std::move(ranges)) {
+             std::span<const T> params, model::MemoryLedger* ledger, int divide_by = 1)
+      : config_(config), group_(group), ranges_(std::move(ranges)), divide_by_(divide_by) {
     size_t n = 0;
     for (const model::ParamRange& r : ranges_) n += r.size();
     packed_params_.resize(n);
@@ -57,12 +58,13 @@ class EpZeroPart {
     pack(grads, std::span<T>(packed_grads_));
     if (group_ == nullptr) {
       std::copy(packed_grads_.begin(), packed_grads_.end(), shard_grads_.begin());
-      return;
+    } else {
+      timeline.collective("reduce_scatter", *group_, [&] {
+        group_->reduce_scatter(std::span<const T>(packed_grads_), std::span<T>(shard_grads_),
+                               ReduceOp::kSum, reduce_scatter_algo(config_.algo));
+      });
     }
-    timeline.collective("reduce_scatter", *group_, [&] {
-      group_->reduce_scatter(std::span<const T>(packed_grads_), std::span<T>(shard_grads_),
-                             ReduceOp::kSum, reduce_scatter_algo(config_.algo));
-    });
+    if (divide_by_ > 1) divide(std::span<T>(shard_grads_), divide_by_);
   }
   void optimizer_step() { opt_->step(shard(packed_params_), std::span<T>(shard_grads_)); }
   // All-gathers the updated shards and unpacks them into the rank's `params`.
@@ -95,6 +97,7 @@ class EpZeroPart {
   const TrainConfig& config_;
   Communicator* group_;
   std::vector<model::ParamRange> ranges_;
+  int divide_by_;
   model::ParamRange mine_;
   std::vector<T> packed_params_, packed_grads_, shard_grads_;
   std::unique_ptr<SliceOptimizer> opt_;

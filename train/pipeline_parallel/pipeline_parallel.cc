@@ -13,6 +13,7 @@
 #include "train/accounting.h"
 #include "train/data_parallel/zero3_hooks.h"
 #include "train/expert_parallel/ep_moe_layer.h"
+#include "train/expert_parallel/ep_zero.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -100,6 +101,7 @@ class PipelineRank : public RankStrategy {
         timeline_(&runner.timeline()),
         zero_stage_(zero_stage) {
     std::vector<StageChunk*> views;
+    ep_zero_.reserve(2 * chunks_.size());
     for (auto& t : chunks_) {
       adapters_.push_back(std::make_unique<LayerStackChunk>(t->stack()));
       views.push_back(adapters_.back().get());
@@ -107,6 +109,16 @@ class PipelineRank : public RankStrategy {
         if constexpr (std::is_same_v<typename decltype(params)::value_type, T>) {
           params_.push_back(params);
           grads_.push_back(grads);
+          if (groups.ep != nullptr && zero_stage >= 1 && dp_ != nullptr) {
+            // ZeRO along dp x ep (ep_zero.h): replicated tensors over dp, experts over
+            // expert_dp, divided by dp as the stage's replicas' means.
+            const EpParamSplit split = ep_param_split(t->store().layout(), config.moe.moe);
+            shards_.push_back({0, params.size()});  // ZeRO-2's count is the parts'
+            ep_zero_.emplace_back(config, dp_, split.replicated, params, &t->memory(), dp_->size());
+            ep_zero_.emplace_back(config, expert_dp_, split.experts, params, &t->memory(),
+                                  dp_->size());
+            return;
+          }
           // ZeRO-1: this dp rank's shard of the chunk's optimizer state only.
           const model::ParamRange mine =
               zero_stage >= 1 && dp_ ? model::shard_range(params.size(), dp_->size(), dp_->rank())
@@ -160,6 +172,10 @@ class PipelineRank : public RankStrategy {
     Communicator& dp = *dp_;
     for (size_t j = 0; j < grads_.size(); ++j) {
       std::span<T> g = grads_[j];
+      if (!ep_zero_.empty()) {
+        for (int part : {0, 1}) ep_zero_[2 * j + part].sync_gradients(g, *timeline_);
+        continue;
+      }
       if (!split_.empty()) {
         sync_expert_parallel(g, split_[j]);
         continue;
@@ -209,11 +225,15 @@ class PipelineRank : public RankStrategy {
       const model::ParamRange r = shards_[j];
       opts_[j]->step(params_[j].subspan(r.begin, r.size()), grads_[j].subspan(r.begin, r.size()));
     }
+    for (EpZeroPart<T>& part : ep_zero_) part.optimizer_step();
   }
   // ZeRO-1: the updated shards travel back to every dp rank of the stage.
   void sync_params() override {
     if (zero_stage_ == 0 || dp_ == nullptr || dp_->size() == 1) return;
-    for (size_t j = 0; j < params_.size(); ++j) {
+    for (size_t j = 0; j < ep_zero_.size(); ++j) {
+      ep_zero_[j].sync_params(params_[j / 2], *timeline_);
+    }
+    for (size_t j = 0; j < opts_.size(); ++j) {
       const model::ParamRange r = shards_[j];
       timeline_->collective("all_gather", *dp_, [&] {
         dp_->all_gather(std::span<const T>(params_[j].subspan(r.begin, r.size())), params_[j],
@@ -236,6 +256,10 @@ class PipelineRank : public RankStrategy {
         const int64_t full = static_cast<int64_t>(grads_[j].size() * sizeof(T));
         const int64_t shard = static_cast<int64_t>(shards_[j].size() * sizeof(T));
         all.add(model::MemoryCategory::kGradients, shard - full);
+      }
+      for (const EpZeroPart<T>& part : ep_zero_) {
+        all.add(model::MemoryCategory::kGradients,
+                -static_cast<int64_t>((part.size() - part.shard_size()) * sizeof(T)));
       }
     }
     peak.observe(all);
@@ -267,6 +291,7 @@ class PipelineRank : public RankStrategy {
   std::vector<model::ParamRange> shards_;  // per chunk: this dp rank's optimizer shard
   std::vector<T> shard_sum_;               // reduce-scatter output (scratch)
   std::vector<EpParamSplit> split_;        // under --ep, per chunk: replicated and experts
+  std::vector<EpZeroPart<T>> ep_zero_;     // under --ep and ZeRO: per chunk, those two parts
   std::vector<T> packed_;                  // the replicated gradients of a chunk (scratch)
 };
 
