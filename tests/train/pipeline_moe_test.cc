@@ -46,21 +46,10 @@ std::string case_name(const MoeCase& c) {
 
 TrainConfig config_of(const MoeCase& c) {
   TrainConfig config = moe_config(Strategy::kMesh, c.dp * c.spec.stages);
-  config.dp = c.dp;
   config.tp_size = 1;
   config.ep = c.ep;
-  config.pp = c.spec.stages;
-  config.schedule = c.spec.kind;
-  config.virtual_stages = c.spec.virtual_stages;
-  config.zero = c.zero;
   config.moe.num_blocks = c.layers;
-  config.micro_batches = c.spec.micro_batches;
-  config.global_batch = 8 * c.dp * c.spec.micro_batches;
-  config.algo = Algo::kDeterministic;
-  config.optimizer = model::OptimizerKind::kAdam;
-  config.lr = 0.01f;
-  config.precision = c.precision;
-  config.steps = 3;
+  config = pipeline_config(config, c.spec, c.dp, c.zero, c.precision);
   if (c.ep > 1) {
     // Adam turns the reordered expert sums into some 1e-05 of drift in near-zero gradients
     // at L 2 (with or without --pp: the pipeline is bitwise equal to plain dp x ep there,

@@ -44,21 +44,9 @@ std::string case_name(const Case& c) {
 
 TrainConfig config_of(const Case& c) {
   TrainConfig config = mlp_config(Strategy::kMesh, c.dp * c.tp * c.spec.stages);
-  config.dp = c.dp;
-  config.pp = c.spec.stages;
-  config.schedule = c.spec.kind;
-  config.virtual_stages = c.spec.virtual_stages;
-  config.zero = c.zero;
   config.tp_size = c.tp;
   config.mlp.num_blocks = c.layers;
-  config.micro_batches = c.spec.micro_batches;
-  config.global_batch = 8 * c.dp * c.spec.micro_batches;
-  config.algo = Algo::kDeterministic;
-  config.optimizer = model::OptimizerKind::kAdam;
-  config.lr = 0.01f;
-  config.precision = c.precision;
-  config.steps = 3;
-  return config;
+  return pipeline_config(config, c.spec, c.dp, c.zero, c.precision);
 }
 
 class PipelineTraining : public ::testing::TestWithParam<Case> {};
