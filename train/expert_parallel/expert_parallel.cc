@@ -155,11 +155,7 @@ std::optional<RunResult> run_expert_parallel(const TrainConfig& config, const Me
         // The embedding reads the Trainee's input buffer in place (no copy).
         Trainee trainee(config, ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep),
                         /*copy_input=*/false);
-        with_buffers(trainee.store(), [&](auto params, auto grads) {
-          using T = typename decltype(grads)::value_type;
-          EpRank<T> rank(config, mesh, trainee, runner, params, grads);
-          runner.run(rank);
-        });
+        run_rank<EpRank>(runner, trainee, config, mesh, trainee, runner);
       },
       assemble_slices(
           model::moe_model_layout(config.moe),

@@ -110,11 +110,7 @@ std::optional<RunResult> run_tensor_parallel(const TrainConfig& config, const Me
         Communicator& group = mesh.tp() != nullptr ? *mesh.tp() : comm;
         TracedComm tp(group, runner.timeline(), config.algo);
         Trainee trainee(config, tp_mlp_layers(config.mlp, mesh.coord().tp, shape.tp, &tp));
-        with_buffers(trainee.store(), [&](auto params, auto grads) {
-          using T = typename decltype(grads)::value_type;
-          TpRank<T> rank(config, mesh, trainee, runner, params, grads);
-          runner.run(rank);
-        });
+        run_rank<TpRank>(runner, trainee, config, mesh, trainee, runner);
       },
       assemble_slices(
           model::mlp_layout(config.mlp),
