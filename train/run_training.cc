@@ -135,9 +135,9 @@ void validate_pipeline(const TrainConfig& c) {
                                     str(c.pp) + " x --virtual-stages " + str(c.virtual_stages) +
                                     " = " + str(chunks) +
                                     " pipeline chunks; give --layers a multiple of " + str(chunks));
-  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
-          "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
-          "split into input and weight gradients, which the layers do not have");
+  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || c.model == ModelKind::kMlp,
+          "--schedule zb-h1 needs --model mlp (its layers split backward into input and "
+          "weight gradients; MoE layers do not)");
   require(c.zero <= 2,
           "--zero 3 with --pp is not supported (ZeRO-3 gathers each layer at each "
           "use, which the pipeline stages do not do); use --zero 1 or 2");
