@@ -166,8 +166,6 @@ void validate_mesh(const TrainConfig& c) {
     require(c.mlp.hidden_dim % m.tp == 0, "--hidden " + str(c.mlp.hidden_dim) +
                                               " is not divisible by --tp " + str(m.tp) +
                                               "; change --hidden or --tp");
-    require(c.zero < 3, "--zero 3 with --tp " + str(m.tp) +
-                            " is not supported (ZeRO-3 gathers whole layers); use --zero 1 or 2");
   }
   if (m.ep > 1) {
     require(!mlp, "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe");

@@ -12,8 +12,10 @@
 #include "model/moe_model.h"
 #include "model/param_layout.h"
 #include "runtime/world.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train/mesh.h"
 #include "train/strategies.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
 #include "train/trainee.h"
 #include "train_test_util.h"
 
@@ -110,8 +112,12 @@ TEST_P(MeshTraining, MatchesItsSingleRankReference) {
     // Under --ep, ZeRO reduce-scatters the replicated tensors over dp and, when dp > ep,
     // the experts over the ranks holding them.
     const bool ep_experts_shared = m.moe && m.ep > 1 && m.dp > m.ep;
+    // ZeRO-3 (with tp) reduce-scatters every layer after each micro-batch's backward.
+    const int layers = c.mlp.num_blocks + 1;
     if (m.zero > 0 && m.dp > 1) {
-      EXPECT_EQ(k[OpKind::kReduceScatter].calls / steps, ep_experts_shared ? 2 : 1);
+      EXPECT_EQ(k[OpKind::kReduceScatter].calls / steps, m.zero == 3         ? layers * m.micro
+                                                         : ep_experts_shared ? 2
+                                                                             : 1);
     }
     if (m.tp > 1) {
       const double dp_sync = m.zero == 0 && m.dp > 1 ? 1 : 0;
@@ -140,6 +146,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{8, 1, 4, 0, 1, true, true},
                       MeshCase{4, 4, 1, 1, 1, false, false},  // N = 16
                       MeshCase{16, 1, 4, 0, 1, true, false},
+                      // ZeRO-3 along dp of a tensor-parallel MLP.
+                      MeshCase{2, 2, 1, 3, 1, false, false}, MeshCase{2, 2, 1, 3, 2, false, true},
+                      MeshCase{4, 2, 1, 3, 1, false, false}, MeshCase{3, 2, 1, 3, 1, false, true},
                       // ZeRO along the data axis of expert parallelism (ep_zero.h).
                       MeshCase{2, 1, 2, 1, 1, true, false}, MeshCase{4, 1, 2, 2, 1, true, true},
                       MeshCase{8, 1, 2, 1, 2, true, true}, MeshCase{3, 1, 3, 2, 1, true, false}),
@@ -200,6 +209,27 @@ TEST(MeshZeroWithEp, BitwiseEqualToEpWithoutZeroWithAdamStateSharded) {
       EXPECT_EQ(a.ranks[r].memory[static_cast<int>(model::MemoryCategory::kGradients)], 4 * grads)
           << "rank " << r;
     }
+  }
+}
+
+// ZeRO-3 along dp of dp x tp sums each layer's gradient over dp as the all-reduce does (one
+// micro-batch, --algo deterministic), so it is bitwise equal to dp x tp without ZeRO; each
+// rank keeps Adam state for its shard of its tensor-parallel slice only.
+TEST(MeshZero3WithTp, BitwiseEqualToDpTpWithoutZeroWithTheSliceSharded) {
+  const MeshCase m{2, 2, 1, 3, 1, false, true};
+  TrainConfig zero = mesh_config(m);
+  zero.algo = Algo::kDeterministic;
+  TrainConfig plain = zero;
+  plain.zero = 0;
+  const RunResult a = run_training(zero), b = run_training(plain);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+  for (int r = 0; r < zero.ranks; ++r) {
+    const MeshCoord c = mesh_coord(zero.mesh(), r);
+    const Zero3Layout shards(model::layout_of(tp_mlp_layers(zero.mlp, c.tp, m.tp, nullptr)), m.dp);
+    EXPECT_EQ(a.ranks[r].memory[static_cast<int>(model::MemoryCategory::kAdamM)],
+              int64_t(4 * shards.shard_size()))
+        << "rank " << r;
   }
 }
 
@@ -264,7 +294,6 @@ INSTANTIATE_TEST_SUITE_P(
                   c.zero = 1;
                 },
                 "--zero 1 shards along the data axis: it needs --dp > 1"},
-        BadMesh{"Zero3WithTp", [](TrainConfig& c) { c.zero = 3; }, "--zero 3 with --tp 2"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
         BadMesh{"Zero3WithEp",
