@@ -8,9 +8,9 @@
 
 #include "runtime/diagnostics/counters.h"
 #include "runtime/diagnostics/flight_recorder.h"
+#include "runtime/diagnostics/trace.h"
 #include "runtime/mutant.h"
 #include "runtime/native_collectives.h"
-#include "runtime/diagnostics/trace.h"
 #include "runtime/transport/transport.h"
 
 namespace dtsim {

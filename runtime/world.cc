@@ -7,15 +7,15 @@
 #include <system_error>
 
 #include "runtime/communicator.h"
+#include "runtime/diagnostics/watchdog.h"
 #include "runtime/rank_context.h"
 #include "runtime/schedule/scheduler.h"
-#include "runtime/transport/thread/thread_transport.h"
 #include "runtime/transport/mpi/mpi_collectives.h"
 #include "runtime/transport/mpi/mpi_link.h"
 #include "runtime/transport/mpi/mpi_process.h"
 #include "runtime/transport/mpi/mpi_transport.h"
 #include "runtime/transport/routed_transport.h"
-#include "runtime/diagnostics/watchdog.h"
+#include "runtime/transport/thread/thread_transport.h"
 #include "runtime/world_state.h"
 
 namespace dtsim {

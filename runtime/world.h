@@ -16,9 +16,9 @@
 
 #include "runtime/diagnostics/counters.h"
 #include "runtime/diagnostics/flight_recorder.h"
+#include "runtime/diagnostics/trace.h"
 #include "runtime/mutant.h"
 #include "runtime/process_model.h"
-#include "runtime/diagnostics/trace.h"
 #include "runtime/types.h"
 
 namespace dtsim {

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/transport/thread/doorbell.h"
 #include "runtime/diagnostics/flight_recorder.h"
+#include "runtime/transport/thread/doorbell.h"
 #include "runtime/transport/thread/mailbox.h"
 #include "runtime/transport/thread/stash.h"
 #include "runtime/world.h"

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/diagnostics/watchdog.h"
+#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/world_state.h"
 
 namespace dtsim::schedule {

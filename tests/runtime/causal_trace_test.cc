@@ -1,5 +1,5 @@
-// The trace in causal order (runtime/diagnostics/trace.h), as `dtsim walk` prints it: a step is the set
-// of sends that can happen at once, with every rank's buffer after it. Cases worked out by
+// The trace in causal order (runtime/diagnostics/trace.h), as `dtsim walk` prints it: a step is the
+// set of sends that can happen at once, with every rank's buffer after it. Cases worked out by
 // hand: the binomial trees on 8 ranks, tree all_reduce, recursive doubling on 3, all_to_all.
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// dtsim walk: runs one collective on N rank threads with the trace on (runtime/diagnostics/trace.h),
-// and prints the lesson's "walk the shapes" table in causal order: per step, the sends
-// that can happen at once (which rank sent which chunk to whom) and every rank's buffer
-// afterwards; then the result against a single-threaded reference and the traffic each
-// rank sent, read from the runtime's counters.
+// dtsim walk: runs one collective on N rank threads with the trace on
+// (runtime/diagnostics/trace.h), and prints the lesson's "walk the shapes" table in causal order:
+// per step, the sends that can happen at once (which rank sent which chunk to whom) and every
+// rank's buffer afterwards; then the result against a single-threaded reference and the traffic
+// each rank sent, read from the runtime's counters.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>

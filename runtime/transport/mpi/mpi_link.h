@@ -31,11 +31,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/transport/thread/doorbell.h"
 #include "runtime/native_collectives.h"
 #include "runtime/process_model.h"
 #include "runtime/transport/mpi/wire.h"
 #include "runtime/transport/mpi/wire_pool.h"
+#include "runtime/transport/thread/doorbell.h"
 
 namespace dtsim {
 class WorldState;

@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/transport/thread/doorbell.h"
 #include "runtime/transport/mpi/wire.h"
 #include "runtime/transport/mpi/wire_pool.h"
+#include "runtime/transport/thread/doorbell.h"
 
 namespace dtsim::mpi {
 

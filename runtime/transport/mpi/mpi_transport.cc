@@ -6,8 +6,8 @@
 #include <string>
 #include <thread>
 
-#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/diagnostics/watchdog.h"
+#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/world_state.h"
 
 namespace dtsim::mpi {

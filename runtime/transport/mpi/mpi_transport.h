@@ -16,9 +16,9 @@
 
 #include <vector>
 
-#include "runtime/transport/transport.h"
 #include "runtime/transport/mpi/mpi_link.h"
 #include "runtime/transport/mpi/wire_pool.h"
+#include "runtime/transport/transport.h"
 
 namespace dtsim::mpi {
 

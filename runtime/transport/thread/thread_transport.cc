@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "common/splitmix.h"
-#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/diagnostics/watchdog.h"
+#include "runtime/transport/thread/transport_wait.h"
 
 namespace dtsim {
 namespace {
