@@ -202,11 +202,15 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   }
   watchdog_->set_active(false);
   // Every process waits for every other to leave the run (or names the one it lost).
+  // A failed run names the process it lost too: a rank that timed out may name a peer that
+  // itself waited, transitively, on the lost one.
+  std::string lost;
   if (link_) {
     int lost_rank = -1;
-    const std::string lost = link_->finish_run(state_->aborted(), &lost_rank);
+    lost = link_->finish_run(state_->aborted(), &lost_rank);
     if (!lost.empty() && !state_->aborted()) {
       state_->fail(lost_rank, std::make_exception_ptr(TimeoutError(lost)));
+      lost.clear();
     }
   }
   int failed = state_->failed_rank();
@@ -226,6 +230,7 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     }
   } else {
     what = state_->abort_reason().substr(std::string("rank ").size());
+    if (!lost.empty()) what += "; " + lost;
     flight = flight_report(kFailureReportCalls);
   }
   if (cause && sched) flight += "\n" + sched->summary(32);

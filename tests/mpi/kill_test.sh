@@ -42,8 +42,9 @@ if [ "$sig" = KILL ]; then
   grep -q "process rank $rank .*exited on signal 9" "$out" || { echo "FAIL: no line names the lost rank"; exit 1; }
 else
   # A rank waiting in a ring names its own predecessor, which may itself wait on the stopped
-  # rank, so the waiting form names some rank; the end-of-run check names the stopped one.
-  grep -qE "waiting for rank [0-9]|lost process $rank\b" "$out" || { echo "FAIL: no line names the lost rank"; exit 1; }
+  # rank; the end-of-run check that follows names the stopped one, on the same line.
+  grep -qE "waiting for rank [0-9].*lost process $rank \(rank $rank\)" "$out" ||
+    { echo "FAIL: no line names the lost rank"; exit 1; }
 fi
 for p in "${pids[@]}"; do
   for _ in $(seq 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
