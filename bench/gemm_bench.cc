@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/gemm.h"
 #include "model/parallel.h"
 
 namespace {
@@ -125,6 +126,20 @@ void bm_gemm(benchmark::State& state, Gemm g, Mode mode) {
       benchmark::Counter(2.0 * g.m * g.n * g.k * state.iterations(), benchmark::Counter::kIsRate);
 }
 
+// dtsim's model::sgemm (model/gemm.h: its AVX2/FMA kernel when built with it), whole.
+void bm_dtsim(benchmark::State& state, Gemm g, Mode /*mode*/) {
+  const size_t rows_a = g.ta ? g.k : g.m, rows_b = g.tb ? g.n : g.k;
+  std::vector<float> a(rows_a * g.lda, 0.5f), b(rows_b * g.ldb, 0.25f), c(size_t(g.m) * g.n);
+  for (auto _ : state) {
+    dtsim::model::sgemm(g.ta, g.tb, g.m, g.n, g.k, a.data(), g.lda, b.data(), g.ldb,
+                        g.accumulate ? 1.0f : 0.0f, c.data(), g.n);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * g.m * g.n * g.k * state.iterations(), benchmark::Counter::kIsRate);
+}
+
 void register_all() {
   for (int B : {64, 16}) {
     for (const Case& c : cases(B)) {
@@ -133,6 +148,7 @@ void register_all() {
         benchmark::RegisterBenchmark((lib + base + how).c_str(), fn, c.g, mode)
             ->Unit(benchmark::kMicrosecond);
       };
+      add(dtsim::model::gemm_backend(), bm_dtsim, Mode::kWhole, "/whole");
       add("eigen", bm_gemm<false>, Mode::kWhole, "/whole");
       add("eigen", bm_gemm<false>, Mode::kRows32, "/rows32");
       add("openblas", bm_gemm<true>, Mode::kWhole, "/whole");

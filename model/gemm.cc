@@ -2,7 +2,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstddef>
+
+#include "model/gemm_avx2.h"
 
 namespace dtsim::model {
 namespace {
@@ -15,12 +18,18 @@ bool pin_one_blas_thread() {
   return true;
 }
 
+void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                const float* b, int ldb, float beta, float* c, int ldc) {
+  static const bool pinned = pin_one_blas_thread();
+  (void)pinned;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
-  static const bool pinned = pin_one_blas_thread();
-  (void)pinned;
   if (m == 0 || n == 0) return;
   if (k == 0) {  // no product: C = beta * C (CBLAS would reject a zero leading dimension)
     for (int i = 0; i < m; ++i) {
@@ -29,8 +38,15 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+#if DTSIM_GEMM_AVX2
+  if (!(trans_a && trans_b)) {
+    avx2::sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+#endif
+  blas_sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
+
+const char* gemm_backend() { return DTSIM_GEMM_AVX2 ? "avx2-fma" : "openblas"; }
 
 }  // namespace dtsim::model

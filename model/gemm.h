@@ -1,18 +1,25 @@
-// Single-precision GEMM on row-major buffers, one BLAS thread per call (OpenBLAS through
-// CBLAS; measured faster than Eigen on the model's shapes, bench/RESULTS.md "GEMM").
+// Single-precision GEMM on row-major buffers.
+//
+// Built for a machine with AVX2 and FMA (DTSIM_NATIVE=ON on such a machine), the GEMMs run
+// dtsim's register-blocked kernel (model/gemm_avx2.h): each C element is one in-order FMA
+// chain over k, so its bits do not depend on how the product is cut into calls or tiles.
+// Otherwise they call OpenBLAS through CBLAS, pinned to one BLAS thread before the first
+// call; the A^T * B^T case always does. Measurements: bench/compute_results.md.
 //
 // Contract: C (m, n) = beta * C + op(A) (m, k) * op(B) (k, n), op(X) = X or X^T as
 // asked; A is stored (m, k) with leading dimension lda (or (k, m) when transposed), B (k, n)
 // with ldb (or (n, k)), C with ldc. For a given shape, leading dimensions and inputs the
-// result is bitwise the same on every call and from every thread (OpenBLAS runs its
-// single-threaded driver: the library is pinned to one thread before the first call).
-// Thread safety: any number of threads may call sgemm concurrently on disjoint C.
-// No allocation per call (OpenBLAS reuses its per-call buffers from a pool).
+// result is bitwise the same on every call and from every thread.
+// Thread safety: any number of threads may call concurrently on disjoint outputs.
+// No allocation per call (buffers are per thread, grown once and kept).
 #pragma once
 
 namespace dtsim::model {
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc);
+
+// "avx2-fma" (dtsim's kernel) or "openblas": what this build's GEMMs run.
+const char* gemm_backend();
 
 }  // namespace dtsim::model

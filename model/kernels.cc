@@ -97,10 +97,9 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                      std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
                      int in, int out) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
-  DTSIM_CHECK(w.size() == size_t(out) * in);
   const int64_t work = int64_t{batch} * in * out;
   if (!dx.empty()) {
-    DTSIM_CHECK(dx.size() >= size_t(batch) * in);
+    DTSIM_CHECK(dx.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
     // dx[:, c0:c1] (B, c) += dy (B, out) * w[:, c0:c1] (out, c)
     for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
       sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, 1.0f,

@@ -20,6 +20,7 @@ namespace dtsim::model {
 void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b,
                     std::span<float> y, int batch, int in, int out);
 // Given dy (B, out): dx (B, in) += dy * w; dw (out, in) += dy^T * x; db (out) += sum_rows dy.
+// w is read only for dx (it may be empty when dx is).
 void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
                      std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
                      int in, int out);

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "model/memory.h"
@@ -76,7 +77,31 @@ class Layer {
                         std::span<const float> dy, const BackwardScale& scale,
                         std::span<float> grads, std::span<float> dx, LayerState& state,
                         Workspace& ws) = 0;
+
+  // The split backward of ZB-H1 (Qi et al. 2023), for layers with splits_backward():
+  // backward_input OVERWRITES dx (B, in) with the input gradient (empty: not needed) and
+  // keeps in `state` what backward_weight needs (the output gradient and the gradients
+  // inside the layer), so dy may change once it returns (dx may alias dy as in backward);
+  // backward_weight then adds the weight gradients of that micro-batch into grads, reading
+  // x (unchanged since forward) and the state. Input then weight gives bitwise what backward
+  // gives. The defaults throw std::logic_error.
+  virtual bool splits_backward() const { return false; }
+  virtual void backward_input(std::span<const float> params, std::span<const float> x,
+                              std::span<const float> dy, const BackwardScale& scale,
+                              std::span<float> dx, LayerState& state, Workspace& ws);
+  virtual void backward_weight(std::span<const float> x, const BackwardScale& scale,
+                               std::span<float> grads, LayerState& state, Workspace& ws);
 };
+
+inline void Layer::backward_input(std::span<const float>, std::span<const float>,
+                                  std::span<const float>, const BackwardScale&, std::span<float>,
+                                  LayerState&, Workspace&) {
+  throw std::logic_error("this layer has no split backward (splits_backward() is false)");
+}
+inline void Layer::backward_weight(std::span<const float>, const BackwardScale&, std::span<float>,
+                                   LayerState&, Workspace&) {
+  throw std::logic_error("this layer has no split backward (splits_backward() is false)");
+}
 
 using Layers = std::vector<std::unique_ptr<Layer>>;
 

@@ -80,7 +80,33 @@ std::span<float> LayerStack::loss_grad(int batch) {
 
 std::span<const float> LayerStack::backward(int p, std::span<float> dy, const BackwardScale& scale,
                                             LayerHooks* hooks, bool input_grad) {
+  return run_backward(*passes_.at(p), dy, scale, hooks, input_grad, false);
+}
+
+bool LayerStack::splits_backward() const {
+  return std::all_of(layers_.begin(), layers_.end(),
+                     [](const std::unique_ptr<Layer>& l) { return l->splits_backward(); });
+}
+
+std::span<const float> LayerStack::backward_input(int p, std::span<float> dy,
+                                                  const BackwardScale& scale, bool input_grad) {
+  DTSIM_CHECK(splits_backward());
+  return run_backward(*passes_.at(p), dy, scale, nullptr, input_grad, true);
+}
+
+void LayerStack::backward_weight(int p, const BackwardScale& scale) {
   Pass& s = *passes_.at(p);
+  for (int i = num_layers() - 1; i >= 0; --i) {
+    std::span<const float> x = i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
+    std::span<float> grads = store_.begin_layer_grads(i);
+    layers_[i]->backward_weight(x, scale, grads, *s.states[i], ws_);
+    store_.end_layer_grads(i);
+  }
+}
+
+std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
+                                                const BackwardScale& scale, LayerHooks* hooks,
+                                                bool input_grad, bool split) {
   const int batch = s.batch;
   DTSIM_CHECK(dy.size() == size_t(batch) * out_dim());
   std::span<float> cur = dy;
@@ -100,9 +126,13 @@ std::span<const float> LayerStack::backward(int p, std::span<float> dy, const Ba
     std::span<const float> x = i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
     if (hooks) hooks->before_backward(i);
     std::span<const float> params = store_.layer_params(i);
-    std::span<float> grads = store_.begin_layer_grads(i);
-    layer.backward(params, x, cur, scale, grads, dx, *s.states[i], ws_);
-    store_.end_layer_grads(i);
+    if (split) {
+      layer.backward_input(params, x, cur, scale, dx, *s.states[i], ws_);
+    } else {
+      std::span<float> grads = store_.begin_layer_grads(i);
+      layer.backward(params, x, cur, scale, grads, dx, *s.states[i], ws_);
+      store_.end_layer_grads(i);
+    }
     if (hooks) hooks->after_backward(i);
     cur = dx;
   }

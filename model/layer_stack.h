@@ -8,6 +8,8 @@
 //   stack.forward(p, x, B, hooks)     -> y (B, out): the stack's output, kept in pass p
 //   loss.forward_backward(y, t, ..., stack.loss_grad(B))  (the last stage only)
 //   stack.backward(p, dy, scale, ...) -> dx (B, in) for the previous stage (or nothing)
+//   or, split (ZB-H1): stack.backward_input(p, dy, scale, ...) -> dx, later
+//                      stack.backward_weight(p, scale) -> the weight gradients
 //
 // Layer hooks (hooks.h) see the stack's own layer numbers 0..num_layers()-1, which are
 // also the layers of its ParamStore's layout.
@@ -60,6 +62,15 @@ class LayerStack {
   // nothing when !input_grad (the stack's input is the data).
   std::span<const float> backward(int pass, std::span<float> dy, const BackwardScale& scale,
                                   LayerHooks* hooks = nullptr, bool input_grad = false);
+  // ZB-H1's split backward of pass `pass` (every layer splits_backward()): backward_input
+  // is backward without the weight gradients (same dy, input_grad and result); the pass
+  // then keeps its activations and each layer's saved gradients until backward_weight adds
+  // the weight gradients into the store, layer by layer as backward does. Bitwise, input
+  // then weight is backward. No hooks.
+  bool splits_backward() const;
+  std::span<const float> backward_input(int pass, std::span<float> dy, const BackwardScale& scale,
+                                        bool input_grad = false);
+  void backward_weight(int pass, const BackwardScale& scale);
   // The state layer `layer` saved in pass `pass`'s last forward.
   LayerState& state(int pass, int layer) { return *passes_.at(pass)->states[layer]; }
 
@@ -73,6 +84,9 @@ class LayerStack {
     std::vector<std::unique_ptr<LayerState>> states;
   };
   Pass& pass(int p, int batch);
+  // backward's loop over the layers; `split`: the input halves only.
+  std::span<const float> run_backward(Pass& s, std::span<float> dy, const BackwardScale& scale,
+                                      LayerHooks* hooks, bool input_grad, bool split);
 
   MemoryLedger ledger_;
   Layers layers_;

@@ -13,8 +13,8 @@ void Linear::add_params(ParamLayout& layout) const {
   layout.add(name_ + ".b", out_, 1);
 }
 
-std::unique_ptr<LayerState> Linear::make_state(MemoryLedger* /*ledger*/) const {
-  return std::make_unique<LayerState>();
+std::unique_ptr<LayerState> Linear::make_state(MemoryLedger* ledger) const {
+  return std::make_unique<LinearState>(ledger);
 }
 
 void Linear::forward(std::span<const float> p, std::span<const float> x, int batch,
@@ -28,6 +28,24 @@ void Linear::backward(std::span<const float> p, std::span<const float> x, std::s
                       LayerState& /*state*/, Workspace& /*ws*/) {
   std::fill(dx.begin(), dx.end(), 0.0f);
   linear_backward(dy, x, p.first(size_t(out_) * in_), dx, g.first(size_t(out_) * in_),
+                  g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
+}
+
+void Linear::backward_input(std::span<const float> p, std::span<const float> x,
+                            std::span<const float> dy, const BackwardScale& scale,
+                            std::span<float> dx, LayerState& state, Workspace& /*ws*/) {
+  auto& s = static_cast<LinearState&>(state);
+  ensure_size(s.dy, s.ledger, dy.size());
+  std::copy(dy.begin(), dy.end(), s.dy.data());  // before dx, which may alias dy
+  std::fill(dx.begin(), dx.end(), 0.0f);
+  linear_backward(s.dy.span(), x, p.first(size_t(out_) * in_), dx, {}, {}, scale.batch, in_, out_);
+}
+
+void Linear::backward_weight(std::span<const float> x, const BackwardScale& scale,
+                             std::span<float> g, LayerState& state, Workspace& /*ws*/) {
+  const auto& s = static_cast<LinearState&>(state);
+  // The weight (dy^T x) and bias (sum of dy) products of backward; w itself is not read.
+  linear_backward(s.dy.span(), x, {}, {}, g.first(size_t(out_) * in_),
                   g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
@@ -56,23 +74,72 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
   for (size_t i = 0; i < bd; ++i) y[i] += x[i];  // residual
 }
 
+// The three parts of a block's backward. input_part: dpre (B, H) = the pre-activation
+// gradient, through W2 and GELU (dh: a zero-filled (B, H) scratch it uses); weight_part:
+// the weight and bias gradients from dy and dpre; finish_dx: dx = dy (the residual) + dpre W1.
+// Each kernel call is backward's own, so any order that reads dy before dx overwrites it
+// gives bitwise the same sums.
+void MlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
+                          const MlpBlockState& s, int batch, std::span<float> dh,
+                          std::span<float> dpre) const {
+  const int D = dim_, H = hidden_;
+  const MlpBlockOffsets o(D, H);
+  std::fill(dh.begin(), dh.end(), 0.0f);
+  std::fill(dpre.begin(), dpre.end(), 0.0f);
+  linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), dh, {}, {}, batch, H, D);
+  gelu_backward(s.pre.span(), dh, dpre);
+}
+
+void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
+                           std::span<const float> dpre, const MlpBlockState& s, int batch,
+                           std::span<float> g) const {
+  const int D = dim_, H = hidden_;
+  const MlpBlockOffsets o(D, H);
+  linear_backward(dy, s.hid.span(), {}, {}, g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D),
+                  batch, H, D);
+  linear_backward(dpre, x, {}, {}, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
+}
+
+void MlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,
+                         std::span<const float> dy, std::span<const float> dpre, int batch,
+                         std::span<float> dx) const {
+  if (dx.empty()) return;
+  const int D = dim_, H = hidden_;
+  const MlpBlockOffsets o(D, H);
+  // The residual makes dy the first term of dx; the block's own part accumulates on top.
+  if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());
+  linear_backward(dpre, x, p.subspan(o.w1, size_t(H) * D), dx, {}, {}, batch, D, H);
+}
+
 void MlpBlock::backward(std::span<const float> p, std::span<const float> x,
                         std::span<const float> dy, const BackwardScale& scale, std::span<float> g,
                         std::span<float> dx, LayerState& state, Workspace& ws) {
-  const int D = dim_, H = hidden_, batch = scale.batch;
-  const MlpBlockOffsets o(D, H);
+  const int batch = scale.batch;
+  const auto& s = static_cast<MlpBlockState&>(state);
+  const size_t bh = size_t(batch) * hidden_;
+  std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
+  input_part(p, dy, s, batch, dh, dpre);
+  weight_part(x, dy, dpre, s, batch, g);  // reads dy before dx (which may alias it) is written
+  finish_dx(p, x, dy, dpre, batch, dx);
+}
+
+void MlpBlock::backward_input(std::span<const float> p, std::span<const float> x,
+                              std::span<const float> dy, const BackwardScale& scale,
+                              std::span<float> dx, LayerState& state, Workspace& ws) {
+  const int batch = scale.batch;
   auto& s = static_cast<MlpBlockState&>(state);
-  const size_t bh = size_t(batch) * H;
-  std::span<float> dh = ws.take(0, bh), dp = ws.take(1, bh);
-  std::fill(dh.begin(), dh.end(), 0.0f);
-  std::fill(dp.begin(), dp.end(), 0.0f);
-  linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), dh,
-                  g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch, H, D);
-  gelu_backward(s.pre.span(), dh, dp);
-  // The residual makes dy the first term of dx; the block's own part accumulates on top.
-  if (!dx.empty() && dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());
-  linear_backward(dp, x, p.subspan(o.w1, size_t(H) * D), dx, g.subspan(o.w1, size_t(H) * D),
-                  g.subspan(o.b1, H), batch, D, H);
+  const size_t bh = size_t(batch) * hidden_;
+  ensure_size(s.dy, s.ledger, dy.size());
+  ensure_size(s.dpre, s.ledger, bh);
+  std::copy(dy.begin(), dy.end(), s.dy.data());
+  input_part(p, s.dy.span(), s, batch, ws.take(0, bh), s.dpre.span());
+  finish_dx(p, x, s.dy.span(), s.dpre.span(), batch, dx);
+}
+
+void MlpBlock::backward_weight(std::span<const float> x, const BackwardScale& scale,
+                               std::span<float> g, LayerState& state, Workspace& /*ws*/) {
+  const auto& s = static_cast<MlpBlockState&>(state);
+  weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, g);
 }
 
 }  // namespace dtsim::model

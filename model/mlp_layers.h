@@ -25,6 +25,8 @@ struct MlpBlockOffsets {
         b2(2 * size_t(hidden) * dim + hidden) {}
 };
 
+struct MlpBlockState;
+
 // A fully connected layer "<name>.w" (out, in), "<name>.b" (out).
 class Linear : public Layer {
  public:
@@ -38,6 +40,13 @@ class Linear : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  // The split keeps dy (B, out) in the state.
+  bool splits_backward() const override { return true; }
+  void backward_input(std::span<const float> params, std::span<const float> x,
+                      std::span<const float> dy, const BackwardScale& scale, std::span<float> dx,
+                      LayerState& state, Workspace& ws) override;
+  void backward_weight(std::span<const float> x, const BackwardScale& scale, std::span<float> grads,
+                       LayerState& state, Workspace& ws) override;
 
  private:
   std::string name_;
@@ -61,23 +70,52 @@ class MlpBlock : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  // The split keeps dy (B, D) and the pre-activation gradient (B, H) in the state; its
+  // input half uses workspace slot 0 (B, H).
+  bool splits_backward() const override { return true; }
+  void backward_input(std::span<const float> params, std::span<const float> x,
+                      std::span<const float> dy, const BackwardScale& scale, std::span<float> dx,
+                      LayerState& state, Workspace& ws) override;
+  void backward_weight(std::span<const float> x, const BackwardScale& scale, std::span<float> grads,
+                       LayerState& state, Workspace& ws) override;
 
  private:
+  void input_part(std::span<const float> p, std::span<const float> dy, const MlpBlockState& s,
+                  int batch, std::span<float> dh, std::span<float> dpre) const;
+  void weight_part(std::span<const float> x, std::span<const float> dy, std::span<const float> dpre,
+                   const MlpBlockState& s, int batch, std::span<float> g) const;
+  void finish_dx(std::span<const float> p, std::span<const float> x, std::span<const float> dy,
+                 std::span<const float> dpre, int batch, std::span<float> dx) const;
+
   std::string name_;
   int dim_, hidden_;
 };
 
-// What a block saves per micro-batch: (B, H) pre-activations and GELU outputs.
+// Sizes `b` for n activation floats (contents unspecified) unless it has that size.
+inline void ensure_size(TrackedBuffer<float>& b, MemoryLedger* ledger, size_t n) {
+  if (b.size() != n) b = TrackedBuffer<float>(ledger, MemoryCategory::kActivations, n);
+}
+
+// What a Linear keeps for a split backward's weight half: its output gradient (B, out).
+struct LinearState : LayerState {
+  explicit LinearState(MemoryLedger* ledger) : ledger(ledger) {}
+  MemoryLedger* ledger;
+  TrackedBuffer<float> dy;  // allocated by the first backward_input
+};
+
+// What a block saves per micro-batch: (B, H) pre-activations and GELU outputs; for a split
+// backward also its output gradient dy (B, D) and pre-activation gradient dpre (B, H),
+// allocated by the first backward_input.
 struct MlpBlockState : LayerState {
   explicit MlpBlockState(MemoryLedger* ledger) : ledger(ledger) {}
   // Sizes pre and hid for n elements each.
   void ensure(size_t n) {
-    if (pre.size() == n) return;
-    pre = TrackedBuffer<float>(ledger, MemoryCategory::kActivations, n);
-    hid = TrackedBuffer<float>(ledger, MemoryCategory::kActivations, n);
+    ensure_size(pre, ledger, n);
+    ensure_size(hid, ledger, n);
   }
   MemoryLedger* ledger;
   TrackedBuffer<float> pre, hid;
+  TrackedBuffer<float> dy, dpre;
 };
 
 }  // namespace dtsim::model

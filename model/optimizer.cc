@@ -37,6 +37,12 @@ Sgd::Sgd(const SgdConfig& config, std::span<const BFloat16> params, MemoryLedger
 void Sgd::update(std::span<float> p, const float* g32, const BFloat16* g16) {
   DTSIM_CHECK(p.size() == n_);
   const float lr = config_.lr, mu = config_.momentum, wd = config_.weight_decay;
+  if (g32 != nullptr && mu == 0.0f) {  // the same arithmetic without branches: vectorises
+    float* w = p.data();
+    for (size_t i = 0; i < n_; ++i) w[i] -= lr * (g32[i] + wd * w[i]);
+    first_step_ = false;
+    return;
+  }
   for (size_t i = 0; i < n_; ++i) {
     float d = grad_at(g32, g16, i) + wd * p[i];
     if (mu != 0.0f) {

@@ -61,15 +61,22 @@ MeshEstimate estimate_mesh(const MeshEstimateInput& in) {
   const int64_t actions = int64_t{2} * spec.stages * spec.virtual_stages * spec.micro_batches;
   m.dry_run = actions <= MeshEstimate::kMaxDryRunActions;
   if (m.dry_run) {
-    const pipeline::DryRun run = pipeline::dry_run(pipeline::make_schedule(spec));
+    const pipeline::Schedule schedule = pipeline::make_schedule(spec);
+    const pipeline::DryRun run = pipeline::dry_run(schedule);
     m.bubble = run.bubble;
     m.in_flight = run.peak_in_flight;
+    m.held = m.in_flight;
+    if (spec.kind == pipeline::ScheduleKind::kZeroBubbleH1) {  // v = 1: one chunk per stage
+      for (int r = 0; r < spec.stages; ++r)
+        m.held[r] = pipeline::peak_held_per_chunk(schedule, r)[0];
+    }
   } else {
     m.bubble = m.bubble_formula;
     for (int r = 0; r < spec.stages; ++r) m.in_flight.push_back(pipeline::in_flight_bound(spec, r));
+    for (int r = 0; r < spec.stages; ++r) m.held.push_back(pipeline::held_bound(spec, r));
   }
   const double chunk = in.activation_bytes / (spec.stages * spec.virtual_stages);
-  for (int n : m.in_flight) m.activation_bytes.push_back(n * chunk);
+  for (int n : m.held) m.activation_bytes.push_back(n * chunk);
   return m;
 }
 

@@ -66,7 +66,11 @@ struct MeshEstimate {
   bool dry_run = true;
   pipeline::Fraction bubble, bubble_formula;
   std::vector<int> in_flight;
-  // Per stage: in_flight x activation_bytes / (pp v), the activations a device of the stage
+  // Per stage: the micro-batches whose activations it keeps at its peak: in_flight, but for
+  // ZB-H1 a micro-batch's activations stay until its W (peak_held_per_chunk; held_bound
+  // when not dry-run).
+  std::vector<int> held;
+  // Per stage: held x activation_bytes / (pp v), the activations a device of the stage
   // holds at its peak.
   std::vector<double> activation_bytes;
 };

@@ -133,9 +133,9 @@ void validate_pipeline(const TrainConfig& c) {
           "--layers " + str(c.mlp.num_blocks) + " does not divide into --pp " + str(c.pp) +
               " x --virtual-stages " + str(c.virtual_stages) + " = " + str(chunks) +
               " pipeline chunks; give --layers a multiple of " + str(chunks));
-  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
-          "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
-          "split into input and weight gradients, which the layers do not have");
+  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || c.model == ModelKind::kMlp,
+          "--schedule zb-h1 needs --model mlp (its layers split backward into input and "
+          "weight gradients; MoE layers do not)");
   require(c.zero <= 1,
           "--zero " + str(c.zero) +
               " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");

@@ -40,7 +40,6 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--strategy", "tp", "--tp", "2"], "--strategy tp is a preset of the mesh; give either --strategy or the mesh flags (--dp --tp --pp --ep --zero), not both"),
     (["train", "--dp", "2", "--tp", "2", "--pp", "2", "--ranks", "4"], "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the world has 4 (--ranks); make the product the world size"),
     (["train", "--model", "moe", "--dp", "4", "--ep", "3", "--experts", "6"], "--ep 3 does not divide --dp 4: experts are sharded over groups of --ep data-parallel ranks"),
-    (["train", "--pp", "2", "--schedule", "zb-h1"], "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train"),
     (["train", "--pp", "4", "--layers", "6"], "--layers 6 does not divide into --pp 4"),
     (["train", "--pp", "2", "--dp", "2", "--zero", "2"], "--zero 2 with --pp: a pipeline shards along dp with ZeRO-1 only"),
     (["train", "--schedule", "gpipe"], "--schedule applies to a pipeline: give --pp > 1"),

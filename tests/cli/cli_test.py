@@ -134,6 +134,7 @@ def case_walk_pipeline():
     expect_match(r"^F3\.1: forward of micro-batch 3 through the stage's chunk 1", out, "legend")
     rc, out, _ = run("walk", "--pp", "4", "--micro-batches", "8", "--schedule", "zb-h1")
     expect(rc == 0 and re.search(r"^bubble: 1/9 ", out, re.M), f"zb-h1 {rc}:\n{out}")
+    expect_match(r"^  stage 0: 4 \(bound 4\); 7 kept until their W$", out, "zb-h1 W keeps")
     # Defaults: 1f1b, 8 micro-batches; one stage has no bubble.
     rc, out, _ = run("walk", "--pp", "1")
     expect(rc == 0 and "bubble: 0/1 " in out, f"--pp 1: {rc}\n{out}")
@@ -141,14 +142,34 @@ def case_walk_pipeline():
 
 def case_train_pipeline():
     # The "done means": pipelines bitwise equal to accumulation, and a 3D mesh.
-    for sched in [["--schedule", "1f1b", "--layers", "4"], ["--schedule", "gpipe", "--layers", "4"],
-                  ["--schedule", "interleaved", "--virtual-stages", "2", "--layers", "8"]]:
+    # Each prints its bubble in slots beside the formula, and measured in wall time.
+    for sched, bubble in [(["--schedule", "1f1b", "--layers", "4"], "3/11"),
+                          (["--schedule", "gpipe", "--layers", "4"], "3/11"),
+                          (["--schedule", "interleaved", "--virtual-stages", "2", "--layers", "8"],
+                           "3/19"),
+                          (["--schedule", "zb-h1", "--layers", "4"], "1/9")]:
         rc, out, err = run("train", "--pp", "4", "--micro-batches", "8", *sched, "--algo",
                            "deterministic", "--check", "--steps", "5", "--quiet")
         expect(rc == 0, f"{sched}: exit code {rc}\n{err}")
         expect_match(r"\(dp 1 x tp 1 x pp 4\)", out, f"{sched} header")
         expect_match(r"^check: PASS  max \|dparam\| 0, max \|dloss\| 0 \(bitwise vs accum\)$", out,
                      f"{sched} bitwise")
+        m = re.search(r"^pipeline bubble: (\S+) of the slots idle \([0-9.]+%; formula (\S+)\), "
+                      r"wall time ([0-9.]+)% \(median over steps after the first\)$", out, re.M)
+        expect(m and m.group(1) == bubble and m.group(2) == bubble, f"{sched} bubble line:\n{out}")
+        expect(0 <= float(m.group(3)) < 100, f"{sched} wall-time bubble {m.group(3)}%")
+    # --report holds the same numbers.
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "r.json")
+        rc, _, _ = run("train", "--pp", "2", "--micro-batches", "4", "--schedule", "zb-h1",
+                       "--steps", "3", "--report", path, "--quiet")
+        expect(rc == 0, f"report exit code {rc}")
+        pipe = json.load(open(path)).get("pipeline")
+    expect(isinstance(pipe, dict), f"report.pipeline is {pipe!r}")
+    expect(pipe["schedule"] == "zb-h1" and pipe["stages"] == 2 and pipe["micro_batches"] == 4
+           and pipe["virtual_stages"] == 1, str(pipe))
+    expect(pipe["bubble_slots"] == pipe["bubble_formula"] == "1/13", str(pipe))
+    expect(isinstance(pipe["bubble_wall"], float) and 0 <= pipe["bubble_wall"] < 1, str(pipe))
     rc, out, err = run("train", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1", "--layers",
                        "4", "--micro-batches", "4", "--check", "--steps", "5", "--quiet")
     expect(rc == 0, f"3D exit code {rc}\n{err}")
@@ -165,6 +186,18 @@ def case_train_pipeline():
         expect(sorted(set(names)) == ["B0", "B1", "B2", "B3", "F0", "F1", "F2", "F3"],
                f"rank {r}: {names}")
         expect(len(names) == 2 * 2 * 4, f"rank {r}: one F and one B per micro-batch per step")
+    # zb-h1: each stage's track shows F, B (input gradient) and W (weight gradient) spans.
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        rc, _, _ = run("train", "--pp", "2", "--micro-batches", "4", "--schedule", "zb-h1",
+                       "--steps", "2", "--trace", path, "--quiet")
+        expect(rc == 0, f"zb-h1 trace exit code {rc}")
+        spans = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
+    for r in range(2):
+        names = [e["name"] for e in spans if e["tid"] == r and re.fullmatch(r"[FBW]\d+", e["name"])]
+        expect(sorted(set(names)) == [f"{k}{i}" for k in "BFW" for i in range(4)],
+               f"zb-h1 rank {r}: {names}")
+        expect(len(names) == 2 * 3 * 4, f"zb-h1 rank {r}: one F, B and W per micro-batch per step")
 
 
 def case_train():
@@ -459,11 +492,13 @@ def case_demo():
     rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", out, re.M)
     want = [(s, "mlp") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "tp",
                                  "dp-tp", "dp 2 x tp 2 zero1", "dp 2 x pp 2 1f1b",
-                                 "ddp forget-divide sgd"]]
+                                 "dp 2 x tp 2 x pp 2 1f1b zero1", "ddp forget-divide sgd"]]
     want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep",
                                   "dp 4 ep 2"]]
     expect(rows == want, f"rows {rows}")
-    expect(len(re.findall(r" PASS ", out)) == 15, "fifteen PASS verdicts:\n" + out)
+    expect(len(re.findall(r" PASS ", out)) == 16, "sixteen PASS verdicts:\n" + out)
+    expect_match(r"^dp 2 x tp 2 x pp 2 1f1b zero1 +mlp .* rtol 1e-05 atol 1e-06 vs single +PASS ",
+                 out, "the 3D row (8 rank threads)")
     expect_match(r"^dp 2 x pp 2 1f1b +mlp .* 0  bitwise vs accum +PASS ", out, "pipeline bitwise row")
     expect_match(r"^ddp forget-divide sgd +mlp .* FAIL \(expected FAIL\) ", out, "pitfall row")
     expect_match(r"^ddp +mlp .* 0  bitwise vs accum +PASS ", out, "ddp bitwise row")

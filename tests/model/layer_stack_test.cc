@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/data.h"
@@ -111,6 +112,50 @@ TEST(LayerStackPasses, MicroBatchesInFlightAccumulateAsSequentialOnes) {
       }
     }
     EXPECT_TRUE(bitwise_equal(s->store().grads(), sequential.grads()));
+  }
+}
+
+// ZB-H1's split backward: B (input gradient) now, W (weight gradients) later, in any
+// interleaving with other passes, gives fused backward's input gradients and weight
+// gradients bit for bit (W in micro-batch order, as accumulation adds them).
+TEST(LayerStackPasses, SplitBackwardIsFusedBackwardBitwise) {
+  const int M = 3, L = kConfig.num_blocks;
+  std::vector<std::vector<float>> xs, dys;
+  for (int m = 0; m < M; ++m) {
+    xs.push_back(random_vector(kBatch * kConfig.input_dim, 10 + m));
+    dys.push_back(random_vector(kBatch * kConfig.input_dim, 20 + m));
+  }
+  // Blocks 1 and 2 (a middle stage, which sends its input gradient back), then the whole
+  // model without an input gradient (a first stage).
+  for (const auto& [first, last, input_grad] :
+       {std::tuple{1, 3, true}, std::tuple{0, L + 1, false}}) {
+    auto fused = stage(first, last), split = stage(first, last);
+    ASSERT_TRUE(split->splits_backward());
+    const size_t out = size_t(kBatch) * fused->out_dim();
+    std::vector<std::vector<float>> want_dx, got_dx;
+    for (int m = 0; m < M; ++m) {
+      fused->forward(0, xs[m], kBatch);
+      std::vector<float> dy(dys[m].begin(), dys[m].begin() + out);
+      std::span<const float> dx = fused->backward(0, dy, {0.5f, kBatch}, nullptr, input_grad);
+      want_dx.emplace_back(dx.begin(), dx.end());
+    }
+    for (int m = 0; m < M; ++m) split->forward(m, xs[m], kBatch);  // F F F B B W B W W
+    int w = 0;  // the next W, in micro-batch order
+    for (int m : {0, 1, -1, 2, -1, -1}) {
+      if (m < 0) {
+        split->backward_weight(w++, {0.5f, kBatch});
+        continue;
+      }
+      std::vector<float> dy(dys[m].begin(), dys[m].begin() + out);
+      std::span<const float> dx = split->backward_input(m, dy, {0.5f, kBatch}, input_grad);
+      got_dx.emplace_back(dx.begin(), dx.end());
+    }
+    ASSERT_EQ(got_dx.size(), want_dx.size());
+    for (int m = 0; m < M; ++m) {
+      EXPECT_TRUE(bitwise_equal(got_dx[m], want_dx[m])) << "input gradient of micro-batch " << m;
+    }
+    EXPECT_TRUE(bitwise_equal(split->store().grads(), fused->store().grads()))
+        << "weight gradients, layers [" << first << ", " << last << ")";
   }
 }
 

@@ -67,8 +67,8 @@ TEST_P(MpiPipeline, BitwiseEqualToAccumulation) {
 INSTANTIATE_TEST_SUITE_P(Pipeline, MpiPipeline,
                          ::testing::Values(Case{"one_f_one_b", ScheduleKind::kOneFOneB, 1, 1},
                                            Case{"gpipe_dp2", ScheduleKind::kGpipe, 2, 1},
-                                           Case{"interleaved_v2", ScheduleKind::kInterleaved, 1,
-                                                2}),
+                                           Case{"interleaved_v2", ScheduleKind::kInterleaved, 1, 2},
+                                           Case{"zb_h1_dp2", ScheduleKind::kZeroBubbleH1, 2, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -93,6 +93,13 @@ TEST(EstimateMesh, BubbleAndActivationsFollowTheSchedule) {
   EXPECT_EQ(m.bubble, (pipeline::Fraction{3, 19}));
   // 11 chunk micro-batches of A/8 on stage 0: more than 1F1B's 4 x A/4.
   EXPECT_DOUBLE_EQ(m.activation_bytes[0], 11 * 1e9);
+  // ZB-H1: B frees no activations, W does; stage r keeps 2p - 1 - r until their W.
+  in.schedule = {pipeline::ScheduleKind::kZeroBubbleH1, 4, 8, 1};
+  m = estimate_mesh(in);
+  EXPECT_EQ(m.bubble, (pipeline::Fraction{1, 9}));
+  EXPECT_EQ(m.in_flight, (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(m.held, (std::vector<int>{7, 6, 5, 4}));
+  EXPECT_EQ(m.activation_bytes, (std::vector<double>{14e9, 12e9, 10e9, 8e9}));
 }
 
 TEST(EstimateMesh, HugeSchedulesUseTheFormulaInsteadOfADryRun) {

@@ -80,6 +80,12 @@ TEST_P(EverySchedule, PeakInFlightIsTheSchedulesBound) {
   for (int r = 0; r < spec.stages; ++r) {
     if (spec.kind == ScheduleKind::kZeroBubbleH1) {
       EXPECT_LE(d.peak_in_flight[r], std::min(spec.stages - r, spec.micro_batches)) << "rank " << r;
+      // Kept until W: bounded by 2p - 1 - r whatever m, and reached once m allows.
+      const int held = peak_held_per_chunk(make_schedule(spec), r)[0];
+      EXPECT_LE(held, held_bound(spec, r)) << "rank " << r;
+      if (spec.micro_batches >= 2 * spec.stages) {
+        EXPECT_EQ(held, held_bound(spec, r)) << "rank " << r;
+      }
     } else {
       EXPECT_EQ(d.peak_in_flight[r], in_flight_bound(spec, r)) << "rank " << r;
     }

@@ -21,10 +21,12 @@ namespace {
 constexpr int kDim = 5, kBatch = 3, kLayersPerChunk = 2;
 
 // kLayersPerChunk layers y = tanh(w * x + 0.1), elementwise with one weight per feature.
-// A pass keeps its input and every layer's output, (kBatch, kDim) floats each.
+// A pass keeps its input and every layer's output, (kBatch, kDim) floats each; a split
+// backward (`split`) also keeps every layer's pre-activation gradient from B to W.
 class ToyChunk : public StageChunk {
  public:
-  ToyChunk(int chunk, model::MemoryLedger* ledger) : ledger_(ledger) {
+  ToyChunk(int chunk, model::MemoryLedger* ledger, bool split = true)
+      : ledger_(ledger), split_(split) {
     for (int l = 0; l < kLayersPerChunk; ++l) {
       for (int d = 0; d < kDim; ++d) w_.push_back(0.5f + 0.1f * chunk + 0.03f * l + 0.07f * d);
     }
@@ -51,6 +53,46 @@ class ToyChunk : public StageChunk {
 
   std::span<const float> backward(int pass, std::span<float> dy, int batch, float /*grad_scale*/,
                                   bool input_grad) override {
+    return run_backward(pass, dy, batch, input_grad, nullptr);
+  }
+  bool splits_backward() const override { return split_; }
+  std::span<const float> backward_input(int pass, std::span<float> dy, int batch,
+                                        float /*grad_scale*/, bool input_grad) override {
+    Pass& s = *passes_.at(pass);
+    if (s.g.empty()) {
+      for (int l = 0; l < kLayersPerChunk; ++l) {
+        s.g.emplace_back(ledger_, model::MemoryCategory::kActivations, size_t(batch) * kDim);
+      }
+    }
+    return run_backward(pass, dy, batch, input_grad, &s.g);
+  }
+  void backward_weight(int pass, int batch, float /*grad_scale*/) override {
+    Pass& s = *passes_.at(pass);
+    for (int l = kLayersPerChunk - 1; l >= 0; --l) {
+      const float* prev = l > 0 ? s.out[l - 1].data() : s.in.data();
+      for (int b = 0; b < batch; ++b) {
+        for (int d = 0; d < kDim; ++d)
+          grad_[l * kDim + d] += s.g[l][b * kDim + d] * prev[b * kDim + d];
+      }
+    }
+  }
+
+  const std::vector<float>& grad() const { return grad_; }
+  int passes() const { return static_cast<int>(passes_.size()); }
+  // A pass's bytes, with a split backward's saved gradients when `split`.
+  static int64_t pass_bytes(int batch, bool split) {
+    return int64_t{kLayersPerChunk * (split ? 2 : 1) + 1} * batch * kDim * int64_t{sizeof(float)};
+  }
+
+ private:
+  struct Pass {
+    model::TrackedBuffer<float> in;
+    std::vector<model::TrackedBuffer<float>> out;
+    std::vector<model::TrackedBuffer<float>> g;  // split: per layer, kept from B to W
+  };
+  // Backward from dy; `keep`: the input half only, keeping each layer's gradient there.
+  std::span<const float> run_backward(int pass, std::span<float> dy, int batch, bool input_grad,
+                                      std::vector<model::TrackedBuffer<float>>* keep) {
     Pass& s = *passes_.at(pass);
     dx_.resize(dy.size());
     std::copy(dy.begin(), dy.end(), dx_.begin());
@@ -60,25 +102,17 @@ class ToyChunk : public StageChunk {
       for (int b = 0; b < batch; ++b) {
         for (int d = 0; d < kDim; ++d) {
           const float g = dx_[b * kDim + d] * (1.0f - out[b * kDim + d] * out[b * kDim + d]);
-          grad_[l * kDim + d] += g * prev[b * kDim + d];
+          if (keep) {
+            (*keep)[l][b * kDim + d] = g;
+          } else {
+            grad_[l * kDim + d] += g * prev[b * kDim + d];
+          }
           dx_[b * kDim + d] = g * w_[l * kDim + d];
         }
       }
     }
     return input_grad ? std::span<const float>(dx_) : std::span<const float>();
   }
-
-  const std::vector<float>& grad() const { return grad_; }
-  int passes() const { return static_cast<int>(passes_.size()); }
-  static int64_t pass_bytes(int batch) {
-    return int64_t{kLayersPerChunk + 1} * batch * kDim * int64_t{sizeof(float)};
-  }
-
- private:
-  struct Pass {
-    model::TrackedBuffer<float> in;
-    std::vector<model::TrackedBuffer<float>> out;
-  };
   Pass& get(int pass, int batch) {
     while (static_cast<int>(passes_.size()) <= pass) {
       auto s = std::make_unique<Pass>();
@@ -93,6 +127,7 @@ class ToyChunk : public StageChunk {
   }
 
   model::MemoryLedger* ledger_;
+  bool split_;
   std::vector<float> w_, grad_, dx_;
   std::vector<std::unique_ptr<Pass>> passes_;
 };
@@ -202,11 +237,14 @@ TEST_P(Executor, BitwiseEqualToSequentialAccumulation) {
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(stats[r].p2p_bytes_sent, p2p_bytes_per_step(spec, r, kBatch, kDim)) << "rank " << r;
     // What one rank sends, its neighbours receive: the totals agree.
+    const std::vector<int> held = peak_held_per_chunk(schedule, r);
     const std::vector<int> peak = peak_in_flight_per_chunk(schedule, r);
-    EXPECT_EQ(passes[r], peak) << "rank " << r << ": passes held = peak in-flight per chunk";
-    EXPECT_EQ(stats[r].passes, peak);
+    EXPECT_EQ(passes[r], held) << "rank " << r
+                               << ": passes = peak held (F to B, or to W) per chunk";
+    EXPECT_EQ(stats[r].passes, held);
+    const bool split = spec.kind == ScheduleKind::kZeroBubbleH1;
     int64_t pass_total = 0;
-    for (int n : peak) pass_total += n * ToyChunk::pass_bytes(kBatch);
+    for (int n : held) pass_total += n * ToyChunk::pass_bytes(kBatch, split);
     EXPECT_EQ(chunk_bytes[r], pass_total) << "rank " << r;
     // The stage's own buffers: one received activation and one received gradient (each is
     // read by the compute right after its receive), and the last chunk's loss gradients, one
@@ -231,6 +269,7 @@ std::vector<ScheduleSpec> executor_specs() {
     for (int m : {1, 3, 8}) {
       specs.push_back({ScheduleKind::kGpipe, p, m, 1});
       specs.push_back({ScheduleKind::kOneFOneB, p, m, 1});
+      specs.push_back({ScheduleKind::kZeroBubbleH1, p, m, 1});
     }
     if (p > 1) {
       specs.push_back({ScheduleKind::kInterleaved, p, p, 2});
@@ -238,6 +277,7 @@ std::vector<ScheduleSpec> executor_specs() {
     }
   }
   specs.push_back({ScheduleKind::kOneFOneB, 16, 32, 1});
+  specs.push_back({ScheduleKind::kZeroBubbleH1, 16, 32, 1});
   specs.push_back({ScheduleKind::kInterleaved, 4, 8, 4});
   return specs;
 }
@@ -249,7 +289,7 @@ TEST(ExecutorRejects, ZeroBubbleWithoutASplitBackward) {
   World world(1);
   world.run([&](Communicator& comm) {
     model::MemoryLedger ledger;
-    ToyChunk chunk(0, &ledger);
+    ToyChunk chunk(0, &ledger, /*split=*/false);
     EXPECT_THROW(PipelineStage(make_schedule({ScheduleKind::kZeroBubbleH1, 1, 2, 1}), 0, {&chunk},
                                &comm, &ledger, nullptr),
                  std::invalid_argument);

@@ -1,9 +1,10 @@
 // dtsim demo: the showcase. Trains the MLP and the MoE under every strategy that fits each
-// model on 4 rank threads, checks each run against the single-rank reference that
-// tests/train use for it (train/check.h), and prints one table: final loss, largest parameter
-// difference, verdict, memory per rank by category, bytes sent per rank per step, step
-// time. A DDP run with the division by N forgotten must fail its check (the lesson's first
-// pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code 0 when
+// model on 4 rank threads (the dp x tp x pp row on 8: under mpirun with P processes it runs
+// as P x 8/P rank threads, or is skipped when P does not divide 8), checks each run against the
+// single-rank reference that tests/train use for it (train/check.h), and prints one table: final
+// loss, largest parameter difference, verdict, memory per rank by category, bytes sent per rank per
+// step, step time. A DDP run with the division by N forgotten must fail its check (the lesson's
+// first pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code 0 when
 // every real check passes and the pitfall fails as expected, 1 otherwise.
 #include <fmt/format.h>
 
@@ -18,6 +19,7 @@
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "runtime/process_model.h"
 #include "train/check.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
@@ -38,6 +40,7 @@ using train::Strategy;
 
 constexpr int kRanks = 4;
 constexpr int kSteps = 200;
+constexpr int kNameWidth = 29;  // the strategy column: "dp 2 x tp 2 x pp 2 1f1b zero1"
 
 struct Row {
   Strategy strategy;
@@ -87,6 +90,8 @@ std::vector<Row> rows() {
       r.push_back({Strategy::kDpTp, m, ring});
       r.push_back({Strategy::kMesh, m, ring, false, {.dp = 2, .tp = 2, .pp = 1, .ep = 1}, 1});
       r.push_back({Strategy::kMesh, m, det, false, {.dp = 2, .tp = 1, .pp = 2, .ep = 1}, 0, 4});
+      // 3D: 8 ranks, the only row that is not 4.
+      r.push_back({Strategy::kMesh, m, ring, false, {.dp = 2, .tp = 2, .pp = 2, .ep = 1}, 1, 4});
       r.push_back({Strategy::kDdp, m, det, true});
     } else {
       r.push_back({Strategy::kEp, m, ring});
@@ -94,6 +99,15 @@ std::vector<Row> rows() {
     }
   }
   return r;
+}
+
+// The rank threads per process a run of `ranks` ranks takes in this job: 1 when every rank
+// is a thread of this process; under mpirun with P processes ranks / P (the hybrid form,
+// as train's --threads-per-process), or 0 when P does not divide `ranks`.
+int threads_per_process_for(int ranks) {
+  if (!ProcessModel::launched_by_mpi()) return 1;
+  const int processes = ProcessModel::from_environment(ranks, 1).processes;
+  return ranks % processes == 0 ? ranks / processes : 0;
 }
 
 std::string reference_key(const train::TrainConfig& c) {
@@ -160,7 +174,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   const train::TrainConfig moe = base_config(ModelKind::kMoe, steps);
   if (train::holds_global_rank0()) {
     std::printf(
-        "dtsim demo: %d rank threads, %d steps, global batch %d, fp32 Adam lr "
+        "dtsim demo: %d rank threads (the 3D row 8), %d steps, global batch %d, fp32 Adam lr "
         "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
         kRanks, steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
         mlp.mlp.num_blocks, train::model_layout(mlp).size(), moe.moe.moe.d_model, moe.moe.moe.d_ff,
@@ -173,8 +187,9 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
                                         "KiB w/g/master/m/v", "sent/step", "step"};
   Table t(header, {false, false, true, true, false, false, true, true, true});
   // Each row is printed as its run finishes, so the widths are fixed up front (the widest
-  // cells the rows make: "ddp forget-divide sgd", "rtol 1e-05 atol 1e-06 vs single", ...).
-  t.set_widths({21, 5, 10, 12, 31, 20, 21, 9, 7});
+  // cells the rows make: "dp 2 x tp 2 x pp 2 1f1b zero1", "rtol 1e-05 atol 1e-06 vs single",
+  // ...).
+  t.set_widths({kNameWidth, 5, 10, 12, 31, 20, 21, 9, 7});
   const bool root = train::holds_global_rank0();  // only its process prints
   HtmlTable html_table{header, {}, /*links=*/true};
   std::vector<HtmlPanel> panels;
@@ -197,6 +212,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
         c.ep = row.mesh.ep;
         c.zero = row.zero;
         c.micro_batches = row.micro;
+        c.ranks = c.dp * c.tp_size * c.pp;  // ep shards within the data axis
         label = fmt::format("dp {}", c.dp);
         if (c.tp_size > 1) label += fmt::format(" x tp {}", c.tp_size);
         if (c.pp > 1) label += fmt::format(" x pp {} 1f1b", c.pp);
@@ -210,6 +226,19 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
       }
       const std::string name = label + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
+      if (c.ranks != kRanks) {  // the 3D row: hybrid under mpirun, or skipped by every process
+        c.threads_per_process = threads_per_process_for(c.ranks);
+        if (c.threads_per_process == 0) {
+          if (root) {
+            progress.print_line(fmt::format(
+                "{:<{}}  {:<5}  skipped: needs {} ranks, which {} MPI processes do not divide "
+                "(mpirun -np {} or a divisor of it)",
+                name, kNameWidth, train::to_string(c.model), c.ranks,
+                ProcessModel::from_environment(c.ranks, 1).processes, c.ranks));
+          }
+          continue;
+        }
+      }
       c.on_step = [&progress, steps = c.steps](int done, double) {
         progress.set_steps(done, steps);
       };

@@ -136,6 +136,7 @@ int run_mesh_estimate(const CLI::App& app, const EstimateFlags& f) {
   }
   for (int r = 0; r < s.stages; ++r) {
     std::printf("  stage %d: %d in flight", r, m.in_flight[r]);
+    if (m.held[r] != m.in_flight[r]) std::printf(", %d held until their W", m.held[r]);
     if (f.activations > 0) std::printf(" = %s", decimal_bytes(m.activation_bytes[r]).c_str());
     std::printf("\n");
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 
 #include "runtime/algorithms/registry.h"
 #include "train/cli/table.h"
+#include "train/pipeline_parallel/pipeline_parallel.h"
 
 namespace dtsim::cli {
 namespace {
@@ -207,6 +209,13 @@ const char* precision_name(model::Precision p) {
   return p == model::Precision::kFp32 ? "fp32" : "bf16";
 }
 
+PipelineBubble pipeline_bubble(const train::TrainConfig& config, const train::RunResult& run) {
+  namespace pp = train::pipeline;
+  const pp::ScheduleSpec spec = train::schedule_spec(config);
+  return {pp::dry_run(pp::make_schedule(spec)).bubble, pp::bubble_formula(spec),
+          pp::measured_wall_bubble(config, run)};
+}
+
 nlohmann::json report_object(const train::TrainConfig& config, size_t num_params,
                              const train::RunResult& run, const train::CheckResult* check) {
   json ranks = json::array();
@@ -223,6 +232,16 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
             {"ranks", ranks},
             {"traffic", traffic_json(run)},
             {"check", nullptr}};
+  if (config.pp > 1) {
+    const PipelineBubble b = pipeline_bubble(config, run);
+    j["pipeline"] = {{"schedule", train::pipeline::to_string(config.schedule)},
+                     {"stages", config.pp},
+                     {"micro_batches", config.micro_batches},
+                     {"virtual_stages", config.virtual_stages},
+                     {"bubble_slots", to_string(b.slots)},
+                     {"bubble_formula", to_string(b.formula)},
+                     {"bubble_wall", std::isnan(b.wall) ? json(nullptr) : json(b.wall)}};
+  }
   json algorithms = json::object();
   for (const auto& [op, algos] : algorithms_ran(run)) algorithms[op] = algos;
   j["algorithms"] = algorithms;

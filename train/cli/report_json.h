@@ -11,6 +11,7 @@
 
 #include "train/check.h"
 #include "train/config.h"
+#include "train/pipeline_parallel/schedule_check.h"
 #include "train/result.h"
 
 namespace dtsim::cli {
@@ -23,6 +24,15 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
                              const train::RunResult& run, const train::CheckResult* check);
 std::string report_json(const train::TrainConfig& config, size_t num_params,
                         const train::RunResult& run, const train::CheckResult* check);
+
+// A pipeline run's bubble (config.pp > 1): the idle fraction of its schedule's unit-slot dry
+// run, the paper's formula, and the wall-time bubble measured on the ranks' timelines
+// (train::pipeline::measured_wall_bubble; NaN without timelines).
+struct PipelineBubble {
+  train::pipeline::Fraction slots, formula;
+  double wall = 0;
+};
+PipelineBubble pipeline_bubble(const train::TrainConfig& config, const train::RunResult& run);
 
 // The --trace document: RankReport::timeline of every rank (config.trace must have been on).
 std::string trace_json(const train::TrainConfig& config, const train::RunResult& run);

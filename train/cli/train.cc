@@ -323,7 +323,9 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   if (root && given(a, "--report")) report = OutputFile("train", "report", f.report);
   if (root && given(a, "--html")) html = OutputFile("train", "html", f.html);
   if (root && given(a, "--trace")) trace = OutputFile("train", "trace", f.trace);
-  config.trace = given(a, "--trace");  // every rank records its timeline; rank 0 writes the file
+  // Every rank records its timeline: for the --trace file (rank 0 writes it), and in a
+  // pipeline for the wall-time bubble.
+  config.trace = given(a, "--trace") || config.pp > 1;
   const bool check = f.check;
   const train::CheckPlan plan = train::plan_check(config);
 
@@ -376,6 +378,14 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   std::printf("\ncollectives ran: %s\n", algorithms_ran_text(run).c_str());
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());
+  if (config.pp > 1) {
+    const PipelineBubble b = pipeline_bubble(config, run);
+    std::printf(
+        "pipeline bubble: %s of the slots idle (%.1f%%; formula %s), wall time %.1f%% "
+        "(median over steps after the first)\n",
+        train::pipeline::to_string(b.slots).c_str(), 100 * b.slots.value(),
+        train::pipeline::to_string(b.formula).c_str(), 100 * b.wall);
+  }
 
   if (check) {
     std::printf("check: %s  max |dparam| %.3g, max |dloss| %.3g (%s vs %s)\n",

@@ -116,7 +116,10 @@ int run_walk_pipeline(const PipelineFlags& f) {
   for (int r = 0; r < p; ++r) {
     const int bound = pp::in_flight_bound(spec, r);
     within = within && d.peak_in_flight[r] <= bound;
-    std::printf("  stage %d: %d (bound %d)\n", r, d.peak_in_flight[r], bound);
+    std::printf("  stage %d: %d (bound %d)", r, d.peak_in_flight[r], bound);
+    // ZB-H1 keeps a micro-batch's activations (and its saved gradients) until its W.
+    if (zb) std::printf("; %d kept until their W", pp::peak_held_per_chunk(s, r)[0]);
+    std::printf("\n");
   }
   return (d.bubble == formula || (zb && m < p)) && within ? 0 : 1;
 }

@@ -40,6 +40,14 @@ class LayerStackChunk : public StageChunk {
                                   bool input_grad) override {
     return stack_.backward(pass, dy, {grad_scale, batch}, nullptr, input_grad);
   }
+  bool splits_backward() const override { return stack_.splits_backward(); }
+  std::span<const float> backward_input(int pass, std::span<float> dy, int batch, float grad_scale,
+                                        bool input_grad) override {
+    return stack_.backward_input(pass, dy, {grad_scale, batch}, input_grad);
+  }
+  void backward_weight(int pass, int batch, float grad_scale) override {
+    stack_.backward_weight(pass, {grad_scale, batch});
+  }
 
  private:
   model::LayerStack& stack_;
@@ -223,7 +231,10 @@ int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& sp
   const int64_t b = batch, d = config.mlp.input_dim, h = config.mlp.hidden_dim,
                 o = config.mlp.output_dim;
   const int p = spec.stages, chunks = p * spec.virtual_stages;
-  const std::vector<int> passes = peak_in_flight_per_chunk(make_schedule(spec), stage);
+  const Schedule schedule = make_schedule(spec);
+  const std::vector<int> in_flight = peak_in_flight_per_chunk(schedule, stage);
+  const std::vector<int> passes = peak_held_per_chunk(schedule, stage);
+  const bool split = spec.kind == ScheduleKind::kZeroBubbleH1;
   int64_t floats = 0;
   bool receives_activations = false, receives_gradients = false;
   for (int j = 0; j < spec.virtual_stages; ++j) {
@@ -232,8 +243,11 @@ int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& sp
     const auto [first, end] = chunk_layers(config, spec, c);
     const int64_t k = (last ? end - 1 : end) - first;  // blocks
     floats += passes[j] * b * (d + k * d + 2 * k * h + (last ? o : 0));
-    floats += 2 * b * h + (last ? b * d : 0);
-    if (last) floats += passes[j] * b * o;
+    // A split backward keeps each block's dy and pre-activation gradient and the head's dy
+    // until W; its input half needs one (b, H) workspace, the fused backward two.
+    if (split) floats += passes[j] * b * (k * (d + h) + (last ? o : 0));
+    floats += (split ? 1 : 2) * b * h + (last ? b * d : 0);
+    if (last) floats += in_flight[j] * b * o;
     if (config.precision == model::Precision::kMixedBf16) {  // the store's fp32 layer views
       const int64_t block = 2 * h * d + h + d, head = o * d + o;
       floats += 2 * std::max(k > 0 ? block : 0, last ? head : 0);
@@ -247,14 +261,16 @@ int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& sp
 
 WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
                        const ScheduleSpec& spec, int step) {
-  const int per_step = 2 * spec.micro_batches * spec.virtual_stages;  // compute phases
+  const int passes = spec.kind == ScheduleKind::kZeroBubbleH1 ? 3 : 2;     // F B, or F B W
+  const int per_step = passes * spec.micro_batches * spec.virtual_stages;  // compute phases
   WallBubble w;
   std::chrono::steady_clock::time_point first = std::chrono::steady_clock::time_point::max();
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::time_point::min();
   for (const std::vector<PhaseEvent>* events : timelines) {
     int seen = 0;
     for (const PhaseEvent& e : *events) {
-      const bool compute = e.name.size() > 1 && (e.name[0] == 'F' || e.name[0] == 'B') &&
+      const bool compute = e.name.size() > 1 &&
+                           (e.name[0] == 'F' || e.name[0] == 'B' || e.name[0] == 'W') &&
                            e.name[1] >= '0' && e.name[1] <= '9';
       if (!compute || seen++ / per_step != step) continue;
       w.busy_seconds += std::chrono::duration<double>(e.end - e.start).count();
@@ -267,12 +283,30 @@ WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timeli
   return w;
 }
 
+double measured_wall_bubble(const TrainConfig& config, const RunResult& run) {
+  const MeshShape shape = config.mesh();
+  const ScheduleSpec spec = schedule_spec(config);
+  std::vector<double> bubbles;
+  for (int replica = 0; replica < shape.dp; ++replica) {
+    std::vector<const std::vector<PhaseEvent>*> stages(spec.stages, nullptr);
+    for (const RankReport& r : run.ranks) {
+      const MeshCoord at = mesh_coord(shape, r.rank);
+      if (at.dp == replica && at.tp == 0) stages[at.pp] = &r.timeline;
+    }
+    if (std::find(stages.begin(), stages.end(), nullptr) != stages.end()) continue;
+    for (int step = run.steps > 1 ? 1 : 0; step < run.steps; ++step) {
+      const WallBubble w = wall_bubble(stages, spec, step);
+      if (w.span_seconds > 0) bubbles.push_back(w.bubble);
+    }
+  }
+  if (bubbles.empty()) return std::nan("");
+  const auto mid = bubbles.begin() + bubbles.size() / 2;
+  std::nth_element(bubbles.begin(), mid, bubbles.end());
+  return *mid;
+}
+
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
   if (std::string why = validate(spec); !why.empty()) return why;
-  if (spec.kind == ScheduleKind::kZeroBubbleH1) {
-    return "--schedule zb-h1 is drawn by dtsim walk --pp but cannot train: it needs a backward "
-           "split into input and weight gradients, which the layers do not have";
-  }
   if (config.model != ModelKind::kMlp) return "--pp runs the MLP (--model mlp)";
   const int chunks = spec.stages * spec.virtual_stages;
   if (config.mlp.num_blocks % chunks != 0) {

@@ -37,19 +37,22 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 
 // The activation bytes pipeline rank `stage` holds at its peak with micro-batches of
 // `batch` samples (all fp32), by the formula: each local chunk j keeps P_j passes, P_j its
-// peak in-flight micro-batches (peak_in_flight_per_chunk), of b (D + k D + 2 k H [+ O]) floats
-// (the input copy, k block outputs and each block's saved pre-activation and GELU output,
-// and the head's output on the last chunk), plus its workspace of 2 b H floats (a block's
-// backward) and, on the last chunk, b D for the head's input gradient; the stage adds one
-// received activation and one received gradient buffer of b D floats where it receives them,
-// and b O per micro-batch in flight on the last chunk for the loss gradient. Under mixed
-// precision each chunk's ParamStore also keeps two fp32 views of its largest layer.
+// peak passes held (peak_held_per_chunk: forward to backward, or to W for ZB-H1), of
+// b (D + k D + 2 k H [+ O]) floats (the input copy, k block outputs and each block's saved
+// pre-activation and GELU output, and the head's output on the last chunk), for ZB-H1 plus
+// b (k (D + H) [+ O]) (each block's output and pre-activation gradients and the head's
+// output gradient, kept from B to W), plus its workspace of 2 b H floats (a block's backward;
+// b H for ZB-H1's input half) and, on the last chunk, b D for the head's input gradient;
+// the stage adds one received activation and one received gradient buffer of b D floats
+// where it receives them, and b O per micro-batch in flight (forward to backward or B,
+// peak_in_flight_per_chunk) on the last chunk for the loss gradient. Under mixed precision
+// each chunk's ParamStore also keeps two fp32 views of its largest layer.
 int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& spec, int stage,
                                int batch);
 
 // The bubble of step `step` measured in wall time on the --trace timelines of one
 // replica's stages (timelines[s]: stage s's events, TrainConfig::trace): each stage's
-// forward and backward phases (named F3, B3, F3.1 as walk draws them) are its busy time;
+// forward and backward phases (named F3, B3, W3, F3.1 as walk draws them) are its busy time;
 // the step spans from the first phase's start to the last one's end over all stages.
 struct WallBubble {
   double busy_seconds = 0;  // summed over the stages
@@ -58,6 +61,12 @@ struct WallBubble {
 };
 WallBubble wall_bubble(const std::vector<const std::vector<PhaseEvent>*>& timelines,
                        const ScheduleSpec& spec, int step);
+
+// The wall-time bubble of a finished pipeline run, from its ranks' timelines (recorded when
+// TrainConfig::trace): the median of wall_bubble's bubble over every replica and every step
+// after the first (the first also allocates; step 0 when it is the only one). NaN when the
+// run has no compute phases on its timelines.
+double measured_wall_bubble(const TrainConfig& config, const RunResult& run);
 
 // A rank's groups on the mesh (train/mesh.h; null where an axis has size 1): `pipe` holds
 // its replica's stages in stage order (its rank is the stage), `dp` the same (tp, pp)

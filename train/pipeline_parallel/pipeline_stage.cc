@@ -15,6 +15,14 @@ constexpr int kGradientTag = 1;
 
 }  // namespace
 
+std::span<const float> StageChunk::backward_input(int, std::span<float>, int, float, bool) {
+  throw std::logic_error("StageChunk: no split backward (splits_backward() is false)");
+}
+
+void StageChunk::backward_weight(int, int, float) {
+  throw std::logic_error("StageChunk: no split backward (splits_backward() is false)");
+}
+
 PipelineStage::PipelineStage(Schedule schedule, int stage, std::vector<StageChunk*> chunks,
                              Communicator* pipe, model::MemoryLedger* ledger,
                              RankTimeline* timeline)
@@ -28,9 +36,13 @@ PipelineStage::PipelineStage(Schedule schedule, int stage, std::vector<StageChun
       timeline_(timeline) {
   const ScheduleSpec& s = schedule_.spec;
   if (s.kind == ScheduleKind::kZeroBubbleH1) {
-    throw std::invalid_argument(
-        "--schedule zb-h1 needs a backward split into input and weight gradients, which the "
-        "layers do not offer; draw it with dtsim walk --pp");
+    for (const StageChunk* c : chunks_) {
+      if (!c->splits_backward()) {
+        throw std::invalid_argument(
+            "--schedule zb-h1 needs a backward split into input and weight gradients, which "
+            "these layers do not offer; draw it with dtsim walk --pp");
+      }
+    }
   }
   const bool group_ok = pipe_ == nullptr ? p_ == 1 : pipe_->size() == p_ && pipe_->rank() == stage_;
   if (static_cast<int>(chunks_.size()) != s.virtual_stages || stage_ < 0 || stage_ >= p_ ||
@@ -74,6 +86,11 @@ std::span<float> PipelineStage::held(Pool& pool, int key, size_t n) {
 void PipelineStage::give_back(Pool& pool, int key) {
   pool.free.push_back(pool.owner[key]);
   pool.owner[key] = -1;
+}
+
+void PipelineStage::release_pass(int j, int micro_batch) {
+  free_passes_[j].push_back(pass_of_[j][micro_batch]);
+  pass_of_[j][micro_batch] = -1;
 }
 
 void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData& data,
@@ -126,26 +143,34 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
       case Op::kSendActivation:  // the pass's output is valid until its next forward
         pipe_->send(outputs_[i * v + a.chunk / p_], a.peer, kActivationTag);
         break;
-      case Op::kBackward: {
+      case Op::kBackward:
+      case Op::kBackwardInput: {
         const int j = a.chunk / p_, key = i * v + j;
         StageChunk& chunk = *chunks_[j];
         if (timeline_) timeline_->open(label(a, p_, v).c_str());
         Pool& from = a.chunk == last ? loss_grads_ : gradients_;
         std::span<float> dy = held(from, key, size_t(batch) * chunk.out_dim());
+        const int pass = pass_of_[j][i];
         input_grads_[key] =
-            chunk.backward(pass_of_[j][i], dy, batch, mbs[i].grad_scale, a.chunk > 0);
+            a.op == Op::kBackward
+                ? chunk.backward(pass, dy, batch, mbs[i].grad_scale, a.chunk > 0)
+                : chunk.backward_input(pass, dy, batch, mbs[i].grad_scale, a.chunk > 0);
         give_back(from, key);
-        free_passes_[j].push_back(pass_of_[j][i]);
-        pass_of_[j][i] = -1;
+        if (a.op == Op::kBackward) release_pass(j, i);  // else the pass waits for its W
+        if (timeline_) timeline_->close();
+        break;
+      }
+      case Op::kBackwardWeight: {
+        const int j = a.chunk / p_;
+        if (timeline_) timeline_->open(label(a, p_, v).c_str());
+        chunks_[j]->backward_weight(pass_of_[j][i], batch, mbs[i].grad_scale);
+        release_pass(j, i);
         if (timeline_) timeline_->close();
         break;
       }
       case Op::kSendGradient:  // valid until the next backward, which comes after this send
         pipe_->send(input_grads_[i * v + a.chunk / p_], a.peer, kGradientTag);
         break;
-      case Op::kBackwardInput:
-      case Op::kBackwardWeight:
-        throw std::logic_error("PipelineStage: split backward is not supported");
     }
   }
   const OpCounters& sent = counters[OpKind::kSend];

@@ -9,9 +9,14 @@
 // in micro-batch order, as single-rank gradient accumulation does, so a pipeline is bitwise
 // equal to it.
 //
+// ZB-H1 splits each backward into B (kBackwardInput: the input gradient the previous stage
+// waits for) and W (kBackwardWeight: the weight gradients), W of each chunk in micro-batch
+// order too.
+//
 // Memory: a micro-batch's pass of a chunk is taken from a free list at its forward and
-// returned at its backward, so a chunk holds exactly its peak in-flight passes; received
-// activations and gradients live only until the compute that reads them.
+// returned at its backward (at its W for ZB-H1), so a chunk holds exactly its peak passes
+// held (peak_held_per_chunk); received activations and gradients live only until the
+// compute that reads them, a loss gradient until its micro-batch's backward (B).
 //
 // Thread safety: none; a PipelineStage and its chunks belong to one rank thread.
 #pragma once
@@ -44,6 +49,14 @@ class StageChunk {
   // valid until the next backward.
   virtual std::span<const float> backward(int pass, std::span<float> dy, int batch,
                                           float grad_scale, bool input_grad) = 0;
+  // ZB-H1's split of backward, when splits_backward(): backward_input is backward without
+  // the weight gradients (same arguments and result; the pass keeps what the weight half
+  // needs), backward_weight then accumulates the pass's weight gradients. Input then weight
+  // is bitwise backward. The defaults throw std::logic_error.
+  virtual bool splits_backward() const { return false; }
+  virtual std::span<const float> backward_input(int pass, std::span<float> dy, int batch,
+                                                float grad_scale, bool input_grad);
+  virtual void backward_weight(int pass, int batch, float grad_scale);
 };
 
 // One micro-batch of the step: its samples and its loss gradient's scale.
@@ -74,7 +87,8 @@ class PipelineStage {
   // pipeline group, whose rank is the stage (null only for p = 1). `ledger` records the stage's own
   // buffers (received activations and gradients, loss gradients) as activations; `timeline` (may be
   // null) gets a phase per forward and backward, named as walk draws them (F3, B3, F3.1).
-  // Throws std::invalid_argument for ZB-H1 (no split backward here) or a mismatch.
+  // Throws std::invalid_argument for ZB-H1 with a chunk that does not split its backward, or
+  // a mismatch.
   PipelineStage(Schedule schedule, int stage, std::vector<StageChunk*> chunks, Communicator* pipe,
                 model::MemoryLedger* ledger, RankTimeline* timeline);
   PipelineStage(const PipelineStage&) = delete;
@@ -101,6 +115,8 @@ class PipelineStage {
   std::span<float> take(Pool& pool, int key, size_t n);
   std::span<float> held(Pool& pool, int key, size_t n);
   void give_back(Pool& pool, int key);
+  // Local chunk j's pass of `micro_batch` goes back to the free list.
+  void release_pass(int j, int micro_batch);
 
   Schedule schedule_;
   int stage_, p_, chunks_total_;

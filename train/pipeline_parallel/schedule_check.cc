@@ -222,9 +222,11 @@ DryRun dry_run(const Schedule& s) {
   return d;
 }
 
-std::vector<int> peak_in_flight_per_chunk(const Schedule& s, int rank) {
+namespace {
+
+// Peak per local chunk of (forwards run) - (`done` actions run), in program order.
+std::vector<int> peak_until(const Schedule& s, int rank, Op done) {
   const int p = s.spec.stages;
-  const Op done = s.spec.kind == ScheduleKind::kZeroBubbleH1 ? Op::kBackwardInput : Op::kBackward;
   std::vector<int> now(s.spec.virtual_stages, 0), peak(s.spec.virtual_stages, 0);
   for (const Action& a : s.ranks[rank]) {
     const int j = a.chunk / p;
@@ -232,6 +234,18 @@ std::vector<int> peak_in_flight_per_chunk(const Schedule& s, int rank) {
     if (a.op == done) --now[j];
   }
   return peak;
+}
+
+}  // namespace
+
+std::vector<int> peak_in_flight_per_chunk(const Schedule& s, int rank) {
+  const bool zb = s.spec.kind == ScheduleKind::kZeroBubbleH1;
+  return peak_until(s, rank, zb ? Op::kBackwardInput : Op::kBackward);
+}
+
+std::vector<int> peak_held_per_chunk(const Schedule& s, int rank) {
+  const bool zb = s.spec.kind == ScheduleKind::kZeroBubbleH1;
+  return peak_until(s, rank, zb ? Op::kBackwardWeight : Op::kBackward);
 }
 
 Fraction bubble_formula(const ScheduleSpec& spec) {
@@ -244,6 +258,11 @@ Fraction bubble_formula(const ScheduleSpec& spec) {
     default:
       return Fraction::of(p - 1, m + p - 1);
   }
+}
+
+int held_bound(const ScheduleSpec& spec, int rank) {
+  if (spec.kind != ScheduleKind::kZeroBubbleH1) return in_flight_bound(spec, rank);
+  return std::min(2 * spec.stages - 1 - rank, spec.micro_batches);
 }
 
 int in_flight_bound(const ScheduleSpec& spec, int rank) {

@@ -56,9 +56,18 @@ DryRun dry_run(const Schedule& s);
 // program order alone (a chunk's count does not depend on timing).
 std::vector<int> peak_in_flight_per_chunk(const Schedule& s, int rank);
 
+// Peak passes held per local chunk j of rank r: micro-batches whose forward ran and whose
+// last backward pass (B, or W for ZB-H1) has not, which the executor keeps a pass for.
+// Equal to peak_in_flight_per_chunk except for ZB-H1.
+std::vector<int> peak_held_per_chunk(const Schedule& s, int rank);
+
 // The paper's bubble for `spec` in slots: (p - 1)/(m + p - 1), (p - 1)/(v m + p - 1)
 // interleaved, (p - 1)/(3 m + p - 1) ZB-H1.
 Fraction bubble_formula(const ScheduleSpec& spec);
+
+// The schedule's bound on the micro-batches rank r keeps (peak_held_per_chunk, chunk units):
+// in_flight_bound, but for ZB-H1 min(2p - 1 - r, m), activations kept until W.
+int held_bound(const ScheduleSpec& spec, int rank);
 
 // The schedule's bound on peak in-flight micro-batches (chunk units) of rank r: m for
 // GPipe, min(p - r, m) for 1F1B and ZB-H1, min((p - r - 1) 2 + (v - 1) p + 1, v m) for

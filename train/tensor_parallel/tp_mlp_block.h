@@ -20,6 +20,7 @@
 
 #include "model/layer.h"
 #include "model/mlp.h"
+#include "model/mlp_layers.h"
 #include "train/traced_comm.h"
 
 namespace dtsim::train {
@@ -42,8 +43,27 @@ class TpMlpBlock : public model::Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const model::BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 model::LayerState& state, model::Workspace& ws) override;
+  // ZB-H1's split: the input half keeps dy (B, D) and the pre-activation gradient (B, H/T)
+  // in the state and does backward's all_reduce (when dx is asked for); the weight half is
+  // local.
+  bool splits_backward() const override { return true; }
+  void backward_input(std::span<const float> params, std::span<const float> x,
+                      std::span<const float> dy, const model::BackwardScale& scale,
+                      std::span<float> dx, model::LayerState& state, model::Workspace& ws) override;
+  void backward_weight(std::span<const float> x, const model::BackwardScale& scale,
+                       std::span<float> grads, model::LayerState& state,
+                       model::Workspace& ws) override;
 
  private:
+  void input_part(std::span<const float> p, std::span<const float> dy,
+                  const model::MlpBlockState& s, int batch, std::span<float> dh,
+                  std::span<float> dpre) const;
+  void weight_part(std::span<const float> x, std::span<const float> dy, std::span<const float> dpre,
+                   const model::MlpBlockState& s, int batch, std::span<float> g) const;
+  void finish_dx(std::span<const float> p, std::span<const float> x, std::span<const float> dy,
+                 std::span<const float> dpre, int batch, std::span<float> dx,
+                 model::Workspace& ws) const;
+
   std::string name_;
   int dim_, hidden_, local_hidden_, tp_rank_;
   TracedComm* tp_;

@@ -1,0 +1,317 @@
+#include "model/gemm_avx2.h"
+
+#if DTSIM_GEMM_AVX2
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+namespace dtsim::model::avx2 {
+namespace {
+
+// A micro-tile is kMr rows of the broadcast operand P by kNr columns of the vector
+// operand Q: 12 accumulators of 8 lanes, two vector loads and six broadcasts per k step.
+constexpr int kMr = 6;
+constexpr int kNr = 16;
+
+// The product P (rows, K) * Q (K, cols). P's element (r, k) is at p[r * prs + k] when
+// kUnitK, else at p[(r0 / kMr) * kMr * prs + k * pks + r - r0] for the tile at r0 (prs = 1
+// for a plain (K, rows) array; prs = K, pks = kMr for pack_tiles' layout). Q is in kNr-wide
+// zero-padded panels of K rows: columns j0 .. j0 + 15 at step k start at q + (j0 / kNr) *
+// q_panel + k * kNr (q_panel = K * kNr).
+struct Operands {
+  const float* p;
+  ptrdiff_t prs, pks;
+  const float* q;
+  ptrdiff_t q_panel;
+  int k;
+};
+
+// Computes the (MR, kNr) tile at rows r0, columns j0 and calls out(r, lo, hi) with row r's
+// 16 sums (two vectors). The twelve accumulators are named variables, not an array: GCC
+// keeps an array of __m256 on the stack and stores it every step.
+template <int MR, bool kUnitK, class Out>
+void micro(const Operands& o, int r0, int j0, Out&& out) {
+  const __m256 z = _mm256_setzero_ps();
+  __m256 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
+  __m256 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
+  const float* q = o.q + ptrdiff_t(j0 / kNr) * o.q_panel;
+  const ptrdiff_t pks = o.pks, prs = o.prs;
+  const float* p = o.p + ptrdiff_t(r0) * prs;  // P(r0 + r, k) at p + r * prs + k, p + k * pks + r
+  const int kend = o.k;
+  for (int k = 0; k < kend; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(q), b1 = _mm256_loadu_ps(q + 8);
+    const float* pk = kUnitK ? p + k : p;
+#define DTSIM_GEMM_ROW(r)                                              \
+  if constexpr (MR > r) {                                              \
+    const __m256 a = _mm256_broadcast_ss(pk + (kUnitK ? r * prs : r)); \
+    c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                         \
+    c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                         \
+  }
+    DTSIM_GEMM_ROW(0)
+    DTSIM_GEMM_ROW(1)
+    DTSIM_GEMM_ROW(2)
+    DTSIM_GEMM_ROW(3)
+    DTSIM_GEMM_ROW(4)
+    DTSIM_GEMM_ROW(5)
+#undef DTSIM_GEMM_ROW
+    q += kNr;
+    if (!kUnitK) p += pks;
+  }
+  out(0, c00, c01);
+  if constexpr (MR > 1) out(1, c10, c11);
+  if constexpr (MR > 2) out(2, c20, c21);
+  if constexpr (MR > 3) out(3, c30, c31);
+  if constexpr (MR > 4) out(4, c40, c41);
+  if constexpr (MR > 5) out(5, c50, c51);
+}
+
+template <bool kUnitK, class Out>
+void micro_tile(const Operands& o, int r0, int rows, int j0, Out&& out) {
+  switch (rows) {
+    case 6:
+      return micro<6, kUnitK>(o, r0, j0, out);
+    case 5:
+      return micro<5, kUnitK>(o, r0, j0, out);
+    case 4:
+      return micro<4, kUnitK>(o, r0, j0, out);
+    case 3:
+      return micro<3, kUnitK>(o, r0, j0, out);
+    case 2:
+      return micro<2, kUnitK>(o, r0, j0, out);
+    default:
+      return micro<1, kUnitK>(o, r0, j0, out);
+  }
+}
+
+// A per-thread buffer of at least n floats, 64-byte aligned; `slot` tells the buffers of
+// one call apart. Grown when a larger shape comes, never shrunk.
+float* scratch(int slot, size_t n) {
+  struct Buf {
+    std::unique_ptr<float[]> mem;
+    size_t cap = 0;
+  };
+  thread_local Buf bufs[2];
+  Buf& b = bufs[slot];
+  if (b.cap < n + 16) {
+    b.mem = std::make_unique<float[]>(n + 16);
+    b.cap = n + 16;
+  }
+  float* m = b.mem.get();
+  return m + (16 - (reinterpret_cast<uintptr_t>(m) / sizeof(float)) % 16) % 16;
+}
+
+// Columns j0 .. j0 + cols - 1 of the (k, *) array src (row stride ld) as consecutive
+// kNr-column panels of k rows of kNr floats, zero beyond cols. Each row is read as one run
+// of up to 64 bytes per panel: a weight's rows lie 1-4 KiB apart, so each row starts a new
+// page for the hardware prefetcher, and a run amortises its first miss.
+constexpr int kWidePanels = 64;  // rows outer: up to 1024 columns (K = 64: 256 KiB)
+void pack_panels(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out) {
+  const int panels = (cols + kNr - 1) / kNr;
+  for (int kk = 0; kk < k; ++kk) {
+    const float* in = src + kk * ld + j0;
+    for (int p = 0; p < panels; ++p) {
+      float* row = out + (ptrdiff_t(p) * k + kk) * kNr;
+      const int nc = std::min(kNr, cols - p * kNr);
+      if (nc == kNr) {
+        _mm256_storeu_ps(row, _mm256_loadu_ps(in + p * kNr));
+        _mm256_storeu_ps(row + 8, _mm256_loadu_ps(in + p * kNr + 8));
+      } else {
+        for (int j = 0; j < kNr; ++j) row[j] = j < nc ? in[p * kNr + j] : 0.0f;
+      }
+    }
+  }
+}
+
+// The 8 x 8 block at src (row stride ld) transposed into dst (row stride kNr).
+void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
+  __m256 r[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// The same panels as pack_panels from a transposed source: Q(k, j) = src[j * ld + k], so
+// panel p is rows j0 + 16 p .. of src, each read along k (8 x 8 blocks in registers).
+void pack_panels_transposed(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out) {
+  const int panels = (cols + kNr - 1) / kNr;
+  for (int p = 0; p < panels; ++p) {
+    float* panel = out + ptrdiff_t(p) * k * kNr;
+    const int c0 = j0 + p * kNr, nc = std::min(kNr, cols - p * kNr);
+    int kk = 0;
+    if (nc == kNr) {
+      // Both 8 x 8 blocks of one 64-byte run of 8 rows back to back: rows 4 KiB apart share
+      // an L1 set, so 8 rows' lines fit in its 8 ways, 16 would evict each other.
+      for (; kk + 16 <= k; kk += 16) {
+        for (int h = 0; h < 2; ++h) {
+          const float* rows8 = src + (c0 + 8 * h) * ld + kk;
+          transpose8x8(rows8, ld, panel + ptrdiff_t(kk) * kNr + 8 * h);
+          transpose8x8(rows8 + 8, ld, panel + ptrdiff_t(kk + 8) * kNr + 8 * h);
+        }
+      }
+      for (; kk + 8 <= k; kk += 8) {
+        transpose8x8(src + c0 * ld + kk, ld, panel + ptrdiff_t(kk) * kNr);
+        transpose8x8(src + (c0 + 8) * ld + kk, ld, panel + ptrdiff_t(kk) * kNr + 8);
+      }
+    }
+    for (; kk < k; ++kk) {
+      float* row = panel + ptrdiff_t(kk) * kNr;
+      for (int j = 0; j < kNr; ++j) row[j] = j < nc ? src[(c0 + j) * ld + kk] : 0.0f;
+    }
+  }
+}
+
+// A stored (k, m) (P = A^T, P(r, k) = a[k * lda + r]) as kMr-row tiles of k steps of kMr
+// floats, zero beyond m: P(r, k) lands at out[(r / kMr) * kMr * k + k * kMr + r % kMr].
+const float* pack_tiles(const float* a, int lda, int m, int k) {
+  const int tiles = (m + kMr - 1) / kMr;
+  float* out = scratch(1, size_t(tiles) * kMr * k);
+  for (int t = 0; t < tiles; ++t) {
+    const int r0 = t * kMr, mr = std::min(kMr, m - r0);
+    float* tile = out + size_t(t) * kMr * k;
+    for (int kk = 0; kk < k; ++kk) {
+      const float* in = a + ptrdiff_t(kk) * lda + r0;
+      for (int r = 0; r < kMr; ++r) tile[kk * kMr + r] = r < mr ? in[r] : 0.0f;
+    }
+  }
+  return out;
+}
+
+// Q as stored: Q(k, j) at src[k * ld + j], or at src[j * ld + k] when transposed (the
+// weight (out, in) of an x W^T product).
+struct QSource {
+  const float* src;
+  ptrdiff_t ld;
+  bool transposed;
+};
+
+// Runs every tile of P (rows, K) * Q (K, cols) and hands it to epi(r0, rows, j0, cols, t),
+// after epi.prefetch(r0, rows, j0) before the tile's product; an Epi with kDirect takes
+// whole tiles row by row from the registers instead, epi.direct(row, j0, lo, hi). Q is
+// packed `chunk` panels at a time (pack_panels): a weight's rows lie 1-4 KiB apart, so
+// read in place a panel's lines would share a few L1 sets and evict each other. Within a
+// chunk, rows_outer keeps a P tile in L1 across Q's panels and walks C along its rows (for
+// a C that is a weight gradient: walked by columns, a tile's rows share one L1 set);
+// columns outer keeps a Q panel in L1 across P's tiles.
+template <bool kUnitK, class Epi>
+void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_outer, Epi&& epi) {
+  alignas(64) float t[kMr * kNr];
+  auto tile = [&](int r0, int j0) {
+    const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0);
+    epi.prefetch(r0, mr, j0);  // what the epilogue reads arrives while the tile computes
+    if constexpr (std::remove_cvref_t<Epi>::kDirect) {
+      if (nc == kNr) {  // a whole tile: straight from the registers
+        micro_tile<kUnitK>(o, r0, mr, j0,
+                           [&](int r, __m256 lo, __m256 hi) { epi.direct(r0 + r, j0, lo, hi); });
+        return;
+      }
+    }
+    micro_tile<kUnitK>(o, r0, mr, j0, [&](int r, __m256 lo, __m256 hi) {
+      _mm256_store_ps(t + r * kNr, lo);
+      _mm256_store_ps(t + r * kNr + 8, hi);
+    });
+    epi(r0, mr, j0, nc, t);
+  };
+  const int width = chunk * kNr;
+  float* panels = scratch(0, size_t(width) * o.k);
+  o.q_panel = ptrdiff_t(kNr) * o.k;
+  for (int c0 = 0; c0 < cols; c0 += width) {
+    const int c1 = std::min(cols, c0 + width);
+    if (q.transposed) {
+      pack_panels_transposed(q.src, q.ld, o.k, c0, c1 - c0, panels);
+    } else {
+      pack_panels(q.src, q.ld, o.k, c0, c1 - c0, panels);
+    }
+    o.q = panels - ptrdiff_t(c0 / kNr) * o.q_panel;  // panel of column j0 at (j0 / kNr)
+    if (rows_outer) {
+      for (int r0 = 0; r0 < rows; r0 += kMr) {
+        for (int j0 = c0; j0 < c1; j0 += kNr) tile(r0, j0);
+      }
+    } else {
+      for (int j0 = c0; j0 < c1; j0 += kNr) {
+        for (int r0 = 0; r0 < rows; r0 += kMr) tile(r0, j0);
+      }
+    }
+  }
+}
+
+// Panels per chunk when columns go outer: a chunk of at most 128 KiB (in L2), one panel at
+// least.
+int column_chunk(int k) { return std::max(1, (32 * 1024) / (kNr * std::max(k, 1))); }
+
+// Prefetches the kNr floats at p + r * ld for r < rows (two lines: p may be unaligned).
+void prefetch_rows(const float* p, ptrdiff_t ld, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + r * ld), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(p + r * ld + kNr - 1), _MM_HINT_T1);
+  }
+}
+
+// C = beta * C + t on the tile, C row-major with leading dimension ldc.
+struct StoreEpi {
+  static constexpr bool kDirect = true;
+  float* c;
+  int ldc;
+  float beta;
+  void prefetch(int r0, int rows, int j0) const {
+    if (beta != 0.0f) prefetch_rows(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+  }
+  void direct(int row, int j0, __m256 lo, __m256 hi) const {
+    float* dst = c + ptrdiff_t(row) * ldc + j0;
+    if (beta == 1.0f) {
+      lo = _mm256_add_ps(_mm256_loadu_ps(dst), lo);
+      hi = _mm256_add_ps(_mm256_loadu_ps(dst + 8), hi);
+    } else if (beta != 0.0f) {
+      const __m256 b = _mm256_set1_ps(beta);
+      lo = _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(dst)), lo);
+      hi = _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(dst + 8)), hi);
+    }
+    _mm256_storeu_ps(dst, lo);
+    _mm256_storeu_ps(dst + 8, hi);
+  }
+  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
+    for (int r = 0; r < rows; ++r) {
+      float* dst = c + ptrdiff_t(r0 + r) * ldc + j0;
+      const float* src = t + r * kNr;
+      if (beta == 0.0f) {
+        for (int j = 0; j < cols; ++j) dst[j] = src[j];
+      } else if (beta == 1.0f) {
+        for (int j = 0; j < cols; ++j) dst[j] = dst[j] + src[j];
+      } else {
+        for (int j = 0; j < cols; ++j) dst[j] = beta * dst[j] + src[j];
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
+           int ldb, float beta, float* c, int ldc) {
+  const StoreEpi store{c, ldc, beta};
+  const QSource q{b, ldb, trans_b};
+  if (!trans_a) {  // P = A (m, k) where it lies
+    run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, store);
+  } else {  // P = A^T, A stored (k, m): packed into tiles; C a weight gradient, rows outer
+    run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true,
+               store);
+  }
+}
+
+}  // namespace dtsim::model::avx2
+#endif
