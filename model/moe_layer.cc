@@ -85,10 +85,10 @@ size_t MoeLayer::activation_bytes() const {
 
 void MoeBlock::add_params(ParamLayout& layout) const {
   const MoeConfig& m = config_;
-  layout.begin_layer("moe");
-  layout.add("moe.router", m.num_experts, m.d_model);
+  layout.begin_layer(name_);
+  layout.add(name_ + ".router", m.num_experts, m.d_model);
   for (int e = 0; e < m.num_experts; ++e) {
-    const std::string p = "moe.expert" + std::to_string(e);
+    const std::string p = name_ + ".expert" + std::to_string(e);
     layout.add(p + ".w1", m.d_ff, m.d_model);
     layout.add(p + ".b1", m.d_ff, 1);
     layout.add(p + ".w2", m.d_model, m.d_ff);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/layer.h"
@@ -43,13 +45,15 @@ class MoeLayer {
   std::vector<float> d_probs_;  // (T, E) gradient w.r.t. the router probabilities
 };
 
-// MoeLayer as a model Layer "moe": "moe.router" (E, D), then "moe.expert<e>.w1" (F, D),
-// ".b1" (F), ".w2" (D, F), ".b2" (D) for each e. Each micro-batch's state holds its own
-// MoeLayer (routing and expert activations), whose bytes it records as activations. The
-// aux loss's weight in the objective is grad_scale * B (the objective is sum CE + B aux).
+// MoeLayer as a model Layer "<name>" (default "moe"): "<name>.router" (E, D), then
+// "<name>.expert<e>.w1" (F, D), ".b1" (F), ".w2" (D, F), ".b2" (D) for each e. Each micro-batch's
+// state holds its own MoeLayer (routing and expert activations), whose bytes it records as
+// activations. The aux loss's weight in the objective is grad_scale * B (the objective is sum CE +
+// B aux).
 class MoeBlock : public Layer {
  public:
-  explicit MoeBlock(const MoeConfig& config) : config_(config) {}
+  explicit MoeBlock(const MoeConfig& config, std::string name = "moe")
+      : config_(config), name_(std::move(name)) {}
   void add_params(ParamLayout& layout) const override;
   int in_dim() const override { return config_.d_model; }
   int out_dim() const override { return config_.d_model; }
@@ -71,6 +75,7 @@ class MoeBlock : public Layer {
 
  private:
   MoeConfig config_;
+  std::string name_;
 };
 
 // The dense all-expert reference with the same contract as MoeLayer.

@@ -5,7 +5,7 @@
 # prints a Markdown row: found/seeds, median schedules to the first failure (1 = the
 # first schedule) and median seconds; and whether replaying the failure twice printed the
 # same FAIL line both times (jitter: its `reproduce:` command; the schedulers: --replay).
-# usage: scripts/measure_mutants.sh [build/dtsim] (env: SEEDS=3 BUDGET=200 RANKS=4)
+# usage: scripts/measure_mutants.sh [build/dtsim] (env: SEEDS=3 BUDGET=200 RANKS=4 MUTANTS="...")
 set -u
 DTSIM=$(realpath "${1:-build/dtsim}")
 SEEDS=${SEEDS:-3}
@@ -13,11 +13,12 @@ BUDGET=${BUDGET:-200}
 RANKS=${RANKS:-4}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-MUTANTS="lend-overwrite missing-settle ring-wrong-chunk split-off-by-one recv-wrong-step lend-claim-race"
+MUTANTS=${MUTANTS:-"lend-overwrite missing-settle ring-wrong-chunk split-off-by-one recv-wrong-step lend-claim-race"}
 MODES="jitter random pct1 pct2 pct3"
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "-"; else print a[int((NR + 1) / 2)]}'; }
 
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "| mutant | $(echo $MODES | sed 's/ / | /g') |"
 echo "|---|$(for m in $MODES; do printf -- '---|'; done)"
 for mutant in $MUTANTS; do
@@ -55,3 +56,4 @@ for mutant in $MUTANTS; do
   done
   echo "$row"
 done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -36,6 +36,6 @@ cmake --build "$dir" -j "$(nproc)" --target runtime_test stress_test
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1 ${UBSAN_OPTIONS:-}"
-# Only the runtime and stress tests (by label); stress_cli and the CLI tests drive the
+# Only the runtime and stress tests (by label); stress_cli* and the CLI tests drive the
 # Release dtsim binary, which is not built here.
-ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" -L '^(runtime|stress)$' -E '^stress_cli$'
+ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" -L '^(runtime|stress)$' -E '^stress_cli'

@@ -80,8 +80,9 @@ CheckPlan plan_check(const TrainConfig& config) {
     p.reference.virtual_stages = 1;
     TrainConfig by_dp = config;
     by_dp.ranks = m.dp;
-    // dp x pp (any ZeRO stage but 3) does accumulation's float operations in its order.
-    p.bitwise = deterministic && !moe && m.tp == 1 && config.zero < 3;
+    // dp x pp (any ZeRO stage but 3; MLP or MoE) does accumulation's float operations in
+    // its order; tp reorders the blocks' sums and ep each expert's.
+    p.bitwise = deterministic && m.tp == 1 && m.ep == 1 && config.zero < 3;
     p.reference.strategy = p.bitwise || moe ? Strategy::kAccum : Strategy::kSingle;
     if (p.reference.strategy == Strategy::kSingle) p.reference.micro_batches = 1;
     p.description = (p.bitwise ? std::string("bitwise") : tolerance_text(p.tolerance)) + " vs " +

@@ -5,7 +5,8 @@
 // Reference and criterion:
 //   - DDP and ZeRO under Algo::kDeterministic do the reference's float operations in the
 //     same order: bitwise equal to accumulation over the same ranks x micro-batches (ZeRO-3
-//     with several micro-batches reduce-scatters each one: within tolerance of it);
+//     with several micro-batches reduce-scatters each one: within tolerance of it); so do
+//     dp x pp meshes without tp and ep (MLP or MoE), with ZeRO-0/1/2 along dp;
 //   - MoE runs (any data-parallel strategy, ep) against accumulation over the same ranks x
 //     micro-batches, since expert capacity and the aux loss depend on the token grouping;
 //   - single, and MoE accum with more than one group (a reference itself), bitwise against a

@@ -15,8 +15,10 @@
 #include "model/param_layout.h"
 #include "runtime/world.h"
 #include "train/config.h"
+#include "train/grad_ops.h"
 #include "train/result.h"
 #include "train/step_runner.h"
+#include "train/trainee.h"
 
 namespace dtsim::train {
 
@@ -43,6 +45,31 @@ RunResult solo_result(const TrainConfig& config, RankOutcome outcome);
 
 // Rank 0's part of the parameters, for strategies whose rank 0 holds all of them.
 std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts);
+
+// Runs the strategy Rank<T>(args..., params, grads) with `runner`, T the storage type of
+// `trainee`'s parameters (float, or BFloat16 under mixed precision): what every strategy's
+// rank job ends with.
+template <template <class> class Rank, class... Args>
+void run_rank(StepRunner& runner, Trainee& trainee, Args&&... args) {
+  with_buffers(trainee.store(), [&](auto params, auto grads) {
+    using T = typename decltype(grads)::value_type;
+    Rank<T> rank(args..., params, grads);
+    runner.run(rank);
+  });
+}
+
+// A strategy whose every rank trains a whole replica and whose rank 0 ends with all the
+// parameters (ddp, zero1, zero2): Rank<T>(config, world, trainee, runner, params, grads).
+template <template <class> class Rank>
+std::optional<RunResult> launch_replicated(const TrainConfig& config) {
+  return launch(
+      config,
+      [&](Communicator& world, StepRunner& runner) {
+        Trainee trainee(config);
+        run_rank<Rank>(runner, trainee, config, world, trainee, runner);
+      },
+      params_of_rank0);
+}
 
 // Rank r's parameter layout (model::slices_into places its tensors in the full layout).
 using LocalLayout = std::function<model::ParamLayout(int rank)>;

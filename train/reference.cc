@@ -125,11 +125,7 @@ template <template <class> class Rank>
 RunResult run_solo(const TrainConfig& config, int loss_slots) {
   StepRunner runner(config, nullptr, loss_slots);
   Trainee trainee(config);
-  with_buffers(trainee.store(), [&](auto params, auto grads) {
-    using T = typename decltype(grads)::value_type;
-    Rank<T> rank(config, trainee, runner, params, grads);
-    runner.run(rank);
-  });
+  run_rank<Rank>(runner, trainee, config, trainee, runner);
   return solo_result(config, runner.take_outcome());
 }
 

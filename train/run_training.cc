@@ -48,6 +48,8 @@ void validate_model(const TrainConfig& c) {
           "--top-k " + std::to_string(m.top_k) + " must be 1 or 2 and at most --experts " +
               std::to_string(m.num_experts));
   require(m.d_ff >= 1, "--hidden " + std::to_string(m.d_ff) + " must be at least 1");
+  require(c.moe.num_blocks >= 1,
+          "--layers " + std::to_string(c.moe.num_blocks) + " must be at least 1");
 }
 
 // The pitfall skips the division by N after the gradient sum, which only ddp and zero have.
@@ -124,21 +126,21 @@ void validate_pipeline(const TrainConfig& c) {
   require(c.strategy == Strategy::kMesh,
           "--pp " + str(c.pp) + " is a mesh axis: give --dp --tp --pp instead of --strategy " +
               to_string(c.strategy));
-  require(c.model == ModelKind::kMlp,
-          "--pp " + str(c.pp) + " needs --model mlp (its blocks are the pipeline's layers)");
   const std::string why = pipeline::validate(schedule_spec(c));
   require(why.empty(), why);
   const int chunks = c.pp * c.virtual_stages;
-  require(c.mlp.num_blocks % chunks == 0,
-          "--layers " + str(c.mlp.num_blocks) + " does not divide into --pp " + str(c.pp) +
-              " x --virtual-stages " + str(c.virtual_stages) + " = " + str(chunks) +
-              " pipeline chunks; give --layers a multiple of " + str(chunks));
+  // The pipeline cuts the MLP's blocks or the MoE's MoE layers (--layers either way).
+  const int blocks = c.model == ModelKind::kMlp ? c.mlp.num_blocks : c.moe.num_blocks;
+  require(blocks % chunks == 0, "--layers " + str(blocks) + " does not divide into --pp " +
+                                    str(c.pp) + " x --virtual-stages " + str(c.virtual_stages) +
+                                    " = " + str(chunks) +
+                                    " pipeline chunks; give --layers a multiple of " + str(chunks));
   require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || c.model == ModelKind::kMlp,
           "--schedule zb-h1 needs --model mlp (its layers split backward into input and "
           "weight gradients; MoE layers do not)");
-  require(c.zero <= 1,
-          "--zero " + str(c.zero) +
-              " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+  require(c.zero <= 2,
+          "--zero 3 with --pp is not supported (ZeRO-3 gathers each layer at each "
+          "use, which the pipeline stages do not do); use --zero 1 or 2");
   require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
           "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
               " x --micro-batches " + str(c.micro_batches));
@@ -164,8 +166,6 @@ void validate_mesh(const TrainConfig& c) {
     require(c.mlp.hidden_dim % m.tp == 0, "--hidden " + str(c.mlp.hidden_dim) +
                                               " is not divisible by --tp " + str(m.tp) +
                                               "; change --hidden or --tp");
-    require(c.zero < 3, "--zero 3 with --tp " + str(m.tp) +
-                            " is not supported (ZeRO-3 gathers whole layers); use --zero 1 or 2");
   }
   if (m.ep > 1) {
     require(!mlp, "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe");
@@ -174,7 +174,9 @@ void validate_mesh(const TrainConfig& c) {
     require(c.moe.moe.num_experts % m.ep == 0,
             "--experts " + str(c.moe.moe.num_experts) + " is not divisible by --ep " + str(m.ep) +
                 ": every rank of an expert group holds the same number of experts");
-    require(c.zero == 0, "--zero with --ep is not supported; use --zero 0");
+    require(c.zero <= 2, "--zero 3 with --ep " + str(m.ep) +
+                             " is not supported (ZeRO-3 gathers whole layers, experts "
+                             "included); use --zero 1 or 2");
   }
   require(mlp || m.tp == 1, "--model moe runs on --dp and --ep (no tensor-parallel MoE)");
   require(c.pitfall == Pitfall::kNone,

@@ -8,7 +8,9 @@
 #include <span>
 
 #include "runtime/communicator.h"
+#include "runtime/exchange.h"
 #include "runtime/schedule/scheduler.h"
+#include "runtime/split.h"
 #include "runtime/stress/stress_plan.h"
 #include "runtime/world.h"
 
@@ -29,13 +31,33 @@ struct WrongResult : Error {
 };
 constexpr std::byte kPoison{0xA5};
 
+// Thrown by the lender of a kFailingLend step, by design, after its sends.
+struct LenderGivesUp : Error {
+  using Error::Error;
+};
+
 // One rank's buffers: sized by the main thread before the run and never reallocated
 // during it (under unsafe_live_sends another rank may still read them).
 struct RankSlot {
   std::vector<std::byte> in, out, first;
   std::vector<std::string> failures;  // the first kMaxMessages
   uint64_t checked = 0, failed = 0;
+  uint64_t lends_refused = 0;  // kFailingLend receives refused as withdrawn
 };
+
+// Records a wrong result `diff` of step `i` on this rank of `comm`.
+void report(const StressOptions& o, int iteration, int i, const Step& s, Communicator& comm,
+            const char* note, const std::string& diff, RankSlot& slot) {
+  ++slot.failed;
+  const std::string what = "iteration " + std::to_string(iteration) + " step " + std::to_string(i) +
+                           ": " + stress::describe(s) + " on " + comm.name() + note + ": rank " +
+                           std::to_string(comm.rank()) + " (global " +
+                           std::to_string(comm.global_rank()) + ") " + diff;
+  if (slot.failures.size() < kMaxMessages) slot.failures.push_back(what);
+  // The first wrong result ends the iteration's world. Not across processes: there the
+  // others would see only an abort, and every rank's counts are summed after the run.
+  if (!o.process.mpi) throw WrongResult(what);
+}
 
 // Runs step `i` on rank `me` of communicator `comm`, checks the result, then poisons the
 // buffers so that a receiver still reading them through a live pointer sees garbage.
@@ -99,21 +121,87 @@ void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, 
       diff = "repeated run differs bitwise from the first";
     }
     if (rep == 0 && s.repeats > 1 && bytes) std::memcpy(slot.first.data(), result, bytes);
-    slot.failed += !diff.empty();
-    if (!diff.empty()) {
-      std::string what = "iteration " + std::to_string(iteration) + " step " + std::to_string(i) +
-                         ": " + stress::describe(s) + " on " + comm.name() +
-                         (rep ? " (repeat)" : "") + ": rank " + std::to_string(r) + " (global " +
-                         std::to_string(comm.global_rank()) + ") " + diff;
-      if (slot.failures.size() < kMaxMessages) slot.failures.push_back(what);
-      // The first wrong result ends the iteration's world. Not across processes: there the
-      // others would see only an abort, and every rank's counts are summed after the run.
-      if (!o.process.mpi) throw WrongResult(what);
-    }
+    if (!diff.empty()) report(o, iteration, i, s, comm, rep ? " (repeat)" : "", diff, slot);
     // A late reader of a live pointer must not find the right bytes by luck.
     std::fill(slot.in.begin(), slot.in.end(), ~kPoison);
     std::fill(slot.out.begin(), slot.out.end(), ~kPoison);
   }
+}
+
+// A kFailingLend step (stress_plan.h) on its own group `comm`: the lender lends, sends
+// once more, fails and overwrites its buffer at once, as a caller may when a call throws.
+// What lend.cc promises: a receiver reads each lent chunk intact, or is refused with the
+// withdrawal error; it never sees the overwritten bytes. Both sides' communicator is
+// unusable after their error.
+void run_failing_lend(Communicator& comm, const StressOptions& o, int iteration, int i,
+                      const Step& s, const std::vector<std::byte>& want, RankSlot& slot) {
+  const int g = comm.size();
+  const int r = comm.rank();
+  const size_t es = dtype_size(s.dtype);
+  const Signature sig{OpKind::kBroadcast, s.dtype, ReduceOp::kSum, Algo::kDirect, s.root, s.numel};
+  auto part = [&](int c) {
+    return std::pair{split_offset(s.numel, s.chunks, c), split_size(s.numel, s.chunks, c)};
+  };
+  std::string error;  // the error this rank's call ended with
+  ++slot.checked;
+  if (r == s.root) {
+    stress::fill_input(o.seed, iteration, i, s, g, r, slot.in.data());
+    try {
+      Exchange ex(comm, sig);
+      for (int c = 0; c < s.chunks; ++c) {
+        const auto [off, len] = part(c);
+        for (int p = 0; p < g; ++p) {
+          if (p != r) ex.send_or_lend(p, c, ex.at(slot.in.data(), off), len);
+        }
+      }
+      for (int p = 0; p < g; ++p) {
+        if (p != r) ex.send(p, s.chunks, slot.in.data(), 1);
+      }
+      throw LenderGivesUp("rank " + std::to_string(comm.global_rank()) +
+                          " gives up after lending, by design");
+    } catch (const LenderGivesUp& e) {
+      error = e.what();
+    }
+    // The call is over: its buffer is the caller's again, and no receiver may read it now.
+    std::fill(slot.in.begin(), slot.in.end(), kPoison);
+    if (error.empty()) report(o, iteration, i, s, comm, "", "lender's call did not fail", slot);
+  } else {
+    std::fill(slot.out.begin(), slot.out.end(), ~kPoison);
+    int got = 0;  // chunks read
+    std::byte first[8];
+    try {
+      Exchange ex(comm, sig);
+      for (; got < s.chunks; ++got) {
+        const auto [off, len] = part(got);
+        ex.recv_copy(s.root, got, ex.at(slot.out.data(), off), len);
+      }
+      ex.recv_copy(s.root, s.chunks, first, 1);
+    } catch (const AbortedError& e) {
+      error = e.what();
+      // Only the refusal is this step's outcome; any other abort is a failure elsewhere.
+      const std::string refusal = "rank " + std::to_string(comm.global_rank(s.root)) +
+                                  " withdrew the message it lent for this call";
+      if (error.find(refusal) == std::string::npos) throw;
+      ++slot.lends_refused;
+    }
+    const size_t read = got == s.chunks ? s.numel : part(got).first;
+    std::string diff;
+    if (read && std::memcmp(slot.out.data(), want.data(), read * es) != 0) {
+      diff = stress::first_difference(s.dtype, slot.out.data(), want.data(), read);
+    } else if (error.empty() && std::memcmp(first, want.data(), es) != 0) {
+      diff = "the snapshot sent after the lends is wrong: " +
+             stress::first_difference(s.dtype, first, want.data(), 1);
+    }
+    if (!diff.empty()) report(o, iteration, i, s, comm, "", diff, slot);
+  }
+  if (error.empty()) return;
+  // An error escaped the call: the communicator must refuse every later call at once.
+  try {
+    comm.barrier();
+  } catch (const AbortedError&) {
+    return;
+  }
+  report(o, iteration, i, s, comm, "", "communicator still usable after its call failed", slot);
 }
 
 void run_rank(Communicator& world, const StressOptions& o, int iteration,
@@ -130,6 +218,12 @@ void run_rank(Communicator& world, const StressOptions& o, int iteration,
       continue;
     }
     const int me = world.rank();
+    if (s.kind == StepKind::kFailingLend) {
+      const auto comm = world.new_group(s.members);
+      if (comm)
+        run_failing_lend(*comm, o, iteration, static_cast<int>(i), s, want[i][comm->rank()], slot);
+      continue;
+    }
     if (s.kind == StepKind::kSplit) {
       auto c = world.split(s.colors[me], s.keys[me]);
       if (s.colors[me] >= 0) comms[s.group + s.colors[me]] = std::move(c);
@@ -191,7 +285,7 @@ StressResult run_stress(const StressOptions& o,
     std::vector<size_t> need(o.ranks, 1);
     for (size_t i = 0; i < plan.steps.size(); ++i) {
       const Step& s = plan.steps[i];
-      if (s.kind != StepKind::kCall) continue;
+      if (s.kind != StepKind::kCall && s.kind != StepKind::kFailingLend) continue;
       const auto& members = plan.groups[s.group];
       const int g = static_cast<int>(members.size());
       want[i] = stress::reference(o.seed, it, static_cast<int>(i), s, g);
@@ -256,6 +350,8 @@ StressResult run_stress(const StressOptions& o,
     for (RankSlot& slot : slots) {
       res.results_checked += slot.checked;
       slot.checked = 0;
+      res.lends_refused += slot.lends_refused;
+      slot.lends_refused = 0;
       res.failures += slot.failed;
       failed |= slot.failed != 0;
       slot.failed = 0;

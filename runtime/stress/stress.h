@@ -5,6 +5,10 @@
 // algorithms (kDeterministic, kDirect) run twice and must be bitwise equal to each other
 // and to a sequential sum in rank order.
 //
+// Every plan of two or more ranks also holds one failing lender (stress_plan.h): a rank
+// whose call fails after lending, which every receiver must survive with intact bytes or
+// the withdrawal error.
+//
 // Every rank derives the same plan from (seed, iteration) on its own, with no
 // communication; the reference is computed once from the same plan. Between calls each
 // rank overwrites its buffers, so a transport that handed out live pointers instead of
@@ -49,6 +53,7 @@ struct StressResult {
   uint64_t collectives = 0;      // collective calls run (per communicator, not per rank)
   uint64_t results_checked = 0;  // per-rank results compared with the reference
   uint64_t failures = 0;         // wrong results, plus iterations that threw
+  uint64_t lends_refused = 0;    // failing-lend receives refused as withdrawn (thread worlds)
   int first_failed_iteration = -1;
   std::vector<std::string> messages;  // the first few failures, one line each (errors may
                                       // carry a multi-line desync report); under MPI, those

@@ -70,6 +70,28 @@ T combine(ReduceOp op, T a, T b) {
   return static_cast<T>(a + b);
 }
 
+// Inserts the plan's kFailingLend step (stress_plan.h) at a random place.
+void add_failing_lend(uint64_t seed, int iteration, int n, size_t max_numel, Plan& plan) {
+  Rng rng{mix64(seed, 0xfa11ed00000ull + static_cast<uint64_t>(iteration))};
+  Step s;
+  s.kind = StepKind::kFailingLend;
+  s.op = OpKind::kBroadcast;
+  s.group = static_cast<int>(plan.groups.size());
+  std::vector<int> all = plan.groups[0];
+  for (int i = n - 1; i > 0; --i) std::swap(all[i], all[rng.below(i + 1)]);
+  all.resize(2 + rng.below(n - 1));
+  s.members = all;
+  plan.groups.push_back(all);
+  s.root = static_cast<int>(rng.below(all.size()));
+  s.dtype = rng.pick({DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  s.fractional = s.dtype == DType::kFloat32 || s.dtype == DType::kFloat64;
+  s.chunks = 1 + static_cast<int>(rng.below(8));
+  // At least 16 elements (64 bytes) a chunk: lent whenever WorldOptions::lend_bytes is 64.
+  s.numel = static_cast<size_t>(s.chunks) * (16 + rng.below(std::max<size_t>(1, max_numel / 8)));
+  const size_t at = rng.below(plan.steps.size() + 1);
+  plan.steps.insert(plan.steps.begin() + static_cast<std::ptrdiff_t>(at), std::move(s));
+}
+
 }  // namespace
 
 Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel) {
@@ -149,6 +171,7 @@ Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel)
     s.repeats = reduces(s.op) && ordered ? 2 : 1;
     plan.steps.push_back(std::move(s));
   }
+  if (n > 1) add_failing_lend(seed, iteration, n, max_numel, plan);
   return plan;
 }
 
@@ -274,6 +297,10 @@ std::string first_difference(DType t, const std::byte* got, const std::byte* wan
 }
 
 std::string describe(const Step& s) {
+  if (s.kind == StepKind::kFailingLend) {
+    return "failing_lend(numel=" + std::to_string(s.numel) + ", dtype=" + to_string(s.dtype) +
+           ", chunks=" + std::to_string(s.chunks) + ", lender=" + std::to_string(s.root) + ")";
+  }
   std::string d = to_string(s.op);
   if (s.single) d += "_single";
   d += "(numel=" + std::to_string(s.numel) + ", dtype=" + to_string(s.dtype);

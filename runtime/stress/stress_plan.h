@@ -3,6 +3,8 @@
 //
 // make_plan is a pure function of (seed, iteration, ranks, ...): every rank calls it on
 // its own and gets the same plan, so ranks agree on the sequence without communicating.
+// With two or more ranks every plan holds one kFailingLend step, at a random place (drawn
+// from a stream of its own, so the other steps do not depend on it).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,14 @@ enum class StepKind : uint8_t {
   kNewGroup,  // world.new_group(members): creates groups[group]
   kSplit,     // world.split(color, key): creates groups[group + color] for each color
   kCall,      // a collective on groups[group]
+  // A failing lender: world.new_group(members) creates groups[group], on which local rank
+  // `root` lends `chunks` chunks of its input to every other member (steps 0..chunks-1),
+  // sends a snapshot of its first element (step chunks), then fails by design and
+  // overwrites its buffer. Each receiver must either read every lent chunk intact or be
+  // refused with the withdrawal error (lend.cc's claim/withdraw handshake); the group is
+  // unusable afterwards on every rank that saw an error. op is kBroadcast: the reference
+  // of every member is the lender's input.
+  kFailingLend,
 };
 
 struct Step {
@@ -36,6 +46,7 @@ struct Step {
   std::vector<size_t> counts;  // all_to_all_single: counts[i * g + j], i sends to j
   bool fractional = false;     // random fractions (order-sensitive sums) instead of integers
   int repeats = 1;             // 2 for the deterministic algorithms: bitwise equal runs
+  int chunks = 0;              // kFailingLend: lent chunks per receiver (tensor_split)
 };
 
 struct Plan {

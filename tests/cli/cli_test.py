@@ -200,6 +200,27 @@ def case_train_pipeline():
         expect(len(names) == 2 * 3 * 4, f"zb-h1 rank {r}: one F, B and W per micro-batch per step")
 
 
+def case_train_mesh_combinations():
+    # The README's combinations beyond the presets: an MoE in pipeline stages (bitwise to
+    # accumulation without --ep), ZeRO with --ep and inside pipelines, ZeRO-3 with --tp.
+    for args, verdict in [
+            (["--model", "moe", "--layers", "4", "--pp", "4", "--micro-batches", "8", "--algo",
+              "deterministic"], r"max \|dparam\| 0, max \|dloss\| 0 \(bitwise vs accum\)"),
+            (["--model", "moe", "--layers", "2", "--dp", "2", "--ep", "2", "--pp", "2", "--zero", "1",
+              "--micro-batches", "4"], r"rtol 1e-05 atol 1e-06 vs accum\)"),
+            (["--dp", "2", "--pp", "2", "--zero", "2", "--micro-batches", "4", "--algo",
+              "deterministic"], r"max \|dparam\| 0, max \|dloss\| 0 \(bitwise vs accum\)"),
+            (["--model", "moe", "--dp", "4", "--ep", "2", "--zero", "2"], r"vs accum\)"),
+            (["--dp", "2", "--tp", "2", "--zero", "3"], r"rtol 1e-05 atol 1e-06 vs single\)")]:
+        rc, out, err = run("train", *args, "--check", "--steps", "5", "--quiet")
+        expect(rc == 0, f"{args}: exit code {rc}\n{err}")
+        expect_match(r"^check: PASS .*" + verdict + "$", out, f"{args} check")
+    rc, out, _ = run("train", "--model", "moe", "--layers", "4", "--pp", "4", "--micro-batches",
+                     "8", "--steps", "1", "--quiet")
+    expect_match(r"^dtsim train: mesh, moe D 16 F 32 E 4 top-2 L 4 \(17748 params\)", out,
+                 "MoE header names its layers")
+
+
 def case_train():
     rc, out, _ = run("train", "--strategy", "zero3", "--ranks", "4", "--steps", "6", "--quiet")
     expect(rc == 0, f"train exit code {rc}")

@@ -62,8 +62,12 @@ TEST(MlpModelTest, GradientMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient(model.params(), analytic, loss, 1e-2f, 2e-4, 2e-2));
 }
 
-TEST(MoeModelTest, GradientMatchesFiniteDifferences) {
+// One MoE layer, and two stacked (each adds its aux loss to the objective).
+class MoeModelGradient : public ::testing::TestWithParam<int> {};
+
+TEST_P(MoeModelGradient, MatchesFiniteDifferences) {
   MoeModelConfig c;
+  c.num_blocks = GetParam();
   c.input_dim = 5;
   c.num_classes = 3;
   c.moe = {.d_model = 6,
@@ -78,21 +82,30 @@ TEST(MoeModelTest, GradientMatchesFiniteDifferences) {
   const std::vector<int32_t> labels = {0, 1, 2, 0, 1, 2, 2, 1};
   model.zero_grad();
   model.forward_backward(x, labels, B);
-  const Routing reference = model.last_routing();
+  std::vector<Routing> reference;
+  for (int l = 0; l < c.num_blocks; ++l) reference.push_back(model.last_routing(l));
   const std::vector<float> analytic(model.grads().begin(), model.grads().end());
   std::vector<float> logits(B * c.num_classes), probs(logits.size());
-  // The objective whose gradient forward_backward returns: mean CE + aux.
+  // The objective whose gradient forward_backward returns: mean CE + every layer's aux.
   auto loss = [&] {
     model.forward(x, B, logits);
     return double(softmax_cross_entropy_forward(logits, labels, probs, B, c.num_classes)) +
            model.last_aux_loss();
   };
   auto same = [&] {
-    return model.last_routing().expert == reference.expert &&
-           model.last_routing().row == reference.row;
+    for (int l = 0; l < c.num_blocks; ++l) {
+      if (model.last_routing(l).expert != reference[l].expert ||
+          model.last_routing(l).row != reference[l].row) {
+        return false;
+      }
+    }
+    return true;
   };
   EXPECT_GRAD_OK(check_gradient(model.params(), analytic, loss, 1e-3f, 5e-4, 3e-2, same));
 }
+
+INSTANTIATE_TEST_SUITE_P(MoeLayers, MoeModelGradient, ::testing::Values(1, 2),
+                         [](const auto& info) { return "L" + std::to_string(info.param); });
 
 // Records the order of hook calls.
 struct RecordingHooks : LayerHooks {

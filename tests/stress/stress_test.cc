@@ -80,6 +80,13 @@ TEST(Stress, EveryRankDerivesTheSamePlan) {
   bool zero = false, uneven = false, group = false, deterministic = false;
   for (int it = 0; it < 20; ++it) {
     const auto p = stress::make_plan(5, it, 8, 16, 2048);
+    // One failing lender per plan, with a receiver (stress_plan.h).
+    EXPECT_EQ(std::count_if(p.steps.begin(), p.steps.end(),
+                            [](const stress::Step& s) {
+                              return s.kind == stress::StepKind::kFailingLend &&
+                                     s.members.size() >= 2 && s.chunks >= 1;
+                            }),
+              1);
     for (const auto& s : p.steps) {
       zero |= s.kind == stress::StepKind::kCall && s.numel == 0 && s.op != OpKind::kBarrier;
       uneven |= s.numel % 8 != 0;

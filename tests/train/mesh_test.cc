@@ -8,9 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "model/moe.h"
+#include "model/moe_model.h"
+#include "model/param_layout.h"
 #include "runtime/world.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train/mesh.h"
 #include "train/strategies.h"
+#include "train/tensor_parallel/tp_mlp_block.h"
 #include "train/trainee.h"
 #include "train_test_util.h"
 
@@ -104,8 +109,15 @@ TEST_P(MeshTraining, MatchesItsSingleRankReference) {
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
     const RankCounters& k = run.ranks[rank].counters;
     SCOPED_TRACE("rank " + std::to_string(rank));
+    // Under --ep, ZeRO reduce-scatters the replicated tensors over dp and, when dp > ep,
+    // the experts over the ranks holding them.
+    const bool ep_experts_shared = m.moe && m.ep > 1 && m.dp > m.ep;
+    // ZeRO-3 (with tp) reduce-scatters every layer after each micro-batch's backward.
+    const int layers = c.mlp.num_blocks + 1;
     if (m.zero > 0 && m.dp > 1) {
-      EXPECT_EQ(k[OpKind::kReduceScatter].calls / steps, 1);
+      EXPECT_EQ(k[OpKind::kReduceScatter].calls / steps, m.zero == 3         ? layers * m.micro
+                                                         : ep_experts_shared ? 2
+                                                                             : 1);
     }
     if (m.tp > 1) {
       const double dp_sync = m.zero == 0 && m.dp > 1 ? 1 : 0;
@@ -114,7 +126,7 @@ TEST_P(MeshTraining, MatchesItsSingleRankReference) {
     }
     if (m.moe && m.ep > 1) {
       EXPECT_EQ(k[OpKind::kAllToAll].calls / steps, 5 * m.micro);
-      EXPECT_EQ(k[OpKind::kAllReduce].calls / steps, m.dp > m.ep ? 2 : 1);
+      EXPECT_EQ(k[OpKind::kAllReduce].calls / steps, m.zero > 0 ? 0 : m.dp > m.ep ? 2 : 1);
     }
   }
 }
@@ -133,7 +145,13 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{2, 4, 1, 2, 1, false, true}, MeshCase{8, 1, 2, 0, 1, true, false},
                       MeshCase{8, 1, 4, 0, 1, true, true},
                       MeshCase{4, 4, 1, 1, 1, false, false},  // N = 16
-                      MeshCase{16, 1, 4, 0, 1, true, false}),
+                      MeshCase{16, 1, 4, 0, 1, true, false},
+                      // ZeRO-3 along dp of a tensor-parallel MLP.
+                      MeshCase{2, 2, 1, 3, 1, false, false}, MeshCase{2, 2, 1, 3, 2, false, true},
+                      MeshCase{4, 2, 1, 3, 1, false, false}, MeshCase{3, 2, 1, 3, 1, false, true},
+                      // ZeRO along the data axis of expert parallelism (ep_zero.h).
+                      MeshCase{2, 1, 2, 1, 1, true, false}, MeshCase{4, 1, 2, 2, 1, true, true},
+                      MeshCase{8, 1, 2, 1, 2, true, true}, MeshCase{3, 1, 3, 2, 1, true, false}),
     [](const auto& info) { return case_name(info.param); });
 
 // A preset given by its mesh flags runs the preset: the same bits.
@@ -157,6 +175,61 @@ TEST(MeshPresets, MeshFlagsOfAPresetRunThePresetBitForBit) {
     const RunResult a = run_training(mesh), b = run_training(preset);
     EXPECT_EQ(a.losses, b.losses);
     EXPECT_EQ(a.params, b.params);
+  }
+}
+
+// ZeRO-1/2 along dp x ep changes no sum under --algo deterministic (a reduce-scatter and an
+// all-gather instead of the all-reduce), so it is bitwise equal to dp x ep without ZeRO;
+// each rank keeps Adam state for its shards only: of the replicated tensors over dp and of
+// its experts over the ranks holding them (the rank's own when dp = ep).
+TEST(MeshZeroWithEp, BitwiseEqualToEpWithoutZeroWithAdamStateSharded) {
+  for (const MeshCase& m :
+       {MeshCase{4, 1, 2, 1, 2, true, true}, MeshCase{4, 1, 4, 2, 1, true, true},
+        MeshCase{4, 1, 2, 2, 1, true, true}}) {
+    SCOPED_TRACE(case_name(m));
+    TrainConfig zero = mesh_config(m);
+    zero.algo = Algo::kDeterministic;
+    TrainConfig plain = zero;
+    plain.zero = 0;
+    const RunResult a = run_training(zero), b = run_training(plain);
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(a.params, b.params);
+    const model::MoeConfig& moe = zero.moe.moe;
+    const size_t replicated = model::layout_of(model::moe_model_layers(zero.moe)).size() -
+                              moe.num_experts * model::moe_expert_size(moe);
+    const size_t experts = moe.num_experts / m.ep * model::moe_expert_size(moe);
+    const int holders = m.dp / m.ep;
+    for (int r = 0; r < m.dp; ++r) {
+      const MeshCoord c = mesh_coord(zero.mesh(), r);
+      const size_t want = model::shard_range(replicated, m.dp, r).size() +
+                          model::shard_range(experts, holders, c.ep_group).size();
+      EXPECT_EQ(a.ranks[r].memory[static_cast<int>(model::MemoryCategory::kAdamM)], 4 * want)
+          << "rank " << r;
+      const size_t grads = m.zero == 2 ? want : replicated + experts;
+      EXPECT_EQ(a.ranks[r].memory[static_cast<int>(model::MemoryCategory::kGradients)], 4 * grads)
+          << "rank " << r;
+    }
+  }
+}
+
+// ZeRO-3 along dp of dp x tp sums each layer's gradient over dp as the all-reduce does (one
+// micro-batch, --algo deterministic), so it is bitwise equal to dp x tp without ZeRO; each
+// rank keeps Adam state for its shard of its tensor-parallel slice only.
+TEST(MeshZero3WithTp, BitwiseEqualToDpTpWithoutZeroWithTheSliceSharded) {
+  const MeshCase m{2, 2, 1, 3, 1, false, true};
+  TrainConfig zero = mesh_config(m);
+  zero.algo = Algo::kDeterministic;
+  TrainConfig plain = zero;
+  plain.zero = 0;
+  const RunResult a = run_training(zero), b = run_training(plain);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+  for (int r = 0; r < zero.ranks; ++r) {
+    const MeshCoord c = mesh_coord(zero.mesh(), r);
+    const Zero3Layout shards(model::layout_of(tp_mlp_layers(zero.mlp, c.tp, m.tp, nullptr)), m.dp);
+    EXPECT_EQ(a.ranks[r].memory[static_cast<int>(model::MemoryCategory::kAdamM)],
+              int64_t(4 * shards.shard_size()))
+        << "rank " << r;
   }
 }
 
@@ -221,16 +294,24 @@ INSTANTIATE_TEST_SUITE_P(
                   c.zero = 1;
                 },
                 "--zero 1 shards along the data axis: it needs --dp > 1"},
-        BadMesh{"Zero3WithTp", [](TrainConfig& c) { c.zero = 3; }, "--zero 3 with --tp 2"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
-        BadMesh{"PipelineWithZero2",
+        BadMesh{"Zero3WithEp",
                 [](TrainConfig& c) {
-                  c.pp = 2;
-                  c.ranks = 8;
-                  c.zero = 2;
+                  c.model = ModelKind::kMoe;
+                  c.tp_size = 1;
+                  c.dp = 4;
+                  c.ep = 2;
+                  c.zero = 3;
                 },
-                "--zero 2 with --pp: a pipeline shards along dp with ZeRO-1 only"},
+                "--zero 3 with --ep 2 is not supported"},
+        BadMesh{"PipelineWithZero3",
+                [](TrainConfig& c) {
+                  c.tp_size = 1;
+                  c.pp = 2;
+                  c.zero = 3;
+                },
+                "--zero 3 with --pp is not supported"},
         BadMesh{"LayersDoNotSplitIntoStages",
                 [](TrainConfig& c) {
                   c.pp = 2;

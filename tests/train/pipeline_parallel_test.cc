@@ -44,21 +44,9 @@ std::string case_name(const Case& c) {
 
 TrainConfig config_of(const Case& c) {
   TrainConfig config = mlp_config(Strategy::kMesh, c.dp * c.tp * c.spec.stages);
-  config.dp = c.dp;
-  config.pp = c.spec.stages;
-  config.schedule = c.spec.kind;
-  config.virtual_stages = c.spec.virtual_stages;
-  config.zero = c.zero;
   config.tp_size = c.tp;
   config.mlp.num_blocks = c.layers;
-  config.micro_batches = c.spec.micro_batches;
-  config.global_batch = 8 * c.dp * c.spec.micro_batches;
-  config.algo = Algo::kDeterministic;
-  config.optimizer = model::OptimizerKind::kAdam;
-  config.lr = 0.01f;
-  config.precision = c.precision;
-  config.steps = 3;
-  return config;
+  return pipeline_config(config, c.spec, c.dp, c.zero, c.precision);
 }
 
 class PipelineTraining : public ::testing::TestWithParam<Case> {};
@@ -91,14 +79,20 @@ TEST_P(PipelineTraining, MatchesAccumulationBitwiseWithoutTpAndSendsTheFormula) 
     EXPECT_EQ(got.ranks[r].memory[static_cast<int>(model::MemoryCategory::kActivations)],
               stage_activation_bytes(config, c.spec, stage, b))
         << "rank " << r << ": peak activations";
-    // Adam's m: the stage's parameters, or under ZeRO-1 this dp rank's shard of each chunk.
-    int64_t m_bytes = 0;
+    // Adam's m: the stage's parameters, or under ZeRO-1/2 this dp rank's shard of each
+    // chunk; the gradients too under ZeRO-2.
+    int64_t m_bytes = 0, grad_elems = 0;
     for (int ch = stage; ch < c.spec.stages * c.spec.virtual_stages; ch += c.spec.stages) {
       const auto [first, last] = chunk_layers(config, c.spec, ch);
       const size_t n = model::layout_of(model::mlp_layers(config.mlp, first, last)).size();
       m_bytes += 4 * (c.zero ? model::shard_range(n, c.dp, replica).size() : n);
+      grad_elems += c.zero == 2 ? model::shard_range(n, c.dp, replica).size() : n;
     }
     EXPECT_EQ(got.ranks[r].memory[static_cast<int>(model::MemoryCategory::kAdamM)], m_bytes)
+        << "rank " << r;
+    const int64_t grad_bytes = c.precision == model::Precision::kMixedBf16 ? 2 : 4;
+    EXPECT_EQ(got.ranks[r].memory[static_cast<int>(model::MemoryCategory::kGradients)],
+              grad_bytes * grad_elems)
         << "rank " << r;
   }
 }
@@ -116,6 +110,8 @@ std::vector<Case> cases() {
   v.push_back({{ScheduleKind::kOneFOneB, 4, 8, 1}, 1, 4, model::Precision::kMixedBf16});
   v.push_back({{ScheduleKind::kOneFOneB, 2, 4, 1}, 2, 4, model::Precision::kFp32, 1});
   v.push_back({{ScheduleKind::kInterleaved, 2, 4, 2}, 4, 4, model::Precision::kFp32, 1});
+  v.push_back({{ScheduleKind::kOneFOneB, 2, 4, 1}, 2, 4, model::Precision::kFp32, 2});
+  v.push_back({{ScheduleKind::kInterleaved, 2, 4, 2}, 4, 4, model::Precision::kMixedBf16, 2});
   // dp x tp x pp with ZeRO-1, the 3D example.
   v.push_back({{ScheduleKind::kOneFOneB, 2, 4, 1}, 2, 4, model::Precision::kFp32, 1, 2});
   v.push_back({{ScheduleKind::kGpipe, 2, 4, 1}, 1, 4, model::Precision::kFp32, 0, 2});
@@ -206,8 +202,9 @@ TEST(PipelineTrainingRejects, WhatCannotRun) {
             "same number of blocks)");
   config.mlp.num_blocks = 4;
   config.model = ModelKind::kMoe;
-  EXPECT_EQ(validate_pipeline(config, {ScheduleKind::kOneFOneB, 4, 8, 1}, 1),
-            "--pp runs the MLP (--model mlp)");
+  config.moe.num_blocks = 4;
+  EXPECT_NE(validate_pipeline(config, {ScheduleKind::kZeroBubbleH1, 4, 8, 1}, 1).find("zb-h1"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ json config_json(const train::TrainConfig& c) {
                   {"experts", c.moe.moe.num_experts},
                   {"top_k", c.moe.moe.top_k},
                   {"classes", c.moe.num_classes},
-                  {"capacity_factor", c.moe.moe.capacity_factor}};
+                  {"capacity_factor", c.moe.moe.capacity_factor},
+                  {"layers", c.moe.num_blocks}};
   }
   return j;
 }

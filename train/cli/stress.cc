@@ -169,7 +169,9 @@ Command add_stress(CLI::App& dtsim) {
       "and uneven ones, algorithms, roots, reduce ops, dtypes, subgroups from new_group and\n"
       "split) on N rank threads, with random yields and sleeps of up to U us in the transport.\n"
       "Every result is checked against a single-threaded reference; the deterministic\n"
-      "algorithms run twice and must match bitwise. Iteration I depends only on (S, I).");
+      "algorithms run twice and must match bitwise. With N >= 2 each iteration also has a\n"
+      "failing lender: one rank lends, fails and overwrites its buffer; every receiver must\n"
+      "read the lent bytes intact or be refused. Iteration I depends only on (S, I).");
   app->option_defaults()->always_capture_default();
   app->fallthrough();  // --config belongs to dtsim
   auto f = std::make_shared<StressFlags>();

@@ -113,14 +113,18 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
   const double secs = seconds_since(t0);
   std::printf(
       "schedules: %d\ncollectives checked: %llu (%llu per-rank results)\nfailures: %llu\n"
-      "time: %.2f s\n",
+      "failing lenders: %llu receives refused the withdrawn lend\ntime: %.2f s\n",
       r.stress.iterations, static_cast<unsigned long long>(r.stress.collectives),
       static_cast<unsigned long long>(r.stress.results_checked),
-      static_cast<unsigned long long>(r.stress.failures), secs);
-  nlohmann::json j = {
-      {"options", options_json(o, f)},       {"schedules", r.stress.iterations},
-      {"collectives", r.stress.collectives}, {"results_checked", r.stress.results_checked},
-      {"failures", r.stress.failures},       {"seconds", secs}};
+      static_cast<unsigned long long>(r.stress.failures),
+      static_cast<unsigned long long>(r.stress.lends_refused), secs);
+  nlohmann::json j = {{"options", options_json(o, f)},
+                      {"schedules", r.stress.iterations},
+                      {"collectives", r.stress.collectives},
+                      {"results_checked", r.stress.results_checked},
+                      {"failures", r.stress.failures},
+                      {"lends_refused", r.stress.lends_refused},
+                      {"seconds", secs}};
   if (!r.failed) {
     commit_report(f, j, false);
     return 0;

@@ -77,7 +77,9 @@ void declare(CLI::App* app, TrainFlags& f) {
   app->add_option("--hidden", f.hidden, "MLP hidden width / expert hidden width [default: 64 / 32]")
       ->transform(Integer(1, 65536))
       ->default_str("");
-  app->add_option("--layers", f.layers, "MLP blocks (mlp only)")->transform(Integer(1, 64));
+  app->add_option("--layers", f.layers,
+                  "MLP blocks (mlp; default 2) or MoE layers (moe; default 1)")
+      ->transform(Integer(1, 64));
   app->add_option("--experts", f.experts, "experts of the MoE layer (moe only)")
       ->transform(Integer(1, 1024));
   app->add_option("--top-k", f.top_k, "experts per token (moe only)")->transform(Integer(1, 2));
@@ -219,9 +221,6 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   for (const char* flag : {"--experts", "--top-k"}) {
     if (mlp && given(a, flag)) fail("train", std::string(flag) + " applies to --model moe");
   }
-  if (!mlp && given(a, "--layers")) {
-    fail("train", "--layers applies to --model mlp (MoE has one layer)");
-  }
   if (mlp) {
     c.mlp = {.input_dim = f.dim,
              .hidden_dim = given(a, "--hidden") ? f.hidden : 64,
@@ -234,6 +233,7 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
     c.moe.moe.d_ff = given(a, "--hidden") ? f.hidden : 32;
     c.moe.moe.num_experts = f.experts;
     c.moe.moe.top_k = f.top_k;
+    c.moe.num_blocks = given(a, "--layers") ? f.layers : 1;
   }
   c.tp_size = f.tp;
   parse_mesh(a, f, c);
@@ -248,8 +248,9 @@ std::string shape_text(const train::TrainConfig& c) {
   if (c.model == train::ModelKind::kMlp) {
     return fmt::format("mlp D {} H {} L {}", c.mlp.input_dim, c.mlp.hidden_dim, c.mlp.num_blocks);
   }
-  return fmt::format("moe D {} F {} E {} top-{}", c.moe.moe.d_model, c.moe.moe.d_ff,
-                     c.moe.moe.num_experts, c.moe.moe.top_k);
+  return fmt::format("moe D {} F {} E {} top-{}{}", c.moe.moe.d_model, c.moe.moe.d_ff,
+                     c.moe.moe.num_experts, c.moe.moe.top_k,
+                     c.moe.num_blocks > 1 ? fmt::format(" L {}", c.moe.num_blocks) : "");
 }
 
 // What runs: "1 rank", "1 rank accumulating as 4 would", "8 ranks (dp 4 x tp 2)".

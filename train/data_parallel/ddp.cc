@@ -135,17 +135,7 @@ class DdpRank : public RankStrategy {
 }  // namespace
 
 std::optional<RunResult> run_ddp(const TrainConfig& config) {
-  return launch(
-      config,
-      [&](Communicator& comm, StepRunner& runner) {
-        Trainee trainee(config);
-        with_buffers(trainee.store(), [&](auto params, auto grads) {
-          using T = typename decltype(grads)::value_type;
-          DdpRank<T> rank(config, comm, trainee, runner, params, grads);
-          runner.run(rank);
-        });
-      },
-      params_of_rank0);
+  return launch_replicated<DdpRank>(config);
 }
 
 }  // namespace dtsim::train

@@ -140,29 +140,13 @@ class Zero3Rank : public RankStrategy {
 }  // namespace
 
 std::optional<RunResult> run_zero(const TrainConfig& config) {
-  if (config.strategy != Strategy::kZero3) {
-    return launch(
-        config,
-        [&](Communicator& comm, StepRunner& runner) {
-          Trainee trainee(config);
-          with_buffers(trainee.store(), [&](auto params, auto grads) {
-            using T = typename decltype(grads)::value_type;
-            Zero12Rank<T> rank(config, comm, trainee, runner, params, grads);
-            runner.run(rank);
-          });
-        },
-        params_of_rank0);
-  }
+  if (config.strategy != Strategy::kZero3) return launch_replicated<Zero12Rank>(config);
   const Zero3Layout layout(model_layout(config), config.ranks);
   return launch(
       config,
       [&](Communicator& comm, StepRunner& runner) {
         Trainee trainee(config);
-        with_buffers(trainee.store(), [&](auto params, auto grads) {
-          using T = typename decltype(grads)::value_type;
-          Zero3Rank<T> rank(config, comm, trainee, runner, layout, params, grads);
-          runner.run(rank);
-        });
+        run_rank<Zero3Rank>(runner, trainee, config, comm, trainee, runner, layout);
       },
       [&](std::vector<std::vector<float>>& shards) {
         std::vector<float> full(model_layout(config).size());

@@ -175,10 +175,10 @@ struct EpMoeState : model::LayerState {
 void EpMoeBlock::add_params(model::ParamLayout& layout) const {
   const model::MoeConfig& m = config_;
   const int count = m.num_experts / ep_size_, first = ep_rank_ * count;
-  layout.begin_layer("moe");
-  layout.add("moe.router", m.num_experts, m.d_model);
+  layout.begin_layer(name_);
+  layout.add(name_ + ".router", m.num_experts, m.d_model);
   for (int e = first; e < first + count; ++e) {
-    const std::string p = "moe.expert" + std::to_string(e);
+    const std::string p = name_ + ".expert" + std::to_string(e);
     layout.add(p + ".w1", m.d_ff, m.d_model);
     layout.add(p + ".b1", m.d_ff, 1);
     layout.add(p + ".w2", m.d_model, m.d_ff);
@@ -212,11 +212,35 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
                    g.first(rs), g.subspan(rs), dx, *ep_);
 }
 
+EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeConfig& config) {
+  std::vector<model::ParamRange> embed, head, routers;
+  EpParamSplit split;
+  for (int l = 0; l < layout.num_layers(); ++l) {
+    const model::ParamRange r = layout.layer_range(l);
+    if (layout.layer_name(l) == "embed") {
+      embed.push_back(r);
+    } else if (layout.layer_name(l) == "head") {
+      head.push_back(r);
+    } else {  // an MoE layer: its router, then its experts
+      const size_t end = r.begin + model::moe_router_size(config);
+      routers.push_back({r.begin, end});
+      split.experts.push_back({end, r.end});
+    }
+  }
+  for (const auto* part : {&embed, &head, &routers}) {
+    split.replicated.insert(split.replicated.end(), part->begin(), part->end());
+  }
+  return split;
+}
+
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& c, int ep_rank, int ep_size,
                                   TracedComm* ep) {
   model::Layers layers;
   layers.push_back(std::make_unique<model::Linear>("embed", c.input_dim, c.moe.d_model));
-  layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep));
+  for (int l = 0; l < c.num_blocks; ++l) {
+    layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep,
+                                                  model::moe_block_name(l, c.num_blocks)));
+  }
   layers.push_back(std::make_unique<model::Linear>("head", c.moe.d_model, c.num_classes));
   return layers;
 }

@@ -15,11 +15,14 @@
 #pragma once
 
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/layer.h"
 #include "model/moe.h"
 #include "model/moe_model.h"
+#include "model/param_layout.h"
 #include "train/traced_comm.h"
 
 namespace dtsim::train {
@@ -75,15 +78,16 @@ class EpMoeLayer {
   std::vector<float> d_probs_;    // (T, E)
 };
 
-// EpMoeLayer as the model's "moe" layer (a drop-in for model::MoeBlock): "moe.router"
-// (E, D), replicated, then this rank's experts "moe.expert<e>.*" for its e. Each micro-batch's
-// state holds its own EpMoeLayer.
+// EpMoeLayer as the model's MoE layer "<name>" (a drop-in for model::MoeBlock):
+// "<name>.router" (E, D), replicated, then this rank's experts "<name>.expert<e>.*" for its
+// e. Each micro-batch's state holds its own EpMoeLayer.
 class EpMoeBlock : public model::Layer {
  public:
   // Rank `ep_rank` of `ep_size` on the expert-parallel group `ep` (null: for the layout
   // only); `ep` must outlive the layer.
-  EpMoeBlock(const model::MoeConfig& config, int ep_rank, int ep_size, TracedComm* ep)
-      : config_(config), ep_rank_(ep_rank), ep_size_(ep_size), ep_(ep) {}
+  EpMoeBlock(const model::MoeConfig& config, int ep_rank, int ep_size, TracedComm* ep,
+             std::string name = "moe")
+      : config_(config), ep_rank_(ep_rank), ep_size_(ep_size), ep_(ep), name_(std::move(name)) {}
   void add_params(model::ParamLayout& layout) const override;
   int in_dim() const override { return config_.d_model; }
   int out_dim() const override { return config_.d_model; }
@@ -100,10 +104,20 @@ class EpMoeBlock : public model::Layer {
   model::MoeConfig config_;
   int ep_rank_, ep_size_;
   TracedComm* ep_;
+  std::string name_;
 };
 
+// Where a layout of the MoE classifier's layers on one expert-parallel rank (the whole model
+// or a pipeline chunk of it) keeps its parameters: `replicated` the embedding, the head and
+// each MoE layer's router, in that order (the same on every rank of a data-parallel group),
+// `experts` each MoE layer's local experts (the same on the ranks of an expert_dp group).
+struct EpParamSplit {
+  std::vector<model::ParamRange> replicated, experts;
+};
+EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeConfig& config);
+
 // The MoE classifier's layers on expert-parallel rank `ep_rank` of `ep_size`: the replicated
-// embedding, an EpMoeBlock, the replicated head (ep null: for their layout only).
+// embedding, an EpMoeBlock per MoE layer, the replicated head (ep null: for their layout only).
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& config, int ep_rank, int ep_size,
                                   TracedComm* ep);
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "train/expert_parallel/ep_moe_layer.h"
+#include "train/expert_parallel/ep_zero.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -47,19 +48,23 @@ class EpRank : public RankStrategy {
         hooks_(&runner.timeline()),
         params_(params),
         grads_(grads),
-        opt_(make_slice_optimizer(config, params, &trainee.memory())) {
-    // The replicated tensors: embed (layer 0), head (layer 2), router (start of layer 1),
-    // packed in that order for one all_reduce.
-    const model::ParamLayout& l = trainee.store().layout();
-    replicated_ = {
-        l.layer_range(0),
-        l.layer_range(2),
-        {l.layer_range(1).begin, l.layer_range(1).begin + model::moe_router_size(config.moe.moe)}};
+        opt_(config.zero == 0 ? make_slice_optimizer(config, params, &trainee.memory()) : nullptr) {
+    // The replicated tensors: embed, head, routers, packed in that order for one all_reduce.
+    const EpParamSplit split = ep_param_split(trainee.store().layout(), config.moe.moe);
+    replicated_ = split.replicated;
+    experts_ = split.experts;
     size_t n = 0;
     for (const model::ParamRange& r : replicated_) n += r.size();
     packed_.resize(n);
-    experts_ = {replicated_[2].end, l.layer_range(1).end};
+    if (config.zero > 0) {  // ep_zero.h: replicated tensors over dp, experts over expert_dp
+      zero_.reserve(2);
+      zero_.emplace_back(config, dp_group(), replicated_, params, &trainee.memory());
+      zero_.emplace_back(config, mesh.expert_dp(), experts_, params, &trainee.memory());
+    }
   }
+
+  // The data-parallel group of the replicated tensors (a one-rank world: the world).
+  Communicator* dp_group() { return mesh_.dp() != nullptr ? mesh_.dp() : &mesh_.world(); }
 
   // Data parallel over the token batch; gradients carry 1/B, so sums are global means.
   std::vector<MicroBatch> micro_batches() const override {
@@ -76,8 +81,12 @@ class EpRank : public RankStrategy {
   // an expert's gradient is complete within its expert group, and summed over the groups
   // that hold the same experts (dp > ep).
   void sync_gradients() override {
+    if (!zero_.empty()) {
+      for (EpZeroPart<T>& part : zero_) part.sync_gradients(grads_, timeline_);
+      return;
+    }
     // A one-rank world all-reduces over itself, as every other width does.
-    Communicator* group = mesh_.dp() != nullptr ? mesh_.dp() : &mesh_.world();
+    Communicator* group = dp_group();
     if (group->size() != mesh_.shape().dp) return;
     size_t at = 0;
     for (const model::ParamRange& r : replicated_) {
@@ -93,11 +102,30 @@ class EpRank : public RankStrategy {
     }
     if (mesh_.expert_dp() != nullptr) {
       TracedComm edp(*mesh_.expert_dp(), timeline_, config_.algo);
-      edp.all_reduce(grads_.subspan(experts_.begin, experts_.size()));
+      for (const model::ParamRange& r : experts_) edp.all_reduce(grads_.subspan(r.begin, r.size()));
     }
   }
-  void optimizer_step() override { opt_->step(params_, grads_); }
-  void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
+  void optimizer_step() override {
+    if (opt_) return opt_->step(params_, grads_);
+    for (EpZeroPart<T>& part : zero_) part.optimizer_step();
+  }
+  void sync_params() override {
+    for (EpZeroPart<T>& part : zero_) part.sync_params(params_, timeline_);
+  }
+  void observe_memory(PeakMemory& peak) override {
+    if (config_.zero != 2) return peak.observe(trainee_.memory());
+    // ZeRO-2 holds its shards' summed gradients, not the full buffer (as zero2 counts it).
+    model::MemoryLedger state;
+    for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+      const auto cat = static_cast<model::MemoryCategory>(c);
+      state.add(cat, trainee_.memory().bytes(cat));
+    }
+    for (const EpZeroPart<T>& part : zero_) {
+      state.add(model::MemoryCategory::kGradients,
+                -static_cast<int64_t>((part.size() - part.shard_size()) * sizeof(T)));
+    }
+    peak.observe(state, trainee_.memory());
+  }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
 
  private:
@@ -109,8 +137,9 @@ class EpRank : public RankStrategy {
   std::span<T> params_, grads_;
   std::unique_ptr<SliceOptimizer> opt_;
   std::vector<model::ParamRange> replicated_;
-  model::ParamRange experts_;  // this rank's experts' gradients
-  std::vector<T> packed_;      // the replicated gradients, contiguous for one all_reduce
+  std::vector<model::ParamRange> experts_;  // per MoE layer: this rank's experts' gradients
+  std::vector<T> packed_;            // the replicated gradients, contiguous for one all_reduce
+  std::vector<EpZeroPart<T>> zero_;  // --zero 1, 2: the replicated part, the experts' part
 };
 
 }  // namespace
@@ -126,11 +155,7 @@ std::optional<RunResult> run_expert_parallel(const TrainConfig& config, const Me
         // The embedding reads the Trainee's input buffer in place (no copy).
         Trainee trainee(config, ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep),
                         /*copy_input=*/false);
-        with_buffers(trainee.store(), [&](auto params, auto grads) {
-          using T = typename decltype(grads)::value_type;
-          EpRank<T> rank(config, mesh, trainee, runner, params, grads);
-          runner.run(rank);
-        });
+        run_rank<EpRank>(runner, trainee, config, mesh, trainee, runner);
       },
       assemble_slices(
           model::moe_model_layout(config.moe),

@@ -12,6 +12,8 @@
 #include "model/mlp.h"
 #include "train/accounting.h"
 #include "train/data_parallel/zero3_hooks.h"
+#include "train/expert_parallel/ep_moe_layer.h"
+#include "train/expert_parallel/ep_zero.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -53,23 +55,39 @@ class LayerStackChunk : public StageChunk {
   model::LayerStack& stack_;
 };
 
-// Chunk `chunk`'s layers on tensor-parallel rank `tp_rank` of `tp_size` (tp: the group its
-// blocks all-reduce on; null for the layout only).
+// Where a rank sits on the model-parallel axes inside its stage: its tensor-parallel rank
+// (blocks split Megatron-style) and expert-parallel rank (MoE experts sharded), with the
+// groups their layers talk on (null for the layout only).
+struct ChunkParallel {
+  int tp_rank = 0, tp_size = 1;
+  TracedComm* tp = nullptr;
+  int ep_rank = 0, ep_size = 1;
+  TracedComm* ep = nullptr;
+};
+
+// Chunk `chunk`'s layers on the rank `at`.
 model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
-                              int tp_rank = 0, int tp_size = 1, TracedComm* tp = nullptr) {
+                              const ChunkParallel& at = {}) {
   const auto [first, last] = chunk_layers(config, spec, chunk);
-  if (tp_size == 1) return model::mlp_layers(config.mlp, first, last);
-  model::Layers all = tp_mlp_layers(config.mlp, tp_rank, tp_size, tp);
+  model::Layers all;
+  if (config.model == ModelKind::kMoe) {
+    all = at.ep_size == 1 ? model::moe_model_layers(config.moe)
+                          : ep_moe_model_layers(config.moe, at.ep_rank, at.ep_size, at.ep);
+  } else if (at.tp_size == 1) {
+    return model::mlp_layers(config.mlp, first, last);
+  } else {
+    all = tp_mlp_layers(config.mlp, at.tp_rank, at.tp_size, at.tp);
+  }
   return model::Layers(std::make_move_iterator(all.begin() + first),
                        std::make_move_iterator(all.begin() + last));
 }
 
 // The parameters stage s holds, chunk after chunk (for assembling the result).
 model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& spec, int stage,
-                                int tp_rank, int tp_size) {
+                                const ChunkParallel& at) {
   model::Layers all;
   for (int c = stage; c < spec.stages * spec.virtual_stages; c += spec.stages) {
-    for (auto& l : layers_of_chunk(config, spec, c, tp_rank, tp_size)) all.push_back(std::move(l));
+    for (auto& l : layers_of_chunk(config, spec, c, at)) all.push_back(std::move(l));
   }
   return model::layout_of(all);
 }
@@ -79,17 +97,19 @@ model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& s
 template <class T>
 class PipelineRank : public RankStrategy {
  public:
-  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, Communicator* pipe,
-               Communicator* dp, bool reports_loss, StepRunner& runner,
-               std::vector<std::unique_ptr<Trainee>>& chunks, int zero_stage)
+  PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, const PipelineGroups& groups,
+               bool reports_loss, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
+               int zero_stage)
       : config_(config),
         spec_(spec),
-        dp_(dp),
+        dp_(groups.dp),
+        expert_dp_(groups.expert_dp),
         chunks_(chunks),
-        micro_(data_parallel_micro_batches(config, dp ? dp->size() : 1, dp ? dp->rank() : 0)),
+        micro_(data_parallel_micro_batches(config, dp_ ? dp_->size() : 1, dp_ ? dp_->rank() : 0)),
         timeline_(&runner.timeline()),
         zero_stage_(zero_stage) {
     std::vector<StageChunk*> views;
+    ep_zero_.reserve(2 * chunks_.size());
     for (auto& t : chunks_) {
       adapters_.push_back(std::make_unique<LayerStackChunk>(t->stack()));
       views.push_back(adapters_.back().get());
@@ -97,16 +117,29 @@ class PipelineRank : public RankStrategy {
         if constexpr (std::is_same_v<typename decltype(params)::value_type, T>) {
           params_.push_back(params);
           grads_.push_back(grads);
+          if (groups.ep != nullptr && zero_stage >= 1 && dp_ != nullptr) {
+            // ZeRO along dp x ep (ep_zero.h): replicated tensors over dp, experts over
+            // expert_dp, divided by dp as the stage's replicas' means.
+            const EpParamSplit split = ep_param_split(t->store().layout(), config.moe.moe);
+            shards_.push_back({0, params.size()});  // ZeRO-2's count is the parts'
+            ep_zero_.emplace_back(config, dp_, split.replicated, params, &t->memory(), dp_->size());
+            ep_zero_.emplace_back(config, expert_dp_, split.experts, params, &t->memory(),
+                                  dp_->size());
+            return;
+          }
           // ZeRO-1: this dp rank's shard of the chunk's optimizer state only.
           const model::ParamRange mine =
-              zero_stage >= 1 && dp ? model::shard_range(params.size(), dp->size(), dp->rank())
-                                    : model::ParamRange{0, params.size()};
+              zero_stage >= 1 && dp_ ? model::shard_range(params.size(), dp_->size(), dp_->rank())
+                                     : model::ParamRange{0, params.size()};
           shards_.push_back(mine);
           opts_.push_back(
               make_slice_optimizer(config, params.subspan(mine.begin, mine.size()), &t->memory()));
         }
       });
+      if (groups.ep != nullptr)
+        split_.push_back(ep_param_split(t->store().layout(), config.moe.moe));
     }
+    Communicator* pipe = groups.pipe;
     const int stage = pipe ? pipe->rank() : 0;
     stage_ = std::make_unique<PipelineStage>(make_schedule(spec), stage, views, pipe, &buffers_,
                                              &runner.timeline());
@@ -147,6 +180,14 @@ class PipelineRank : public RankStrategy {
     Communicator& dp = *dp_;
     for (size_t j = 0; j < grads_.size(); ++j) {
       std::span<T> g = grads_[j];
+      if (!ep_zero_.empty()) {
+        for (int part : {0, 1}) ep_zero_[2 * j + part].sync_gradients(g, *timeline_);
+        continue;
+      }
+      if (!split_.empty()) {
+        sync_expert_parallel(g, split_[j]);
+        continue;
+      }
       if (zero_stage_ == 0) {
         timeline_->collective("all_reduce", dp,
                               [&] { dp.all_reduce(g, ReduceOp::kSum, config_.algo); });
@@ -163,16 +204,44 @@ class PipelineRank : public RankStrategy {
       divide(mine, dp.size());
     }
   }
+  // Expert parallelism inside the stage: the replicated tensors (embed, head, routers) are
+  // summed over dp, each expert's gradient (complete over its expert group's tokens) over the
+  // expert_dp ranks that hold the same experts; then all of it is divided by dp.
+  void sync_expert_parallel(std::span<T> g, const EpParamSplit& split) {
+    packed_.clear();
+    for (const model::ParamRange& r : split.replicated) {
+      packed_.insert(packed_.end(), g.begin() + r.begin, g.begin() + r.end);
+    }
+    timeline_->collective("all_reduce", *dp_, [&] {
+      dp_->all_reduce(std::span<T>(packed_), ReduceOp::kSum, config_.algo);
+    });
+    size_t at = 0;
+    for (const model::ParamRange& r : split.replicated) {
+      std::copy_n(packed_.begin() + at, r.size(), g.begin() + r.begin);
+      at += r.size();
+    }
+    for (const model::ParamRange& r : split.experts) {
+      if (expert_dp_ == nullptr) break;
+      timeline_->collective("all_reduce", *expert_dp_, [&] {
+        expert_dp_->all_reduce(g.subspan(r.begin, r.size()), ReduceOp::kSum, config_.algo);
+      });
+    }
+    divide(g, dp_->size());
+  }
   void optimizer_step() override {
     for (size_t j = 0; j < opts_.size(); ++j) {
       const model::ParamRange r = shards_[j];
       opts_[j]->step(params_[j].subspan(r.begin, r.size()), grads_[j].subspan(r.begin, r.size()));
     }
+    for (EpZeroPart<T>& part : ep_zero_) part.optimizer_step();
   }
   // ZeRO-1: the updated shards travel back to every dp rank of the stage.
   void sync_params() override {
     if (zero_stage_ == 0 || dp_ == nullptr || dp_->size() == 1) return;
-    for (size_t j = 0; j < params_.size(); ++j) {
+    for (size_t j = 0; j < ep_zero_.size(); ++j) {
+      ep_zero_[j].sync_params(params_[j / 2], *timeline_);
+    }
+    for (size_t j = 0; j < opts_.size(); ++j) {
       const model::ParamRange r = shards_[j];
       timeline_->collective("all_gather", *dp_, [&] {
         dp_->all_gather(std::span<const T>(params_[j].subspan(r.begin, r.size())), params_[j],
@@ -187,6 +256,19 @@ class PipelineRank : public RankStrategy {
       int64_t bytes = buffers_.bytes(cat);
       for (auto& t : chunks_) bytes += t->memory().bytes(cat);
       all.add(cat, bytes);
+    }
+    if (zero_stage_ == 2 && dp_ != nullptr) {
+      // ZeRO-2 holds its shard's summed gradient; the buffer the micro-batches accumulate
+      // into is not counted, as for zero2 over the world (zero.cc).
+      for (size_t j = 0; j < grads_.size(); ++j) {
+        const int64_t full = static_cast<int64_t>(grads_[j].size() * sizeof(T));
+        const int64_t shard = static_cast<int64_t>(shards_[j].size() * sizeof(T));
+        all.add(model::MemoryCategory::kGradients, shard - full);
+      }
+      for (const EpZeroPart<T>& part : ep_zero_) {
+        all.add(model::MemoryCategory::kGradients,
+                -static_cast<int64_t>((part.size() - part.shard_size()) * sizeof(T)));
+      }
     }
     peak.observe(all);
   }
@@ -203,6 +285,7 @@ class PipelineRank : public RankStrategy {
   const TrainConfig& config_;
   ScheduleSpec spec_;
   Communicator* dp_;
+  Communicator* expert_dp_;  // under --ep: the ranks holding the same experts (null: none)
   std::vector<std::unique_ptr<Trainee>>& chunks_;
   std::vector<MicroBatch> micro_;
   std::vector<StageMicroBatch> mbs_;
@@ -215,14 +298,23 @@ class PipelineRank : public RankStrategy {
   int zero_stage_;
   std::vector<model::ParamRange> shards_;  // per chunk: this dp rank's optimizer shard
   std::vector<T> shard_sum_;               // reduce-scatter output (scratch)
+  std::vector<EpParamSplit> split_;        // under --ep, per chunk: replicated and experts
+  std::vector<EpZeroPart<T>> ep_zero_;     // under --ep and ZeRO: per chunk, those two parts
+  std::vector<T> packed_;                  // the replicated gradients of a chunk (scratch)
 };
 
 }  // namespace
 
+int pipeline_blocks(const TrainConfig& config) {
+  return config.model == ModelKind::kMlp ? config.mlp.num_blocks : config.moe.num_blocks;
+}
+
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
-  const int blocks = config.mlp.num_blocks, chunks = spec.stages * spec.virtual_stages;
-  const int first = first_layer(chunk, blocks, chunks);
-  const int last = chunk == chunks - 1 ? blocks + 1 : first_layer(chunk + 1, blocks, chunks);
+  const int blocks = pipeline_blocks(config), chunks = spec.stages * spec.virtual_stages;
+  const int lead = config.model == ModelKind::kMlp ? 0 : 1;  // the MoE's embedding
+  const int first = chunk == 0 ? 0 : lead + first_layer(chunk, blocks, chunks);
+  const int last =
+      chunk == chunks - 1 ? lead + blocks + 1 : lead + first_layer(chunk + 1, blocks, chunks);
   return {first, last};
 }
 
@@ -307,13 +399,16 @@ double measured_wall_bubble(const TrainConfig& config, const RunResult& run) {
 
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
   if (std::string why = validate(spec); !why.empty()) return why;
-  if (config.model != ModelKind::kMlp) return "--pp runs the MLP (--model mlp)";
+  if (spec.kind == ScheduleKind::kZeroBubbleH1 && config.model != ModelKind::kMlp) {
+    return "--schedule zb-h1 needs --model mlp (its layers split backward into input and weight "
+           "gradients; MoE layers do not)";
+  }
   const int chunks = spec.stages * spec.virtual_stages;
-  if (config.mlp.num_blocks % chunks != 0) {
+  if (pipeline_blocks(config) % chunks != 0) {
     return fmt::format(
         "--layers {} must be a multiple of --pp x --virtual-stages = {} (each "
         "chunk holds the same number of blocks)",
-        config.mlp.num_blocks, chunks);
+        pipeline_blocks(config), chunks);
   }
   if (config.micro_batches != spec.micro_batches) {
     return fmt::format("--micro-batches {} but the schedule has {}", config.micro_batches,
@@ -329,20 +424,27 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
                        const PipelineGroups& groups, StepRunner& runner, int zero_stage) {
   const int p = spec.stages, stage = groups.pipe ? groups.pipe->rank() : 0;
-  std::unique_ptr<TracedComm> tp;
+  std::unique_ptr<TracedComm> tp, ep;
+  ChunkParallel at;
   if (groups.tp != nullptr) {
     tp = std::make_unique<TracedComm>(*groups.tp, runner.timeline(), config.algo);
+    at.tp_rank = groups.tp->rank();
+    at.tp_size = groups.tp->size();
+    at.tp = tp.get();
   }
-  const int tp_rank = groups.tp ? groups.tp->rank() : 0,
-            tp_size = groups.tp ? groups.tp->size() : 1;
+  if (groups.ep != nullptr) {
+    ep = std::make_unique<TracedComm>(*groups.ep, runner.timeline(), config.algo);
+    at.ep_rank = groups.ep->rank();
+    at.ep_size = groups.ep->size();
+    at.ep = ep.get();
+  }
   std::vector<std::unique_ptr<Trainee>> chunks;
   for (int c = stage; c < p * spec.virtual_stages; c += p) {
-    chunks.push_back(std::make_unique<Trainee>(
-        config, layers_of_chunk(config, spec, c, tp_rank, tp_size, tp.get())));
+    chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c, at)));
   }
   auto run = [&](auto tag) {
-    PipelineRank<decltype(tag)> rank(config, spec, groups.pipe, groups.dp, tp_rank == 0, runner,
-                                     chunks, zero_stage);
+    PipelineRank<decltype(tag)> rank(config, spec, groups, at.tp_rank == 0, runner, chunks,
+                                     zero_stage);
     runner.run(rank);
   };
   if (config.precision == model::Precision::kFp32) {
@@ -362,22 +464,25 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
   if (std::string why = pipeline::validate_pipeline(config, spec, shape.dp); !why.empty()) {
     throw UsageError("dtsim train: " + why);
   }
-  if (config.zero != 0 && config.zero != 1) {
+  if (config.zero < 0 || config.zero > 2) {
     throw UsageError("dtsim train: --zero " + std::to_string(config.zero) +
-                     " with --pp: a pipeline shards along dp with ZeRO-1 only (--zero 0 or 1)");
+                     " with --pp: a pipeline shards along dp with ZeRO-1 or 2 (--zero 0, 1 or 2)");
   }
   return launch(
       config,
       [&](Communicator& world, StepRunner& runner) {
         Mesh mesh(world, shape);
-        pipeline::run_pipeline_rank(config, spec, {mesh.pp(), mesh.dp(), mesh.tp()}, runner,
-                                    config.zero);
+        pipeline::run_pipeline_rank(config, spec,
+                                    {mesh.pp(), mesh.dp(), mesh.tp(), mesh.ep(), mesh.expert_dp()},
+                                    runner, config.zero);
       },
       assemble_slices(
           model_layout(config),
           [config, spec, shape](int rank) {
             const MeshCoord c = mesh_coord(shape, rank);
-            return pipeline::stage_layout(config, spec, c.pp, c.tp, shape.tp);
+            return pipeline::stage_layout(
+                config, spec, c.pp,
+                {.tp_rank = c.tp, .tp_size = shape.tp, .ep_rank = c.ep, .ep_size = shape.ep});
           },
           "pipeline"));
 }

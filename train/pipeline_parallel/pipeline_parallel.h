@@ -1,16 +1,20 @@
 // Pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021; interleaved
 // 1F1B, Megatron-LM) on the device mesh (train/mesh.h): dp x tp x pp ranks. The model's L
-// blocks are cut into p v chunks of L/(p v) blocks (the head rides with the last chunk);
-// stage s holds chunks s, s + p, ..., each as a stack of plain or tensor-parallel layers.
+// blocks (the MLP's blocks or the MoE's MoE layers) are cut into p v chunks of L/(p v)
+// blocks (the MoE's embedding rides with the first chunk, the head with the last); stage s
+// holds chunks s, s + p, ..., each as a stack of plain, tensor-parallel (MLP) or
+// expert-parallel (MoE, --ep) layers.
 // Each step, every replica runs its M micro-batches through its pipeline with a checked
 // schedule (schedule.h, executed by pipeline_stage.h): activations go forward and their
 // gradients back by point-to-point sends on the pipeline group; the last stage computes the
 // loss (its tp rank 0 reports it). Then each stage all-reduces its gradients over the dp
 // ranks of the same (tp, pp) position (in rank order under --algo deterministic) and
 // divides by dp, or with ZeRO-1 reduce-scatters them and all-gathers the updated shards,
-// and steps its own optimizer. A stage's weight gradients accumulate in micro-batch order,
-// so without tp and with --algo deterministic the run is bitwise equal to run_accum with dp
-// groups of M micro-batches. train::run_pipeline (strategies.h) is the entry point.
+// and steps its own optimizer; under --ep the replicated tensors are summed over dp and the
+// experts over expert_dp. A stage's weight gradients accumulate in micro-batch order, and
+// an MoE layer routes each micro-batch on its own (its aux loss weighs in its backward), so
+// without tp and ep and with --algo deterministic the run is bitwise equal to run_accum with
+// dp groups of M micro-batches. train::run_pipeline (strategies.h) is the entry point.
 #pragma once
 
 #include <cstdint>
@@ -26,12 +30,16 @@
 
 namespace dtsim::train::pipeline {
 
+// The L layers a pipeline cuts: the MLP's blocks (--layers) or the MoE's MoE layers.
+int pipeline_blocks(const TrainConfig& config);
+
 // The model layers [first, last) of chunk `chunk` (0..p v - 1): blocks
-// [c L/(p v), (c + 1) L/(p v)), and the head too for the last chunk.
+// [c L/(p v), (c + 1) L/(p v)), the MoE's embedding too for the first chunk and the head
+// for the last.
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk);
 
-// "" when `config` can run as dp x pp with `spec`, else one line naming the flag: the MLP
-// only, its blocks (--layers) divisible by p v, the batch by dp M, config.micro_batches = M
+// "" when `config` can run as dp x pp with `spec`, else one line naming the flag: its
+// blocks (--layers) divisible by p v, the batch by dp M, config.micro_batches = M
 // (the mesh's own checks are train::validate's).
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp);
 
@@ -70,16 +78,22 @@ double measured_wall_bubble(const TrainConfig& config, const RunResult& run);
 
 // A rank's groups on the mesh (train/mesh.h; null where an axis has size 1): `pipe` holds
 // its replica's stages in stage order (its rank is the stage), `dp` the same (tp, pp)
-// position of every replica, `tp` its tensor-parallel group (blocks split Megatron-style).
+// position of every replica, `tp` its tensor-parallel group (blocks split Megatron-style),
+// `ep` its expert group (the MoE's experts sharded) and `expert_dp` the ranks of the stage
+// holding the same experts.
 struct PipelineGroups {
   Communicator* pipe = nullptr;
   Communicator* dp = nullptr;
   Communicator* tp = nullptr;
+  Communicator* ep = nullptr;
+  Communicator* expert_dp = nullptr;
 };
 
 // One rank's part of a run: builds the stage's chunks and runs `runner` over them.
 // zero_stage 1 shards each stage's optimizer state over its dp ranks (ZeRO-1 along dp:
-// reduce-scatter the gradients, step the shard, all-gather the parameters); 0 all-reduces.
+// reduce-scatter the gradients, step the shard, all-gather the parameters); 2 does the same
+// and counts only the shard's gradient (the step's micro-batches accumulate into the full
+// buffer, uncounted as for zero2 over the world); 0 all-reduces.
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
                        const PipelineGroups& groups, StepRunner& runner, int zero_stage = 0);
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "train/data_parallel/zero12_sync.h"
+#include "train/data_parallel/zero3_hooks.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -45,7 +46,23 @@ class TpRank : public RankStrategy {
         hooks_(&runner.timeline()),
         params_(params),
         grads_(grads) {
-    if (config.zero > 0 && mesh.dp() != nullptr) {
+    if (config.zero == 3 && mesh.dp() != nullptr) {
+      // ZeRO-3 along dp (zero.cc's stage 3 on the rank's tensor-parallel slice): every layer
+      // of the slice sharded over the dp group, gathered around each use, its gradients
+      // reduce-scattered after its backward; they carry 1/B, so nothing is divided.
+      zero3_layout_ = std::make_unique<Zero3Layout>(trainee.store().layout(), mesh.dp()->size());
+      const int r = mesh.dp()->rank();
+      const size_t n = zero3_layout_->shard_size();
+      shard_params_ = model::TrackedBuffer<T>(&ledger_, model::MemoryCategory::kWeights, n);
+      shard_grads_ = model::TrackedBuffer<T>(&ledger_, model::MemoryCategory::kGradients, n);
+      zero3_layout_->take_shard(r, std::span<const T>(params), shard_params_.span());
+      zero3_layout_->poison_all(r, params);
+      opt_ = make_slice_optimizer(config, shard_params_.span(), &ledger_);
+      zero3_ = std::make_unique<Zero3Hooks<T>>(
+          Zero3Context{&runner.timeline(), mesh.dp(), &config, zero3_layout_.get(), &ledger_,
+                       &trainee.memory(), &runner.peak()},
+          params, grads, shard_params_.span(), shard_grads_.span());
+    } else if (config.zero > 0 && mesh.dp() != nullptr) {
       // Gradients carry 1/B: the reduce-scatter's sum is already the global mean.
       zero_ = std::make_unique<ZeroSync<T>>(config, *mesh.dp(), runner.timeline(), config.zero,
                                             /*divide=*/false, params, grads);
@@ -63,19 +80,29 @@ class TpRank : public RankStrategy {
     for (MicroBatch& mb : micro) mb.reports_loss = mesh_.coord().tp == 0;
     return micro;
   }
-  void begin_step() override { trainee_.store().zero_grad(); }
+  void begin_step() override {
+    if (zero3_) return std::fill(shard_grads_.span().begin(), shard_grads_.span().end(), T(0.0f));
+    trainee_.store().zero_grad();
+  }
+  // ZeRO-3 reduce-scatters each micro-batch's layer gradients into the shard.
+  void before_micro_batch(int /*index*/) override {
+    if (zero3_) trainee_.store().zero_grad();
+  }
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
-    hooks_.finish();
+    PhaseHooks* hooks = zero3_ ? zero3_.get() : &hooks_;
+    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, hooks);
+    hooks->finish();
     return loss;
   }
   void sync_gradients() override {
+    if (zero3_) return;  // the hooks reduce-scattered every layer
     if (zero_) return zero_->sync_gradients();
     if (mesh_.dp() == nullptr) return;  // DDP across replicas: grads already carry 1/B
     TracedComm dp(*mesh_.dp(), timeline_, config_.algo);
     dp.all_reduce(grads_);
   }
   void optimizer_step() override {
+    if (zero3_) return opt_->step(shard_params_.span(), shard_grads_.span());
     if (zero_) return zero_->optimizer_step();
     opt_->step(params_, grads_);
   }
@@ -83,10 +110,17 @@ class TpRank : public RankStrategy {
     if (zero_) zero_->sync_params();
   }
   void observe_memory(PeakMemory& peak) override {
+    if (zero3_) return peak.observe(ledger_, trainee_.memory());
     if (zero_) return peak.observe(zero_->ledger(), trainee_.memory());
     peak.observe(trainee_.memory());
   }
-  std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
+  // Under ZeRO-3 the rank's shard of its slice, widened (assembled by run_tensor_parallel).
+  std::vector<float> final_params() override {
+    if (!zero3_) return trainee_.store().params_as_float();
+    std::vector<float> out(shard_params_.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = widen(shard_params_.data()[i]);
+    return out;
+  }
 
  private:
   const TrainConfig& config_;
@@ -97,6 +131,11 @@ class TpRank : public RankStrategy {
   std::span<T> params_, grads_;
   std::unique_ptr<SliceOptimizer> opt_;  // without ZeRO
   std::unique_ptr<ZeroSync<T>> zero_;    // ZeRO-1/2 along dp
+  // ZeRO-3 along dp: the layout of the slice's shards, the shards, the gathering hooks.
+  model::MemoryLedger ledger_;
+  std::unique_ptr<Zero3Layout> zero3_layout_;
+  model::TrackedBuffer<T> shard_params_, shard_grads_;
+  std::unique_ptr<Zero3Hooks<T>> zero3_;
 };
 
 }  // namespace
@@ -110,19 +149,29 @@ std::optional<RunResult> run_tensor_parallel(const TrainConfig& config, const Me
         Communicator& group = mesh.tp() != nullptr ? *mesh.tp() : comm;
         TracedComm tp(group, runner.timeline(), config.algo);
         Trainee trainee(config, tp_mlp_layers(config.mlp, mesh.coord().tp, shape.tp, &tp));
-        with_buffers(trainee.store(), [&](auto params, auto grads) {
-          using T = typename decltype(grads)::value_type;
-          TpRank<T> rank(config, mesh, trainee, runner, params, grads);
-          runner.run(rank);
-        });
+        run_rank<TpRank>(runner, trainee, config, mesh, trainee, runner);
       },
-      assemble_slices(
-          model::mlp_layout(config.mlp),
-          [&](int rank) {
-            return model::layout_of(
-                tp_mlp_layers(config.mlp, mesh_coord(shape, rank).tp, shape.tp, nullptr));
-          },
-          "tensor parallel"));
+      [&](std::vector<std::vector<float>>& parts) {
+        auto local = [&](int rank) {
+          return model::layout_of(
+              tp_mlp_layers(config.mlp, mesh_coord(shape, rank).tp, shape.tp, nullptr));
+        };
+        if (config.zero == 3 && shape.dp > 1) {  // each rank's shard into its slice first
+          std::vector<std::vector<float>> slices(parts.size());
+          for (size_t r = 0; r < parts.size(); ++r) {
+            const MeshCoord c = mesh_coord(shape, static_cast<int>(r));
+            const model::ParamLayout l = local(static_cast<int>(r));
+            const Zero3Layout z(l, shape.dp);
+            const int first = static_cast<int>(r) - c.dp * shape.tp;  // dp rank 0 of this tp
+            slices[r].assign(l.size(), 0.0f);
+            for (int d = 0; d < shape.dp; ++d) {
+              z.put_shard(d, std::span<const float>(parts[first + d * shape.tp]), slices[r]);
+            }
+          }
+          parts = std::move(slices);
+        }
+        return assemble_slices(model::mlp_layout(config.mlp), local, "tensor parallel")(parts);
+      });
 }
 
 std::optional<RunResult> run_tp(const TrainConfig& config) {
