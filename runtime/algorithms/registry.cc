@@ -10,12 +10,6 @@ namespace {
 
 // Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring.
 constexpr size_t kSmallAllReduceBytes = 32 * 1024;
-// Below this many bytes, at kMinDirectRanks..kMaxDirectRanks ranks, one step of direct
-// sends beats ceil(log2 N) rounds: when ranks outnumber cores each round waits for a
-// partner to be scheduled (measured in bench/compute_results.md).
-constexpr size_t kTinyAllReduceBytes = 512;
-constexpr int kMinDirectRanks = 3;
-constexpr int kMaxDirectRanks = 8;
 
 constexpr AlgoName kNames[] = {
     // every Algo, in enum order
@@ -161,13 +155,10 @@ bool has_algorithm(OpKind op, Algo algo) {
   return algo == Algo::kAuto || find_algorithm(op, algo) != nullptr;
 }
 
-Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes, int ranks) {
+Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes) {
   if (algo != Algo::kAuto) return algo;
   switch (op) {
     case OpKind::kAllReduce:
-      if (bytes <= kTinyAllReduceBytes && ranks >= kMinDirectRanks && ranks <= kMaxDirectRanks) {
-        return Algo::kDirect;
-      }
       return bytes <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kRing;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
@@ -182,13 +173,10 @@ Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes, int ranks) {
 }
 
 std::string auto_rule(OpKind op) {
-  const Algo fixed = resolve_algorithm(op, Algo::kAuto, 0, 2);
+  const Algo fixed = resolve_algorithm(op, Algo::kAuto, 0);
   if (op == OpKind::kAllReduce) {
-    return std::string(to_string(resolve_algorithm(op, Algo::kAuto, 0, kMinDirectRanks))) +
-           " up to " + std::to_string(kTinyAllReduceBytes) + " B at " +
-           std::to_string(kMinDirectRanks) + " to " + std::to_string(kMaxDirectRanks) + " ranks, " +
-           to_string(fixed) + " up to " + std::to_string(kSmallAllReduceBytes / 1024) +
-           " KiB, else " + to_string(resolve_algorithm(op, Algo::kAuto, SIZE_MAX, 2));
+    return std::string(to_string(fixed)) + " up to " + std::to_string(kSmallAllReduceBytes / 1024) +
+           " KiB, else " + to_string(resolve_algorithm(op, Algo::kAuto, SIZE_MAX));
   }
   return to_string(fixed);
 }
@@ -227,8 +215,8 @@ std::string algorithm_error(OpKind op, Algo algo, uint8_t world) {
   return {};
 }
 
-const AlgoRow& algorithm_for(OpKind op, Algo algo, size_t bytes, int ranks, uint8_t world) {
-  const Algo a = resolve_algorithm(op, algo, bytes, ranks);
+const AlgoRow& algorithm_for(OpKind op, Algo algo, size_t bytes, uint8_t world) {
+  const Algo a = resolve_algorithm(op, algo, bytes);
   const AlgoRow* row = find_algorithm(op, a);
   if (row == nullptr || !world_has(world, *row)) throw UsageError(algorithm_error(op, a, world));
   return *row;

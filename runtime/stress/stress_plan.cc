@@ -164,7 +164,7 @@ Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel)
         break;
     }
     const AlgoRow* row =
-        find_algorithm(s.op, resolve_algorithm(s.op, s.algo, s.numel * dtype_size(s.dtype), g));
+        find_algorithm(s.op, resolve_algorithm(s.op, s.algo, s.numel * dtype_size(s.dtype)));
     const bool ordered = row != nullptr && row->deterministic;
     s.fractional =
         (s.dtype == DType::kFloat32 || s.dtype == DType::kFloat64) && (!reduces(s.op) || ordered);

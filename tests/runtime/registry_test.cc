@@ -30,32 +30,13 @@ TEST(Registry, EveryCollectiveHasRowsAndAutoPicksOne) {
     SCOPED_TRACE(to_string(op));
     EXPECT_FALSE(algorithms_of(op).empty());
     for (size_t bytes : {size_t{0}, size_t{1} << 10, size_t{1} << 20, SIZE_MAX}) {
-      for (int ranks : {1, 2, 4, 8, 16}) {
-        const AlgoRow& row = algorithm_for(op, Algo::kAuto, bytes, ranks);
-        EXPECT_EQ(row.op, op);
-        EXPECT_NE(row.run, nullptr);
-      }
+      const AlgoRow& row = algorithm_for(op, Algo::kAuto, bytes);
+      EXPECT_EQ(row.op, op);
+      EXPECT_NE(row.run, nullptr);
     }
   }
-  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1024, 4), Algo::kRecursiveDoubling);
-  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20, 4), Algo::kRing);
-}
-
-// A tiny all_reduce among 3 to 8 ranks is one step of direct sends; at 2 ranks that is
-// what rd does already, and beyond 8 the N - 1 sends cost more than log2 N rounds.
-TEST(Registry, AutoSendsTinyAllReducesDirectAtThreeToEightRanks) {
-  for (int ranks : {2, 3, 4, 8, 9, 16}) {
-    SCOPED_TRACE(ranks);
-    const bool direct = ranks >= 3 && ranks <= 8;
-    EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 8, ranks),
-              direct ? Algo::kDirect : Algo::kRecursiveDoubling);
-    EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 512, ranks),
-              direct ? Algo::kDirect : Algo::kRecursiveDoubling);
-    EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 513, ranks),
-              Algo::kRecursiveDoubling);
-  }
-  EXPECT_EQ(auto_rule(OpKind::kAllReduce),
-            "direct up to 512 B at 3 to 8 ranks, rd up to 32 KiB, else ring");
+  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1024), Algo::kRecursiveDoubling);
+  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20), Algo::kRing);
 }
 
 TEST(Registry, AnAlgorithmTheCollectiveLacksIsAUsageErrorListingItsOwn) {
@@ -114,9 +95,9 @@ TEST(Registry, CountersSayWhatAutoPicked) {
   });
   const OpCounters& c = w.counters(0)[OpKind::kAllReduce];
   const auto bit = [](Algo a) { return 1u << static_cast<int>(a); };
-  EXPECT_EQ(c.algos(), bit(Algo::kDirect) | bit(Algo::kRing) | bit(Algo::kTree));
-  EXPECT_EQ(c.auto_algos(), bit(Algo::kDirect) | bit(Algo::kRing));
-  EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kDirect)], 1u);
+  EXPECT_EQ(c.algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kRing) | bit(Algo::kTree));
+  EXPECT_EQ(c.auto_algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kRing));
+  EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kRecursiveDoubling)], 1u);
   EXPECT_EQ(c.auto_calls[static_cast<int>(Algo::kTree)], 0u);
 }
 
