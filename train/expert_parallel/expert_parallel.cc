@@ -28,6 +28,7 @@
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
+#include "train/mesh_rank.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/trainee.h"
@@ -37,17 +38,14 @@ namespace {
 
 // One expert-parallel rank: its experts and the replicated rest, fed its B/N samples.
 template <class T>
-class EpRank : public RankStrategy {
+class EpRank : public MeshRank<T> {
+  using Base = MeshRank<T>;
+  using Base::config_, Base::mesh_, Base::trainee_, Base::timeline_, Base::params_, Base::grads_;
+
  public:
   EpRank(const TrainConfig& config, Mesh& mesh, Trainee& trainee, StepRunner& runner,
          std::span<T> params, std::span<T> grads)
-      : config_(config),
-        mesh_(mesh),
-        trainee_(trainee),
-        timeline_(runner.timeline()),
-        hooks_(&runner.timeline()),
-        params_(params),
-        grads_(grads),
+      : Base(config, mesh, trainee, runner, params, grads),
         opt_(config.zero == 0 ? make_slice_optimizer(config, params, &trainee.memory()) : nullptr) {
     // The replicated tensors: embed, head, routers, packed in that order for one all_reduce.
     const EpParamSplit split = ep_param_split(trainee.store().layout(), config.moe.moe);
@@ -66,17 +64,6 @@ class EpRank : public RankStrategy {
   // The data-parallel group of the replicated tensors (a one-rank world: the world).
   Communicator* dp_group() { return mesh_.dp() != nullptr ? mesh_.dp() : &mesh_.world(); }
 
-  // Data parallel over the token batch; gradients carry 1/B, so sums are global means.
-  std::vector<MicroBatch> micro_batches() const override {
-    return data_parallel_micro_batches(config_, mesh_.shape().dp, mesh_.coord().dp,
-                                       1.0f / static_cast<float>(config_.global_batch));
-  }
-  void begin_step() override { trainee_.store().zero_grad(); }
-  float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
-    hooks_.finish();
-    return loss;
-  }
   // The replicated embed, head and router saw different tokens on every data-parallel rank;
   // an expert's gradient is complete within its expert group, and summed over the groups
   // that hold the same experts (dp > ep).
@@ -126,15 +113,8 @@ class EpRank : public RankStrategy {
     }
     peak.observe(state, trainee_.memory());
   }
-  std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
 
  private:
-  const TrainConfig& config_;
-  Mesh& mesh_;
-  Trainee& trainee_;
-  RankTimeline& timeline_;
-  PhaseHooks hooks_;
-  std::span<T> params_, grads_;
   std::unique_ptr<SliceOptimizer> opt_;
   std::vector<model::ParamRange> replicated_;
   std::vector<model::ParamRange> experts_;  // per MoE layer: this rank's experts' gradients

@@ -24,6 +24,7 @@
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
+#include "train/mesh_rank.h"
 #include "train/slice_optimizer.h"
 #include "train/strategies.h"
 #include "train/tensor_parallel/tp_mlp_block.h"
@@ -35,17 +36,14 @@ namespace {
 // One rank of the (dp, tp) mesh: its TP shard of the MLP, fed its replica's samples; the
 // gradients are synchronised across the replicas by DDP's all-reduce or ZeRO-1/2 along dp.
 template <class T>
-class TpRank : public RankStrategy {
+class TpRank : public MeshRank<T> {
+  using Base = MeshRank<T>;
+  using Base::config_, Base::mesh_, Base::trainee_, Base::timeline_, Base::params_, Base::grads_;
+
  public:
   TpRank(const TrainConfig& config, Mesh& mesh, Trainee& trainee, StepRunner& runner,
          std::span<T> params, std::span<T> grads)
-      : config_(config),
-        mesh_(mesh),
-        trainee_(trainee),
-        timeline_(runner.timeline()),
-        hooks_(&runner.timeline()),
-        params_(params),
-        grads_(grads) {
+      : Base(config, mesh, trainee, runner, params, grads) {
     if (config.zero == 3 && mesh.dp() != nullptr) {
       // ZeRO-3 along dp (zero.cc's stage 3 on the rank's tensor-parallel slice): every layer
       // of the slice sharded over the dp group, gathered around each use, its gradients
@@ -71,28 +69,23 @@ class TpRank : public RankStrategy {
     }
   }
 
-  // Replica d takes data-parallel rank d's samples; gradients carry 1/B (the global mean).
   // Every rank of a TP group computes the same loss: its rank 0 reports it.
   std::vector<MicroBatch> micro_batches() const override {
-    std::vector<MicroBatch> micro =
-        data_parallel_micro_batches(config_, mesh_.shape().dp, mesh_.coord().dp,
-                                    1.0f / static_cast<float>(config_.global_batch));
+    std::vector<MicroBatch> micro = Base::micro_batches();
     for (MicroBatch& mb : micro) mb.reports_loss = mesh_.coord().tp == 0;
     return micro;
   }
   void begin_step() override {
     if (zero3_) return std::fill(shard_grads_.span().begin(), shard_grads_.span().end(), T(0.0f));
-    trainee_.store().zero_grad();
+    Base::begin_step();
   }
   // ZeRO-3 reduce-scatters each micro-batch's layer gradients into the shard.
   void before_micro_batch(int /*index*/) override {
     if (zero3_) trainee_.store().zero_grad();
   }
   float forward_backward(int step, const MicroBatch& mb) override {
-    PhaseHooks* hooks = zero3_ ? zero3_.get() : &hooks_;
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, hooks);
-    hooks->finish();
-    return loss;
+    if (zero3_) return Base::forward_backward(step, mb, *zero3_);
+    return Base::forward_backward(step, mb);
   }
   void sync_gradients() override {
     if (zero3_) return;  // the hooks reduce-scattered every layer
@@ -116,19 +109,13 @@ class TpRank : public RankStrategy {
   }
   // Under ZeRO-3 the rank's shard of its slice, widened (assembled by run_tensor_parallel).
   std::vector<float> final_params() override {
-    if (!zero3_) return trainee_.store().params_as_float();
+    if (!zero3_) return Base::final_params();
     std::vector<float> out(shard_params_.size());
     for (size_t i = 0; i < out.size(); ++i) out[i] = widen(shard_params_.data()[i]);
     return out;
   }
 
  private:
-  const TrainConfig& config_;
-  Mesh& mesh_;
-  Trainee& trainee_;
-  RankTimeline& timeline_;
-  PhaseHooks hooks_;
-  std::span<T> params_, grads_;
   std::unique_ptr<SliceOptimizer> opt_;  // without ZeRO
   std::unique_ptr<ZeroSync<T>> zero_;    // ZeRO-1/2 along dp
   // ZeRO-3 along dp: the layout of the slice's shards, the shards, the gathering hooks.
