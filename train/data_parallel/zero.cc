@@ -29,6 +29,7 @@
 #include "model/memory.h"
 #include "train/data_parallel/zero12_sync.h"
 #include "train/data_parallel/zero3_hooks.h"
+#include "train/data_parallel/zero3_shard.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/slice_optimizer.h"
@@ -90,50 +91,32 @@ class Zero3Rank : public RankStrategy {
       : config_(config),
         comm_(comm),
         trainee_(trainee),
-        shard_params_(&ledger_, MemoryCategory::kWeights, layout.shard_size()),
-        shard_grads_(&ledger_, MemoryCategory::kGradients, layout.shard_size()),
-        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {
-    layout.take_shard(comm.rank(), std::span<const T>(params), shard_params_.span());
-    layout.poison_all(comm.rank(), params);
-    opt_ = make_slice_optimizer(config, shard_params_.span(), &ledger_);
-    hooks_ =
-        std::make_unique<Zero3Hooks<T>>(Zero3Context{&runner.timeline(), &comm, &config, &layout,
-                                                     &ledger_, &trainee.memory(), &runner.peak()},
-                                        params, grads, shard_params_.span(), shard_grads_.span());
-  }
+        shard_(config, comm, trainee, runner, layout, params, grads),
+        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {}
 
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
-  void begin_step() override {
-    std::fill(shard_grads_.span().begin(), shard_grads_.span().end(), T(0.0f));
-  }
+  void begin_step() override { shard_.zero_grads(); }
   // Each micro-batch's gradients are reduce-scattered layer by layer into the shard.
   void before_micro_batch(int /*index*/) override { trainee_.store().zero_grad(); }
   float forward_backward(int step, const MicroBatch& mb) override {
     const float loss =
-        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, hooks_.get());
-    hooks_->finish();
+        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &shard_.hooks());
+    shard_.hooks().finish();
     return loss;
   }
   void sync_gradients() override {
-    if (config_.pitfall != Pitfall::kForgetDivide) divide(shard_grads_.span(), comm_.size());
+    if (config_.pitfall != Pitfall::kForgetDivide) divide(shard_.grads(), comm_.size());
   }
-  void optimizer_step() override { opt_->step(shard_params_.span(), shard_grads_.span()); }
-  void observe_memory(PeakMemory& peak) override { peak.observe(ledger_, trainee_.memory()); }
-  // The shard, widened; rank 0 puts every rank's into place (Zero3Layout::put_shard).
-  std::vector<float> final_params() override {
-    std::vector<float> out(shard_params_.size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = widen(shard_params_.data()[i]);
-    return out;
-  }
+  void optimizer_step() override { shard_.optimizer_step(); }
+  void observe_memory(PeakMemory& peak) override { shard_.observe_memory(peak, trainee_.memory()); }
+  // Rank 0 puts every rank's shard into place (Zero3Layout::put_shard).
+  std::vector<float> final_params() override { return shard_.final_params(); }
 
  private:
   const TrainConfig& config_;
   Communicator& comm_;
   Trainee& trainee_;
-  model::MemoryLedger ledger_;
-  model::TrackedBuffer<T> shard_params_, shard_grads_;
-  std::unique_ptr<SliceOptimizer> opt_;
-  std::unique_ptr<Zero3Hooks<T>> hooks_;
+  Zero3Shard<T> shard_;
   std::vector<MicroBatch> micro_;
 };
 

@@ -21,6 +21,7 @@
 
 #include "train/data_parallel/zero12_sync.h"
 #include "train/data_parallel/zero3_hooks.h"
+#include "train/data_parallel/zero3_shard.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
@@ -49,17 +50,8 @@ class TpRank : public MeshRank<T> {
       // of the slice sharded over the dp group, gathered around each use, its gradients
       // reduce-scattered after its backward; they carry 1/B, so nothing is divided.
       zero3_layout_ = std::make_unique<Zero3Layout>(trainee.store().layout(), mesh.dp()->size());
-      const int r = mesh.dp()->rank();
-      const size_t n = zero3_layout_->shard_size();
-      shard_params_ = model::TrackedBuffer<T>(&ledger_, model::MemoryCategory::kWeights, n);
-      shard_grads_ = model::TrackedBuffer<T>(&ledger_, model::MemoryCategory::kGradients, n);
-      zero3_layout_->take_shard(r, std::span<const T>(params), shard_params_.span());
-      zero3_layout_->poison_all(r, params);
-      opt_ = make_slice_optimizer(config, shard_params_.span(), &ledger_);
-      zero3_ = std::make_unique<Zero3Hooks<T>>(
-          Zero3Context{&runner.timeline(), mesh.dp(), &config, zero3_layout_.get(), &ledger_,
-                       &trainee.memory(), &runner.peak()},
-          params, grads, shard_params_.span(), shard_grads_.span());
+      zero3_ = std::make_unique<Zero3Shard<T>>(config, *mesh.dp(), trainee, runner, *zero3_layout_,
+                                               params, grads);
     } else if (config.zero > 0 && mesh.dp() != nullptr) {
       // Gradients carry 1/B: the reduce-scatter's sum is already the global mean.
       zero_ = std::make_unique<ZeroSync<T>>(config, *mesh.dp(), runner.timeline(), config.zero,
@@ -76,7 +68,7 @@ class TpRank : public MeshRank<T> {
     return micro;
   }
   void begin_step() override {
-    if (zero3_) return std::fill(shard_grads_.span().begin(), shard_grads_.span().end(), T(0.0f));
+    if (zero3_) return zero3_->zero_grads();
     Base::begin_step();
   }
   // ZeRO-3 reduce-scatters each micro-batch's layer gradients into the shard.
@@ -84,7 +76,7 @@ class TpRank : public MeshRank<T> {
     if (zero3_) trainee_.store().zero_grad();
   }
   float forward_backward(int step, const MicroBatch& mb) override {
-    if (zero3_) return Base::forward_backward(step, mb, *zero3_);
+    if (zero3_) return Base::forward_backward(step, mb, zero3_->hooks());
     return Base::forward_backward(step, mb);
   }
   void sync_gradients() override {
@@ -95,7 +87,7 @@ class TpRank : public MeshRank<T> {
     dp.all_reduce(grads_);
   }
   void optimizer_step() override {
-    if (zero3_) return opt_->step(shard_params_.span(), shard_grads_.span());
+    if (zero3_) return zero3_->optimizer_step();
     if (zero_) return zero_->optimizer_step();
     opt_->step(params_, grads_);
   }
@@ -103,26 +95,21 @@ class TpRank : public MeshRank<T> {
     if (zero_) zero_->sync_params();
   }
   void observe_memory(PeakMemory& peak) override {
-    if (zero3_) return peak.observe(ledger_, trainee_.memory());
+    if (zero3_) return zero3_->observe_memory(peak, trainee_.memory());
     if (zero_) return peak.observe(zero_->ledger(), trainee_.memory());
     peak.observe(trainee_.memory());
   }
   // Under ZeRO-3 the rank's shard of its slice, widened (assembled by run_tensor_parallel).
   std::vector<float> final_params() override {
-    if (!zero3_) return Base::final_params();
-    std::vector<float> out(shard_params_.size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = widen(shard_params_.data()[i]);
-    return out;
+    return zero3_ ? zero3_->final_params() : Base::final_params();
   }
 
  private:
   std::unique_ptr<SliceOptimizer> opt_;  // without ZeRO
   std::unique_ptr<ZeroSync<T>> zero_;    // ZeRO-1/2 along dp
-  // ZeRO-3 along dp: the layout of the slice's shards, the shards, the gathering hooks.
-  model::MemoryLedger ledger_;
+  // ZeRO-3 along dp: the layout of the slice's shards, and the rank's shard of its slice.
   std::unique_ptr<Zero3Layout> zero3_layout_;
-  model::TrackedBuffer<T> shard_params_, shard_grads_;
-  std::unique_ptr<Zero3Hooks<T>> zero3_;
+  std::unique_ptr<Zero3Shard<T>> zero3_;
 };
 
 }  // namespace
