@@ -83,7 +83,7 @@ void Communicator::check_peer(int peer, const char* what) const {
 }
 
 const AlgoRow& Communicator::pick(OpKind op, Algo algo, size_t bytes) {
-  const AlgoRow& row = algorithm_for(op, algo, bytes, ctx_->world_features);
+  const AlgoRow& row = algorithm_for(op, algo, bytes, size(), ctx_->world_features);
   OpCounters& c = ctx_->counters[op];
   c.algo_calls[static_cast<int>(row.algo)] += 1;
   if (algo == Algo::kAuto) c.auto_calls[static_cast<int>(row.algo)] += 1;
