@@ -148,17 +148,17 @@ std::optional<RunResult> run_expert_parallel(const TrainConfig& config, const Me
         Communicator& group = mesh.ep() != nullptr ? *mesh.ep() : comm;
         TracedComm ep(group, runner.timeline(), config.algo);
         // The embedding reads the Trainee's input buffer in place (no copy).
-        Trainee trainee(
-            config,
-            ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep, config.precision),
-            /*copy_input=*/false);
+        Trainee trainee(config,
+                        ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep,
+                                            {config.precision, config.micro_batches}),
+                        /*copy_input=*/false);
         run_rank<EpRank>(runner, trainee, config, mesh, trainee, runner);
       },
       assemble_slices(
           model::moe_model_layout(config.moe),
           [&](int rank) {
             return model::layout_of(
-                ep_moe_model_layers(config.moe, mesh_coord(shape, rank).ep, shape.ep, nullptr));
+                ep_moe_model_layers(config.moe, mesh_coord(shape, rank).ep, shape.ep, nullptr, {}));
           },
           "expert parallel"));
 }
