@@ -20,8 +20,10 @@
 // routes, so the single-rank reference is run_accum with the same ranks and micro-batches:
 // it routes exactly the same per-rank micro-batches, one at a time. The experts run on each
 // source rank's rows apart and keep each source's gradient apart until the step's end
-// (EpMoeBlock), so that every float operation is the reference's, in its order: with dp = ep,
-// or with --algo deterministic and no ZeRO, ep is bitwise equal to that accumulation.
+// (EpMoeBlock), so that every float operation is the reference's, in its order: with
+// dp = ep under --algo deterministic (ZeRO-0/1/2 alike) ep is bitwise equal to that
+// accumulation. With dp > ep an expert's groups meet in two levels (summed within each
+// expert group, then all-reduced across the groups holding it): within tolerance.
 #include <memory>
 #include <string>
 #include <vector>
