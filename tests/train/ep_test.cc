@@ -296,7 +296,12 @@ INSTANTIATE_TEST_SUITE_P(
         BitwiseCase{2, 4, 1, model::OptimizerKind::kAdam, model::Precision::kFp32},
         BitwiseCase{4, 4, 2, model::OptimizerKind::kAdam, model::Precision::kFp32},
         BitwiseCase{4, 1, 2, model::OptimizerKind::kSgd, model::Precision::kFp32},
+        // One micro-batch: the other sources' gradients are added at once (no partials).
+        BitwiseCase{4, 1, 2, model::OptimizerKind::kAdam, model::Precision::kFp32},
+        BitwiseCase{2, 1, 1, model::OptimizerKind::kAdam, model::Precision::kMixedBf16},
         BitwiseCase{8, 2, 2, model::OptimizerKind::kAdam, model::Precision::kFp32},
+        BitwiseCase{16, 2, 2, model::OptimizerKind::kAdam, model::Precision::kFp32, 128, 16},
+        BitwiseCase{1, 4, 2, model::OptimizerKind::kAdam, model::Precision::kFp32},
         BitwiseCase{2, 2, 2, model::OptimizerKind::kAdam, model::Precision::kMixedBf16},
         BitwiseCase{4, 4, 2, model::OptimizerKind::kAdam, model::Precision::kMixedBf16},
         // dp = 3: the replica's mean and the division by dp, as accumulation scales.

@@ -176,30 +176,40 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
   auto& s = static_cast<EpMoeState&>(state);
   const size_t rs = model::moe_router_size(config_);
   const size_t local = s.layer.local_expert_params();
-  const bool mixed = precision_ == model::Precision::kMixedBf16;
-  if (targets_.empty()) {  // the first backward: the partials, recorded in the stack's ledger
+  const bool mixed = accumulation_.precision == model::Precision::kMixedBf16;
+  // fp32 with one micro-batch: the other sources' gradients are added right away.
+  const bool at_once = !mixed && accumulation_.micro_batches == 1;
+  if (targets_.empty()) {  // the first backward: the buffers, recorded in the stack's ledger
     const size_t n = size_t(ep_size_ - 1) * local;
     if (mixed) {
       partials_bf16_ = model::TrackedBuffer<BFloat16>(s.ledger, model::MemoryCategory::kGradients,
                                                       n, BFloat16(0.0f));
+    } else if (!at_once) {
+      partials_ = model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kGradients, n);
+    }
+    if (mixed || at_once) {
       contributions_ =
           model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kActivations, n);
-    } else {
-      partials_ = model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kGradients, n);
     }
     targets_.resize(ep_size_);
   }
-  // Source 0 into the layer's gradients; sources 1..N-1 into the partials (fp32) or, under
-  // mixed precision, into zeroed fp32 contributions rounded into the bf16 partials after.
-  targets_[0] = g.subspan(rs);
-  std::span<float> rest = mixed ? contributions_.span() : partials_.span();
-  if (mixed) std::fill(rest.begin(), rest.end(), 0.0f);
+  // Source 0 into the layer's gradients; sources 1..N-1 into the partials (fp32, several
+  // micro-batches) or zeroed fp32 contributions, added to the gradients right away (fp32,
+  // one micro-batch) or rounded into the bf16 partials (mixed).
+  const std::span<float> mine = g.subspan(rs);
+  targets_[0] = mine;
+  std::span<float> rest = partials_.size() > 0 ? partials_.span() : contributions_.span();
+  if (rest.data() == contributions_.data()) std::fill(rest.begin(), rest.end(), 0.0f);
   for (int i = 1; i < ep_size_; ++i) targets_[i] = rest.subspan(size_t(i - 1) * local, local);
   if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
   std::fill(dx.begin(), dx.end(), 0.0f);
   s.layer.backward(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch),
                    g.first(rs), targets_, dx, *ep_);
-  if (mixed) model::bf16_accumulate(partials_bf16_.span(), contributions_.span());
+  if (mixed) {
+    model::bf16_accumulate(partials_bf16_.span(), contributions_.span());
+  } else if (at_once) {
+    for (int i = 1; i < ep_size_; ++i) add_into(mine, std::span<const float>(targets_[i]));
+  }
 }
 
 namespace {
@@ -219,12 +229,12 @@ void add_partials(std::span<T> expert_grads, std::span<T> partials) {
 }  // namespace
 
 void EpMoeBlock::finish_gradients(std::span<float> expert_grads) {
-  DTSIM_CHECK(precision_ == model::Precision::kFp32);
+  DTSIM_CHECK(accumulation_.precision == model::Precision::kFp32);
   add_partials(expert_grads, partials_.span());
 }
 
 void EpMoeBlock::finish_gradients(std::span<BFloat16> expert_grads) {
-  DTSIM_CHECK(precision_ == model::Precision::kMixedBf16);
+  DTSIM_CHECK(accumulation_.precision == model::Precision::kMixedBf16);
   add_partials(expert_grads, partials_bf16_.span());
 }
 
@@ -272,11 +282,11 @@ EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeCo
 }
 
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& c, int ep_rank, int ep_size,
-                                  TracedComm* ep, model::Precision precision) {
+                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation) {
   model::Layers layers;
   layers.push_back(std::make_unique<model::Linear>("embed", c.input_dim, c.moe.d_model));
   for (int l = 0; l < c.num_blocks; ++l) {
-    layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep, precision,
+    layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep, accumulation,
                                                   model::moe_block_name(l, c.num_blocks)));
   }
   layers.push_back(std::make_unique<model::Linear>("head", c.moe.d_model, c.num_classes));

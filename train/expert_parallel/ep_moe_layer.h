@@ -94,24 +94,31 @@ class EpMoeLayer {
 //
 // Gradients in a single-rank reference's order: the reference (train/reference.cc's
 // accumulation) accumulates each data-parallel group's micro-batches into zeroed gradients
-// and then sums the groups in order. So the block keeps the experts' gradient apart per source
-// rank of its expert group: source 0's accumulates in the store's gradients as a layer's
-// always does, sources 1..N-1's in the block's partial buffers (N-1 x the local experts,
-// recorded as gradients; under mixed precision bf16, each micro-batch rounded in as the store
-// rounds its own). finish_gradients() adds the partials into the store's gradients in source
-// order and zeroes them: the caller must call it once per step, after the last backward and
-// before the gradients are read (finish_expert_gradients does it for a whole stack).
+// and then sums the groups in order. So the block keeps the experts' gradient apart per
+// source rank of its expert group: source 0's accumulates in the store's gradients as a
+// layer's always does; with one micro-batch per step (fp32) each other source's is computed
+// into zeroed scratch and added right away, in source order; with several (or under mixed
+// precision) sources 1..N-1 accumulate in the block's partial buffers (N-1 x the local
+// experts, recorded as gradients; bf16 under mixed precision, each micro-batch rounded in as
+// the store rounds its own), which finish_gradients() adds into the store's gradients in
+// source order and zeroes: the caller must call it once per step, after the last backward
+// and before the gradients are read (finish_expert_gradients does it for a whole stack).
 class EpMoeBlock : public model::Layer {
  public:
+  // How the step accumulates gradients: the store's type and the micro-batches per step.
+  struct Accumulation {
+    model::Precision precision = model::Precision::kFp32;
+    int micro_batches = 1;
+  };
   // Rank `ep_rank` of `ep_size` on the expert-parallel group `ep` (null: for the layout
-  // only); `ep` must outlive the layer. `precision`: the store's gradient type.
+  // only); `ep` must outlive the layer.
   EpMoeBlock(const model::MoeConfig& config, int ep_rank, int ep_size, TracedComm* ep,
-             model::Precision precision = model::Precision::kFp32, std::string name = "moe")
+             Accumulation accumulation, std::string name = "moe")
       : config_(config),
         ep_rank_(ep_rank),
         ep_size_(ep_size),
         ep_(ep),
-        precision_(precision),
+        accumulation_(accumulation),
         name_(std::move(name)) {}
   void add_params(model::ParamLayout& layout) const override;
   int in_dim() const override { return config_.d_model; }
@@ -122,7 +129,7 @@ class EpMoeBlock : public model::Layer {
                std::span<float> y, model::LayerState& state, model::Workspace& ws) override;
   // Two all_to_alls (output gradients, input gradients); the aux loss weighs grad_scale * B.
   // The router's gradient and source 0's expert gradient go to grads, the other sources' to
-  // the partials (see above).
+  // scratch or the partials (see above).
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const model::BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 model::LayerState& state, model::Workspace& ws) override;
@@ -142,12 +149,12 @@ class EpMoeBlock : public model::Layer {
   model::MoeConfig config_;
   int ep_rank_, ep_size_;
   TracedComm* ep_;
-  model::Precision precision_;
+  Accumulation accumulation_;
   std::string name_;
   std::vector<std::span<float>> targets_;         // (N) backward's per-source targets
   model::TrackedBuffer<float> partials_;          // (N-1, local) fp32 partials
   model::TrackedBuffer<BFloat16> partials_bf16_;  // (N-1, local) mixed: bf16 partials
-  model::TrackedBuffer<float> contributions_;     // (N-1, local) mixed: one micro-batch's
+  model::TrackedBuffer<float> contributions_;     // (N-1, local) one micro-batch's, scratch
 };
 
 // After a step's last backward: finish_gradients() of every EpMoeBlock of `stack`, on the
@@ -168,8 +175,8 @@ EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeCo
 
 // The MoE classifier's layers on expert-parallel rank `ep_rank` of `ep_size`: the replicated
 // embedding, an EpMoeBlock per MoE layer, the replicated head (ep null: for their layout only).
+// `accumulation`: as the run's (TrainConfig's precision and micro_batches).
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& config, int ep_rank, int ep_size,
-                                  TracedComm* ep,
-                                  model::Precision precision = model::Precision::kFp32);
+                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation);
 
 }  // namespace dtsim::train

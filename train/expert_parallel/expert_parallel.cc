@@ -20,8 +20,10 @@
 // routes, so the single-rank reference is run_accum with the same ranks and micro-batches:
 // it routes exactly the same per-rank micro-batches, one at a time. The experts run on each
 // source rank's rows apart and keep each source's gradient apart until the step's end
-// (EpMoeBlock), so that every float operation is the reference's, in its order: with dp = ep,
-// or with --algo deterministic and no ZeRO, ep is bitwise equal to that accumulation.
+// (EpMoeBlock), so that every float operation is the reference's, in its order: with
+// dp = ep under --algo deterministic (ZeRO-0/1/2 alike) ep is bitwise equal to that
+// accumulation. With dp > ep an expert's groups meet in two levels (summed within each
+// expert group, then all-reduced across the groups holding it): within tolerance.
 #include <memory>
 #include <string>
 #include <vector>
@@ -148,17 +150,17 @@ std::optional<RunResult> run_expert_parallel(const TrainConfig& config, const Me
         Communicator& group = mesh.ep() != nullptr ? *mesh.ep() : comm;
         TracedComm ep(group, runner.timeline(), config.algo);
         // The embedding reads the Trainee's input buffer in place (no copy).
-        Trainee trainee(
-            config,
-            ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep, config.precision),
-            /*copy_input=*/false);
+        Trainee trainee(config,
+                        ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep,
+                                            {config.precision, config.micro_batches}),
+                        /*copy_input=*/false);
         run_rank<EpRank>(runner, trainee, config, mesh, trainee, runner);
       },
       assemble_slices(
           model::moe_model_layout(config.moe),
           [&](int rank) {
             return model::layout_of(
-                ep_moe_model_layers(config.moe, mesh_coord(shape, rank).ep, shape.ep, nullptr));
+                ep_moe_model_layers(config.moe, mesh_coord(shape, rank).ep, shape.ep, nullptr, {}));
           },
           "expert parallel"));
 }

@@ -71,9 +71,9 @@ model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spe
   const auto [first, last] = chunk_layers(config, spec, chunk);
   model::Layers all;
   if (config.model == ModelKind::kMoe) {
-    all = at.ep_size == 1
-              ? model::moe_model_layers(config.moe)
-              : ep_moe_model_layers(config.moe, at.ep_rank, at.ep_size, at.ep, config.precision);
+    all = at.ep_size == 1 ? model::moe_model_layers(config.moe)
+                          : ep_moe_model_layers(config.moe, at.ep_rank, at.ep_size, at.ep,
+                                                {config.precision, config.micro_batches});
   } else if (at.tp_size == 1) {
     return model::mlp_layers(config.mlp, first, last);
   } else {
