@@ -93,19 +93,36 @@ void linear_forward(std::span<const float> x, std::span<const float> w, std::spa
   });
 }
 
+namespace {
+
+// dx (B, in) = beta dx + dy * w, in gemm_slice_width slices of in.
+void input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx, int batch,
+                int in, int out, float beta) {
+  DTSIM_CHECK(dy.size() >= size_t(batch) * out);
+  DTSIM_CHECK(dx.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
+  const int64_t work = int64_t{batch} * in * out;
+  // dx[:, c0:c1] (B, c) = beta dx[:, c0:c1] + dy (B, out) * w[:, c0:c1] (out, c)
+  for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+    sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, beta,
+          dx.data() + c0, in);
+  });
+}
+
+}  // namespace
+
+// beta = 0 instead of a fill and beta = 1: each element's chain starts from +0 and so is
+// never -0 (x + (-0) = x, and an exact cancellation rounds to +0), hence 0 + chain == chain.
+void linear_input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx,
+                       int batch, int in, int out) {
+  input_grad(dy, w, dx, batch, in, out, 0.0f);
+}
+
 void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
                      std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
                      int in, int out) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
   const int64_t work = int64_t{batch} * in * out;
-  if (!dx.empty()) {
-    DTSIM_CHECK(dx.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
-    // dx[:, c0:c1] (B, c) += dy (B, out) * w[:, c0:c1] (out, c)
-    for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-      sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, 1.0f,
-            dx.data() + c0, in);
-    });
-  }
+  if (!dx.empty()) input_grad(dy, w, dx, batch, in, out, 1.0f);
   if (!dw.empty()) {
     DTSIM_CHECK(dw.size() == size_t(out) * in);
     // dw (out, in) += dy^T (out, B) * x (B, in), sliced along its larger side; the reduction
@@ -140,16 +157,32 @@ void gelu_forward(std::span<const float> x, std::span<float> y) {
   });
 }
 
-void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+namespace {
+
+// dx = base + dy * gelu'(x), base = dx (kAccumulate) or +0 (so a -0 product reads +0, as
+// it would added into zeros).
+template <bool kAccumulate>
+void gelu_backward_impl(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
   DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {
     const Pack v = load(x.data() + i, n), g = load(dy.data() + i, n);
     const Pack e = gelu_exp(v);
     const Pack s = 1.0f / (1.0f + e);
     const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
-    const Pack out = load(dx.data() + i, n) + g * (s + v * du * (e * s) * s);
+    const Pack base = kAccumulate ? load(dx.data() + i, n) : Pack::Zero();
+    const Pack out = base + g * (s + v * du * (e * s) * s);
     store(out, dx.data() + i, n);
   });
+}
+
+}  // namespace
+
+void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+  gelu_backward_impl<true>(x, dy, dx);
+}
+
+void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+  gelu_backward_impl<false>(x, dy, dx);
 }
 
 void relu_forward(std::span<const float> x, std::span<float> y) {

@@ -26,19 +26,20 @@ void Linear::forward(std::span<const float> p, std::span<const float> x, int bat
 void Linear::backward(std::span<const float> p, std::span<const float> x, std::span<const float> dy,
                       const BackwardScale& scale, std::span<float> g, std::span<float> dx,
                       LayerState& /*state*/, Workspace& /*ws*/) {
-  std::fill(dx.begin(), dx.end(), 0.0f);
-  linear_backward(dy, x, p.first(size_t(out_) * in_), dx, g.first(size_t(out_) * in_),
-                  g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
+  if (!dx.empty()) linear_input_grad(dy, p.first(size_t(out_) * in_), dx, scale.batch, in_, out_);
+  linear_backward(dy, x, {}, {}, g.first(size_t(out_) * in_), g.subspan(size_t(out_) * in_, out_),
+                  scale.batch, in_, out_);
 }
 
-void Linear::backward_input(std::span<const float> p, std::span<const float> x,
+void Linear::backward_input(std::span<const float> p, std::span<const float> /*x*/,
                             std::span<const float> dy, const BackwardScale& scale,
                             std::span<float> dx, LayerState& state, Workspace& /*ws*/) {
   auto& s = static_cast<LinearState&>(state);
   ensure_size(s.dy, s.ledger, dy.size());
   std::copy(dy.begin(), dy.end(), s.dy.data());  // before dx, which may alias dy
-  std::fill(dx.begin(), dx.end(), 0.0f);
-  linear_backward(s.dy.span(), x, p.first(size_t(out_) * in_), dx, {}, {}, scale.batch, in_, out_);
+  if (!dx.empty()) {
+    linear_input_grad(s.dy.span(), p.first(size_t(out_) * in_), dx, scale.batch, in_, out_);
+  }
 }
 
 void Linear::backward_weight(std::span<const float> x, const BackwardScale& scale,
@@ -75,7 +76,7 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
 }
 
 // The three parts of a block's backward. input_part: dpre (B, H) = the pre-activation
-// gradient, through W2 and GELU (dh: a zero-filled (B, H) scratch it uses); weight_part:
+// gradient, through W2 and GELU (dh: a (B, H) scratch it overwrites); weight_part:
 // the weight and bias gradients from dy and dpre; finish_dx: dx = dy (the residual) + dpre W1.
 // Each kernel call is backward's own, so any order that reads dy before dx overwrites it
 // gives bitwise the same sums.
@@ -84,10 +85,8 @@ void MlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
                           std::span<float> dpre) const {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
-  std::fill(dh.begin(), dh.end(), 0.0f);
-  std::fill(dpre.begin(), dpre.end(), 0.0f);
-  linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), dh, {}, {}, batch, H, D);
-  gelu_backward(s.pre.span(), dh, dpre);
+  linear_input_grad(dy, p.subspan(o.w2, size_t(D) * H), dh, batch, H, D);
+  gelu_grad(s.pre.span(), dh, dpre);
 }
 
 void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
