@@ -108,6 +108,37 @@ void input_grad(std::span<const float> dy, std::span<const float> w, std::span<f
   });
 }
 
+// dw (out, in) = beta dw + dy^T (out, B) * x (B, in), sliced along its larger side; the
+// reduction over the batch stays inside one sgemm. db (out) = beta db + sum_rows dy, in
+// row order from beta db (0 * db is not 0 for a NaN, so beta 0 writes a zero first).
+void weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,
+                 std::span<float> db, int batch, int in, int out, float beta) {
+  DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
+  const int64_t work = int64_t{batch} * in * out;
+  if (!dw.empty()) {
+    DTSIM_CHECK(dw.size() == size_t(out) * in);
+    if (out >= in) {
+      for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
+        sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, beta,
+              dw.data() + size_t(o0) * in, in);
+      });
+    } else {
+      for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+        sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, beta,
+              dw.data() + c0, in);
+      });
+    }
+  }
+  if (!db.empty()) {
+    DTSIM_CHECK(db.size() == size_t(out));
+    if (beta == 0.0f) std::fill(db.begin(), db.end(), 0.0f);
+    for (int r = 0; r < batch; ++r) {
+      const float* row = dy.data() + size_t(r) * out;
+      for (int o = 0; o < out; ++o) db[o] += row[o];
+    }
+  }
+}
+
 }  // namespace
 
 // beta = 0 instead of a fill and beta = 1: each element's chain starts from +0 and so is
@@ -121,31 +152,13 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                      std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
                      int in, int out) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
-  const int64_t work = int64_t{batch} * in * out;
   if (!dx.empty()) input_grad(dy, w, dx, batch, in, out, 1.0f);
-  if (!dw.empty()) {
-    DTSIM_CHECK(dw.size() == size_t(out) * in);
-    // dw (out, in) += dy^T (out, B) * x (B, in), sliced along its larger side; the reduction
-    // over the batch stays inside one sgemm.
-    if (out >= in) {
-      for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
-        sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, 1.0f,
-              dw.data() + size_t(o0) * in, in);
-      });
-    } else {
-      for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-        sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, 1.0f,
-              dw.data() + c0, in);
-      });
-    }
-  }
-  if (!db.empty()) {
-    DTSIM_CHECK(db.size() == size_t(out));
-    for (int r = 0; r < batch; ++r) {
-      const float* row = dy.data() + size_t(r) * out;
-      for (int o = 0; o < out; ++o) db[o] += row[o];
-    }
-  }
+  weight_grad(dy, x, dw, db, batch, in, out, 1.0f);
+}
+
+void linear_weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,
+                        std::span<float> db, int batch, int in, int out) {
+  weight_grad(dy, x, dw, db, batch, in, out, 0.0f);
 }
 
 void gelu_forward(std::span<const float> x, std::span<float> y) {

@@ -6,6 +6,20 @@
 #include "model/kernels.h"
 
 namespace dtsim::model {
+namespace {
+
+// The weight and bias gradients dy^T x and sum_rows dy, added into (dw, db) or, under
+// BackwardScale::write_grads, written.
+void weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
+                  std::span<float> dw, std::span<float> db, int batch, int in, int out) {
+  if (write) {
+    linear_weight_grad(dy, x, dw, db, batch, in, out);
+  } else {
+    linear_backward(dy, x, {}, {}, dw, db, batch, in, out);
+  }
+}
+
+}  // namespace
 
 void Linear::add_params(ParamLayout& layout) const {
   layout.begin_layer(name_);
@@ -27,8 +41,8 @@ void Linear::backward(std::span<const float> p, std::span<const float> x, std::s
                       const BackwardScale& scale, std::span<float> g, std::span<float> dx,
                       LayerState& /*state*/, Workspace& /*ws*/) {
   if (!dx.empty()) linear_input_grad(dy, p.first(size_t(out_) * in_), dx, scale.batch, in_, out_);
-  linear_backward(dy, x, {}, {}, g.first(size_t(out_) * in_), g.subspan(size_t(out_) * in_, out_),
-                  scale.batch, in_, out_);
+  weight_grads(scale.write_grads, dy, x, g.first(size_t(out_) * in_),
+               g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
 void Linear::backward_input(std::span<const float> p, std::span<const float> /*x*/,
@@ -46,8 +60,8 @@ void Linear::backward_weight(std::span<const float> x, const BackwardScale& scal
                              std::span<float> g, LayerState& state, Workspace& /*ws*/) {
   const auto& s = static_cast<LinearState&>(state);
   // The weight (dy^T x) and bias (sum of dy) products of backward; w itself is not read.
-  linear_backward(s.dy.span(), x, {}, {}, g.first(size_t(out_) * in_),
-                  g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
+  weight_grads(scale.write_grads, s.dy.span(), x, g.first(size_t(out_) * in_),
+               g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
 void MlpBlock::add_params(ParamLayout& layout) const {
@@ -91,12 +105,12 @@ void MlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
 
 void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
                            std::span<const float> dpre, const MlpBlockState& s, int batch,
-                           std::span<float> g) const {
+                           bool write, std::span<float> g) const {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
-  linear_backward(dy, s.hid.span(), {}, {}, g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D),
-                  batch, H, D);
-  linear_backward(dpre, x, {}, {}, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
+  weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch,
+               H, D);
+  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
 }
 
 void MlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,
@@ -118,7 +132,8 @@ void MlpBlock::backward(std::span<const float> p, std::span<const float> x,
   const size_t bh = size_t(batch) * hidden_;
   std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
   input_part(p, dy, s, batch, dh, dpre);
-  weight_part(x, dy, dpre, s, batch, g);  // reads dy before dx (which may alias it) is written
+  weight_part(x, dy, dpre, s, batch, scale.write_grads,
+              g);  // reads dy before dx (which may alias it) is written
   finish_dx(p, x, dy, dpre, batch, dx);
 }
 
@@ -138,7 +153,7 @@ void MlpBlock::backward_input(std::span<const float> p, std::span<const float> x
 void MlpBlock::backward_weight(std::span<const float> x, const BackwardScale& scale,
                                std::span<float> g, LayerState& state, Workspace& /*ws*/) {
   const auto& s = static_cast<MlpBlockState&>(state);
-  weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, g);
+  weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, scale.write_grads, g);
 }
 
 }  // namespace dtsim::model
