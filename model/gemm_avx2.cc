@@ -126,9 +126,10 @@ void pack_panels(const float* src, ptrdiff_t ld, int k, int j0, int cols, float*
   }
 }
 
-// r[i] = column i of the 8 x 8 block whose rows r[0 .. 7] were.
-inline void transpose8(__m256 r[8]) {
-  __m256 u[8];
+// The 8 x 8 block at src (row stride ld) transposed into dst (row stride kNr).
+void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
+  __m256 r[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
   for (int i = 0; i < 8; i += 2) {
     u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -140,18 +141,9 @@ inline void transpose8(__m256 r[8]) {
     r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xee);
   }
   for (int i = 0; i < 4; ++i) {
-    u[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
-    u[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+    _mm256_storeu_ps(dst + i * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
   }
-  for (int i = 0; i < 8; ++i) r[i] = u[i];
-}
-
-// The 8 x 8 block at src (row stride ld) transposed into dst (row stride kNr).
-void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
-  __m256 r[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
-  transpose8(r);
-  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * kNr, r[i]);
 }
 
 // The same panels as pack_panels from a transposed source: Q(k, j) = src[j * ld + k], so
@@ -307,77 +299,13 @@ struct StoreEpi {
   }
 };
 
-// Floats of packed x^T per chunk in the transposed product: 256 KiB, half of L2.
-constexpr int kTransposedChunkFloats = 64 * 1024;
-
-// The tile of C^T = op(B) A^T handed over as t (row r of the tile: column r0 + r of C,
-// lane i: row j0 + i) written to C: C(j0 + i, r0 + r) = beta * C(j0 + i, r0 + r) + t[r][i],
-// C row-major with leading dimension ldc. A whole tile goes through two 8 x 8 register
-// transposes and is written as runs of 6 floats, one per C row; C outside the tile is
-// neither read nor written.
-struct TransposedStoreEpi {
-  static constexpr bool kDirect = false;
-  float* c;
-  int ldc;
-  float beta;
-  void prefetch(int /*r0*/, int /*rows*/, int /*j0*/) const {}
-  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
-    if (rows == kMr && cols == kNr) {
-      const __m128 b = _mm_set1_ps(beta);
-      for (int h = 0; h < kNr; h += 8) {
-        __m256 v[8];
-        for (int r = 0; r < kMr; ++r) v[r] = _mm256_load_ps(t + r * kNr + h);
-        for (int r = kMr; r < 8; ++r) v[r] = _mm256_setzero_ps();
-        transpose8(v);
-        for (int i = 0; i < 8; ++i) {
-          float* dst = c + ptrdiff_t(j0 + h + i) * ldc + r0;
-          __m128 lo = _mm256_castps256_ps128(v[i]), hi = _mm256_extractf128_ps(v[i], 1);
-          if (beta != 0.0f) {
-            __m128 d_lo = _mm_loadu_ps(dst);
-            __m128 d_hi = _mm_loadl_pi(_mm_setzero_ps(), reinterpret_cast<const __m64*>(dst + 4));
-            if (beta != 1.0f) {
-              d_lo = _mm_mul_ps(b, d_lo);
-              d_hi = _mm_mul_ps(b, d_hi);
-            }
-            lo = _mm_add_ps(d_lo, lo);
-            hi = _mm_add_ps(d_hi, hi);
-          }
-          _mm_storeu_ps(dst, lo);
-          _mm_storel_pi(reinterpret_cast<__m64*>(dst + 4), hi);
-        }
-      }
-      return;
-    }
-    for (int i = 0; i < cols; ++i) {
-      float* dst = c + ptrdiff_t(j0 + i) * ldc + r0;
-      for (int r = 0; r < rows; ++r) {
-        const float v = t[r * kNr + i];
-        if (beta == 0.0f) {
-          dst[r] = v;
-        } else if (beta == 1.0f) {
-          dst[r] = dst[r] + v;
-        } else {
-          dst[r] = beta * dst[r] + v;
-        }
-      }
-    }
-  }
-};
-
 }  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
   const StoreEpi store{c, ldc, beta};
   const QSource q{b, ldb, trans_b};
-  if (!trans_a && trans_b && m <= n) {
-    // x W^T with few rows x: C^T = W x^T, P = W (n, k) read where it lies (its rows run
-    // along k), Q = x^T packed (x is the smaller operand), C written transposed. Chunks
-    // of Q up to 256 KiB (in L2); P's tiles go outer, each read from L3 once per chunk.
-    const QSource xt{a, lda, true};
-    const int chunk = std::max(1, kTransposedChunkFloats / (kNr * k));
-    run<true>({b, ldb, 1, nullptr, 0, k}, n, m, xt, chunk, true, TransposedStoreEpi{c, ldc, beta});
-  } else if (!trans_a) {  // P = A (m, k) where it lies
+  if (!trans_a) {  // P = A (m, k) where it lies
     run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, store);
   } else {  // P = A^T, A stored (k, m): packed into tiles; C a weight gradient, rows outer
     run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true,

@@ -10,12 +10,9 @@
 //
 // A (the broadcast side, a batch of rows) is read where it lies; A^T of A^T * B (the
 // batch-long gradient side of a weight gradient) is copied into 6-row tiles. B is copied
-// into 16-column panels, a few at a time, into a per-thread buffer (grown once, kept).
-// A * B^T with m <= n (x W^T: few rows x, a weight W stored (out, in)) runs as
-// C^T = B A^T instead: W's rows, contiguous along k, are the broadcast side read where
-// they lie, x^T is packed into the panels (8 x 8 register transposes of the small
-// operand, not of the weight) and each tile of C^T is transposed in registers on its way
-// into C. Either way each element's chain is the same. Thread safety: any number of
+// into 16-column panels (transposed in 8 x 8 register blocks for B^T, the weight of an
+// x W^T), a few at a time, into a per-thread buffer (grown once, kept). C is written in
+// row-major order; no product is transposed on the way out. Thread safety: any number of
 // threads may call concurrently on disjoint outputs.
 #pragma once
 
