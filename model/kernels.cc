@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "model/check.h"
 #include "model/gemm.h"
@@ -182,8 +183,11 @@ void gelu_backward_impl(std::span<const float> x, std::span<const float> dy, std
     const Pack e = gelu_exp(v);
     const Pack s = 1.0f / (1.0f + e);
     const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
+    // e is inf below x ~ -10.4, where the formula's e * s is inf * 0: gelu' is 0 there.
+    const Pack d =
+        (e < std::numeric_limits<float>::infinity()).select(s + v * du * (e * s) * s, Pack::Zero());
     const Pack base = kAccumulate ? load(dx.data() + i, n) : Pack::Zero();
-    const Pack out = base + g * (s + v * du * (e * s) * s);
+    const Pack out = base + g * d;
     store(out, dx.data() + i, n);
   });
 }
