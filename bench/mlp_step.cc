@@ -3,7 +3,10 @@
 // per step in wall-clock and in this thread's CPU time. CPU time is what the step costs
 // the core; on a shared machine it stays put while wall time grows with other programs.
 //
-//   mlp_step [--dim D] [--hidden H] [--batch B] [--steps S]
+//   mlp_step [--dim D] [--hidden H] [--batch B] [--steps S] [--overwrite 0|1]
+//
+// --overwrite 1: forward_backward_overwrite instead of zero_grad + forward_backward (same
+// bits; PyTorch's counterpart is zero_grad(set_to_none=True)).
 //
 // Prints `dtsim_step wall_ms W cpu_ms C` (medians over the steps after the first).
 #include <oneapi/tbb/global_control.h>
@@ -42,7 +45,7 @@ int main(int argc, char** argv) {
   c.input_dim = 256;
   c.hidden_dim = 1024;
   c.num_blocks = 1;
-  int batch = 64, steps = 50;
+  int batch = 64, steps = 50, overwrite = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int v = std::atoi(argv[i + 1]);
@@ -54,14 +57,20 @@ int main(int argc, char** argv) {
       batch = v;
     } else if (flag == "--steps") {
       steps = v;
+    } else if (flag == "--overwrite") {
+      overwrite = v;
     } else {
-      std::fprintf(stderr, "mlp_step: unknown option '%s' (--dim/--hidden/--batch/--steps)\n",
+      std::fprintf(stderr,
+                   "mlp_step: unknown option '%s' (--dim/--hidden/--batch/--steps/--overwrite)\n",
                    argv[i]);
       return 2;
     }
   }
-  if (c.input_dim < 1 || c.hidden_dim < 1 || batch < 1 || steps < 2) {
-    std::fprintf(stderr, "mlp_step: --dim, --hidden, --batch must be >= 1, --steps >= 2\n");
+  if (c.input_dim < 1 || c.hidden_dim < 1 || batch < 1 || steps < 2 || overwrite < 0 ||
+      overwrite > 1) {
+    std::fprintf(stderr,
+                 "mlp_step: --dim, --hidden, --batch must be >= 1, --steps >= 2, --overwrite 0 "
+                 "or 1\n");
     return 2;
   }
   // One thread: oneTBB's workers would run kernels outside this thread's CPU clock.
@@ -75,9 +84,13 @@ int main(int argc, char** argv) {
   std::vector<double> wall, cpu;
   for (int s = 0; s < steps; ++s) {
     const double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
-    model.zero_grad();
     task.batch(s, 0, batch, x, y);
-    model.forward_backward(x, y, batch);
+    if (overwrite) {
+      model.forward_backward_overwrite(x, y, batch, 1.0f / float(batch));
+    } else {
+      model.zero_grad();
+      model.forward_backward(x, y, batch);
+    }
     sgd.step(model.params(), model.grads());
     if (s > 0) {
       wall.push_back(now(CLOCK_MONOTONIC) - w0);

@@ -94,42 +94,72 @@ void linear_forward(std::span<const float> x, std::span<const float> w, std::spa
   });
 }
 
-void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
-                     std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
-                     int in, int out) {
+namespace {
+
+// dx (B, in) = beta dx + dy * w, in gemm_slice_width slices of in.
+void input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx, int batch,
+                int in, int out, float beta) {
+  DTSIM_CHECK(dy.size() >= size_t(batch) * out);
+  DTSIM_CHECK(dx.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
+  const int64_t work = int64_t{batch} * in * out;
+  // dx[:, c0:c1] (B, c) = beta dx[:, c0:c1] + dy (B, out) * w[:, c0:c1] (out, c)
+  for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+    sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, beta,
+          dx.data() + c0, in);
+  });
+}
+
+// dw (out, in) = beta dw + dy^T (out, B) * x (B, in), sliced along its larger side; the
+// reduction over the batch stays inside one sgemm. db (out) = beta db + sum_rows dy, in
+// row order from beta db (0 * db is not 0 for a NaN, so beta 0 writes a zero first).
+void weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,
+                 std::span<float> db, int batch, int in, int out, float beta) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
   const int64_t work = int64_t{batch} * in * out;
-  if (!dx.empty()) {
-    DTSIM_CHECK(dx.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
-    // dx[:, c0:c1] (B, c) += dy (B, out) * w[:, c0:c1] (out, c)
-    for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-      sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, 1.0f,
-            dx.data() + c0, in);
-    });
-  }
   if (!dw.empty()) {
     DTSIM_CHECK(dw.size() == size_t(out) * in);
-    // dw (out, in) += dy^T (out, B) * x (B, in), sliced along its larger side; the reduction
-    // over the batch stays inside one sgemm.
     if (out >= in) {
       for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
-        sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, 1.0f,
+        sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, beta,
               dw.data() + size_t(o0) * in, in);
       });
     } else {
       for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-        sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, 1.0f,
+        sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, beta,
               dw.data() + c0, in);
       });
     }
   }
   if (!db.empty()) {
     DTSIM_CHECK(db.size() == size_t(out));
+    if (beta == 0.0f) std::fill(db.begin(), db.end(), 0.0f);
     for (int r = 0; r < batch; ++r) {
       const float* row = dy.data() + size_t(r) * out;
       for (int o = 0; o < out; ++o) db[o] += row[o];
     }
   }
+}
+
+}  // namespace
+
+// beta = 0 instead of a fill and beta = 1: each element's chain starts from +0 and so is
+// never -0 (x + (-0) = x, and an exact cancellation rounds to +0), hence 0 + chain == chain.
+void linear_input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx,
+                       int batch, int in, int out) {
+  input_grad(dy, w, dx, batch, in, out, 0.0f);
+}
+
+void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
+                     std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
+                     int in, int out) {
+  DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
+  if (!dx.empty()) input_grad(dy, w, dx, batch, in, out, 1.0f);
+  weight_grad(dy, x, dw, db, batch, in, out, 1.0f);
+}
+
+void linear_weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,
+                        std::span<float> db, int batch, int in, int out) {
+  weight_grad(dy, x, dw, db, batch, in, out, 0.0f);
 }
 
 void gelu_forward(std::span<const float> x, std::span<float> y) {
@@ -141,7 +171,12 @@ void gelu_forward(std::span<const float> x, std::span<float> y) {
   });
 }
 
-void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+namespace {
+
+// dx = base + dy * gelu'(x), base = dx (kAccumulate) or +0 (so a -0 product reads +0, as
+// it would added into zeros).
+template <bool kAccumulate>
+void gelu_backward_impl(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
   DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {
     const Pack v = load(x.data() + i, n), g = load(dy.data() + i, n);
@@ -151,9 +186,20 @@ void gelu_backward(std::span<const float> x, std::span<const float> dy, std::spa
     // e is inf below x ~ -10.4, where the formula's e * s is inf * 0: gelu' is 0 there.
     const Pack d =
         (e < std::numeric_limits<float>::infinity()).select(s + v * du * (e * s) * s, Pack::Zero());
-    const Pack out = load(dx.data() + i, n) + g * d;
+    const Pack base = kAccumulate ? load(dx.data() + i, n) : Pack::Zero();
+    const Pack out = base + g * d;
     store(out, dx.data() + i, n);
   });
+}
+
+}  // namespace
+
+void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+  gelu_backward_impl<true>(x, dy, dx);
+}
+
+void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
+  gelu_backward_impl<false>(x, dy, dx);
 }
 
 void relu_forward(std::span<const float> x, std::span<float> y) {

@@ -25,10 +25,22 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                      std::span<float> dx, std::span<float> dw, std::span<float> db, int batch,
                      int in, int out);
 
+// dx (B, in) = dy (B, out) * w (out, in): linear_backward's input gradient WRITTEN, not
+// added. Bitwise what linear_backward adds into a zero-filled dx, without the fill.
+void linear_input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx,
+                       int batch, int in, int out);
+
+// dw (out, in) = dy^T * x and db (out) = sum_rows dy: linear_backward's weight gradients
+// WRITTEN, not added (db empty: none). Bitwise what linear_backward adds into zeros.
+void linear_weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,
+                        std::span<float> db, int batch, int in, int out);
+
 // y = gelu(x) elementwise, tanh approximation (as GPT-2 / torch approximate="tanh").
 void gelu_forward(std::span<const float> x, std::span<float> y);
 // dx += dy * gelu'(x) elementwise.
 void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx);
+// dx = dy * gelu'(x) elementwise, WRITTEN: bitwise gelu_backward into a zero-filled dx.
+void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<float> dx);
 
 // y = max(x, 0) elementwise.
 void relu_forward(std::span<const float> x, std::span<float> y);

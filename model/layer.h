@@ -48,8 +48,9 @@ class Workspace {
 
 // What backward needs from the objective besides dy.
 struct BackwardScale {
-  float grad_scale = 1;  // the loss gradient's scale (1/B: the mean over B samples)
-  int batch = 0;         // samples in the micro-batch
+  float grad_scale = 1;      // the loss gradient's scale (1/B: the mean over B samples)
+  int batch = 0;             // samples in the micro-batch
+  bool write_grads = false;  // grads = this micro-batch's gradient instead of += (see Layer)
 };
 
 class Layer {
@@ -73,6 +74,10 @@ class Layer {
                        std::span<float> y, LayerState& state, Workspace& ws) = 0;
   // Given dy (B, out) of the same micro-batch: grads (the layer's range) += the weight
   // gradients; dx (B, in) is OVERWRITTEN with the input gradient (empty: not needed).
+  // A layer with writes_grads() honours scale.write_grads in backward and backward_weight:
+  // it then OVERWRITES grads, bitwise what adding into zeroed grads gives; for other
+  // layers LayerStack zero-fills the range and passes write_grads = false.
+  virtual bool writes_grads() const { return false; }
   virtual void backward(std::span<const float> params, std::span<const float> x,
                         std::span<const float> dy, const BackwardScale& scale,
                         std::span<float> grads, std::span<float> dx, LayerState& state,

@@ -7,6 +7,20 @@
 
 namespace dtsim::model {
 
+namespace {
+
+// The scale layer `l` runs with on `grads`: under write_grads, a layer that cannot
+// overwrite its gradients gets them zero-filled and accumulates into them instead.
+BackwardScale layer_scale(const Layer& l, const BackwardScale& scale, std::span<float> grads) {
+  if (!scale.write_grads || l.writes_grads()) return scale;
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  BackwardScale s = scale;
+  s.write_grads = false;
+  return s;
+}
+
+}  // namespace
+
 ParamLayout layout_of(const Layers& layers) {
   ParamLayout layout;
   for (const std::unique_ptr<Layer>& l : layers) l->add_params(layout);
@@ -98,8 +112,9 @@ void LayerStack::backward_weight(int p, const BackwardScale& scale) {
   Pass& s = *passes_.at(p);
   for (int i = num_layers() - 1; i >= 0; --i) {
     std::span<const float> x = i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
-    std::span<float> grads = store_.begin_layer_grads(i);
-    layers_[i]->backward_weight(x, scale, grads, *s.states[i], ws_);
+    std::span<float> grads = store_.begin_layer_grads(i, scale.write_grads);
+    layers_[i]->backward_weight(x, layer_scale(*layers_[i], scale, grads), grads, *s.states[i],
+                                ws_);
     store_.end_layer_grads(i);
   }
 }
@@ -129,8 +144,9 @@ std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
     if (split) {
       layer.backward_input(params, x, cur, scale, dx, *s.states[i], ws_);
     } else {
-      std::span<float> grads = store_.begin_layer_grads(i);
-      layer.backward(params, x, cur, scale, grads, dx, *s.states[i], ws_);
+      std::span<float> grads = store_.begin_layer_grads(i, scale.write_grads);
+      layer.backward(params, x, cur, layer_scale(layer, scale, grads), grads, dx, *s.states[i],
+                     ws_);
       store_.end_layer_grads(i);
     }
     if (hooks) hooks->after_backward(i);

@@ -58,8 +58,9 @@ class LayerStack {
   // A buffer of (B, out) floats for the loss gradient, valid until the next call.
   std::span<float> loss_grad(int batch);
   // Backward of pass `pass` from dy (B, out), which it may overwrite: gradients accumulate
-  // into the store; returns the input gradient (B, in), valid until the next backward, or
-  // nothing when !input_grad (the stack's input is the data).
+  // into the store (scale.write_grads: overwrite it, bitwise zero_grad then accumulate); returns
+  // the input gradient (B, in), valid until the next backward, or nothing when !input_grad (the
+  // stack's input is the data).
   std::span<const float> backward(int pass, std::span<float> dy, const BackwardScale& scale,
                                   LayerHooks* hooks = nullptr, bool input_grad = false);
   // ZB-H1's split backward of pass `pass` (every layer splits_backward()): backward_input

@@ -39,12 +39,22 @@ void MlpModel::forward(std::span<const float> x, int batch, std::span<float> y) 
 
 float MlpModel::forward_backward(std::span<const float> x, std::span<const float> targets,
                                  int batch, float grad_scale, LayerHooks* hooks) {
+  return run(x, targets, batch, grad_scale, hooks, false);
+}
+
+float MlpModel::forward_backward_overwrite(std::span<const float> x, std::span<const float> targets,
+                                           int batch, float grad_scale, LayerHooks* hooks) {
+  return run(x, targets, batch, grad_scale, hooks, true);
+}
+
+float MlpModel::run(std::span<const float> x, std::span<const float> targets, int batch,
+                    float grad_scale, LayerHooks* hooks, bool write_grads) {
   DTSIM_CHECK(targets.size() == size_t(batch) * config_.output_dim);
   std::span<const float> y = stack_.forward(0, x, batch, hooks);
   std::span<float> dy = stack_.loss_grad(batch);
   const float loss =
       loss_.forward_backward(y, {.values = targets, .labels = {}}, batch, grad_scale, dy);
-  stack_.backward(0, dy, {grad_scale, batch}, hooks);
+  stack_.backward(0, dy, {grad_scale, batch, write_grads}, hooks);
   return loss;
 }
 

@@ -70,8 +70,16 @@ class MlpModel {
                          LayerHooks* hooks = nullptr) {
     return forward_backward(x, targets, batch, 1.0f / static_cast<float>(batch), hooks);
   }
+  // As forward_backward, but the gradients are OVERWRITTEN: grads = grad_scale * d(sum of
+  // per-sample losses), bit for bit what zero_grad() then forward_backward() leaves, without
+  // the zeroing pass (and the weight-gradient GEMMs' reads of those zeros).
+  float forward_backward_overwrite(std::span<const float> x, std::span<const float> targets,
+                                   int batch, float grad_scale, LayerHooks* hooks = nullptr);
 
  private:
+  float run(std::span<const float> x, std::span<const float> targets, int batch, float grad_scale,
+            LayerHooks* hooks, bool write_grads);
+
   MlpConfig config_;
   LayerStack stack_;
   MseLoss loss_;

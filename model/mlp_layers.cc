@@ -6,6 +6,20 @@
 #include "model/kernels.h"
 
 namespace dtsim::model {
+namespace {
+
+// The weight and bias gradients dy^T x and sum_rows dy, added into (dw, db) or, under
+// BackwardScale::write_grads, written.
+void weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
+                  std::span<float> dw, std::span<float> db, int batch, int in, int out) {
+  if (write) {
+    linear_weight_grad(dy, x, dw, db, batch, in, out);
+  } else {
+    linear_backward(dy, x, {}, {}, dw, db, batch, in, out);
+  }
+}
+
+}  // namespace
 
 void Linear::add_params(ParamLayout& layout) const {
   layout.begin_layer(name_);
@@ -26,27 +40,28 @@ void Linear::forward(std::span<const float> p, std::span<const float> x, int bat
 void Linear::backward(std::span<const float> p, std::span<const float> x, std::span<const float> dy,
                       const BackwardScale& scale, std::span<float> g, std::span<float> dx,
                       LayerState& /*state*/, Workspace& /*ws*/) {
-  std::fill(dx.begin(), dx.end(), 0.0f);
-  linear_backward(dy, x, p.first(size_t(out_) * in_), dx, g.first(size_t(out_) * in_),
-                  g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
+  if (!dx.empty()) linear_input_grad(dy, p.first(size_t(out_) * in_), dx, scale.batch, in_, out_);
+  weight_grads(scale.write_grads, dy, x, g.first(size_t(out_) * in_),
+               g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
-void Linear::backward_input(std::span<const float> p, std::span<const float> x,
+void Linear::backward_input(std::span<const float> p, std::span<const float> /*x*/,
                             std::span<const float> dy, const BackwardScale& scale,
                             std::span<float> dx, LayerState& state, Workspace& /*ws*/) {
   auto& s = static_cast<LinearState&>(state);
   ensure_size(s.dy, s.ledger, dy.size());
   std::copy(dy.begin(), dy.end(), s.dy.data());  // before dx, which may alias dy
-  std::fill(dx.begin(), dx.end(), 0.0f);
-  linear_backward(s.dy.span(), x, p.first(size_t(out_) * in_), dx, {}, {}, scale.batch, in_, out_);
+  if (!dx.empty()) {
+    linear_input_grad(s.dy.span(), p.first(size_t(out_) * in_), dx, scale.batch, in_, out_);
+  }
 }
 
 void Linear::backward_weight(std::span<const float> x, const BackwardScale& scale,
                              std::span<float> g, LayerState& state, Workspace& /*ws*/) {
   const auto& s = static_cast<LinearState&>(state);
   // The weight (dy^T x) and bias (sum of dy) products of backward; w itself is not read.
-  linear_backward(s.dy.span(), x, {}, {}, g.first(size_t(out_) * in_),
-                  g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
+  weight_grads(scale.write_grads, s.dy.span(), x, g.first(size_t(out_) * in_),
+               g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
 void MlpBlock::add_params(ParamLayout& layout) const {
@@ -75,7 +90,7 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
 }
 
 // The three parts of a block's backward. input_part: dpre (B, H) = the pre-activation
-// gradient, through W2 and GELU (dh: a zero-filled (B, H) scratch it uses); weight_part:
+// gradient, through W2 and GELU (dh: a (B, H) scratch it overwrites); weight_part:
 // the weight and bias gradients from dy and dpre; finish_dx: dx = dy (the residual) + dpre W1.
 // Each kernel call is backward's own, so any order that reads dy before dx overwrites it
 // gives bitwise the same sums.
@@ -84,20 +99,18 @@ void MlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
                           std::span<float> dpre) const {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
-  std::fill(dh.begin(), dh.end(), 0.0f);
-  std::fill(dpre.begin(), dpre.end(), 0.0f);
-  linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), dh, {}, {}, batch, H, D);
-  gelu_backward(s.pre.span(), dh, dpre);
+  linear_input_grad(dy, p.subspan(o.w2, size_t(D) * H), dh, batch, H, D);
+  gelu_grad(s.pre.span(), dh, dpre);
 }
 
 void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
                            std::span<const float> dpre, const MlpBlockState& s, int batch,
-                           std::span<float> g) const {
+                           bool write, std::span<float> g) const {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
-  linear_backward(dy, s.hid.span(), {}, {}, g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D),
-                  batch, H, D);
-  linear_backward(dpre, x, {}, {}, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
+  weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch,
+               H, D);
+  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
 }
 
 void MlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,
@@ -119,7 +132,8 @@ void MlpBlock::backward(std::span<const float> p, std::span<const float> x,
   const size_t bh = size_t(batch) * hidden_;
   std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
   input_part(p, dy, s, batch, dh, dpre);
-  weight_part(x, dy, dpre, s, batch, g);  // reads dy before dx (which may alias it) is written
+  weight_part(x, dy, dpre, s, batch, scale.write_grads,
+              g);  // reads dy before dx (which may alias it) is written
   finish_dx(p, x, dy, dpre, batch, dx);
 }
 
@@ -139,7 +153,7 @@ void MlpBlock::backward_input(std::span<const float> p, std::span<const float> x
 void MlpBlock::backward_weight(std::span<const float> x, const BackwardScale& scale,
                                std::span<float> g, LayerState& state, Workspace& /*ws*/) {
   const auto& s = static_cast<MlpBlockState&>(state);
-  weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, g);
+  weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, scale.write_grads, g);
 }
 
 }  // namespace dtsim::model

@@ -34,6 +34,7 @@ class Linear : public Layer {
   void add_params(ParamLayout& layout) const override;
   int in_dim() const override { return in_; }
   int out_dim() const override { return out_; }
+  bool writes_grads() const override { return true; }
   std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
   void forward(std::span<const float> params, std::span<const float> x, int batch,
                std::span<float> y, LayerState& state, Workspace& ws) override;
@@ -64,6 +65,7 @@ class MlpBlock : public Layer {
   int in_dim() const override { return dim_; }
   int out_dim() const override { return dim_; }
   bool backward_in_place() const override { return true; }
+  bool writes_grads() const override { return true; }
   std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
   void forward(std::span<const float> params, std::span<const float> x, int batch,
                std::span<float> y, LayerState& state, Workspace& ws) override;
@@ -83,7 +85,7 @@ class MlpBlock : public Layer {
   void input_part(std::span<const float> p, std::span<const float> dy, const MlpBlockState& s,
                   int batch, std::span<float> dh, std::span<float> dpre) const;
   void weight_part(std::span<const float> x, std::span<const float> dy, std::span<const float> dpre,
-                   const MlpBlockState& s, int batch, std::span<float> g) const;
+                   const MlpBlockState& s, int batch, bool write, std::span<float> g) const;
   void finish_dx(std::span<const float> p, std::span<const float> x, std::span<const float> dy,
                  std::span<const float> dpre, int batch, std::span<float> dx) const;
 

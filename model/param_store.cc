@@ -77,9 +77,10 @@ std::span<const float> ParamStore::layer_params(int layer) {
   return work_params_.span().first(r.size());
 }
 
-std::span<float> ParamStore::begin_layer_grads(int layer) {
+std::span<float> ParamStore::begin_layer_grads(int layer, bool write) {
   const ParamRange r = layout_.layer_range(layer);
   if (precision_ == Precision::kFp32) return grads_.span().subspan(r.begin, r.size());
+  if (write) std::fill(grads_bf16_.data() + r.begin, grads_bf16_.data() + r.end, BFloat16());
   std::fill(work_grads_.data(), work_grads_.data() + r.size(), 0.0f);
   return work_grads_.span().first(r.size());
 }

@@ -49,8 +49,9 @@ class ParamStore {
   // widened bf16 weights in a workspace valid until the next call (mixed).
   std::span<const float> layer_params(int layer);
   // fp32 gradient target for layer `layer`: the buffer itself (fp32) or a zeroed workspace
-  // (mixed) that end_layer_grads() adds into the bf16 grads.
-  std::span<float> begin_layer_grads(int layer);
+  // (mixed) that end_layer_grads() adds into the bf16 grads. `write`: the caller overwrites
+  // the layer's grads (the bf16 grads of the layer are zeroed here; fp32 are left as they are).
+  std::span<float> begin_layer_grads(int layer, bool write = false);
   // Finishes layer `layer`'s backward (mixed: bf16_grad = rne(bf16_grad + workspace)).
   void end_layer_grads(int layer);
 

@@ -59,6 +59,33 @@ TEST(LinearTest, BackwardAccumulates) {
   for (size_t i = 0; i < db1.size(); ++i) EXPECT_FLOAT_EQ(db2[i], 2 * db1[i]);
 }
 
+// The writing variants (no fill before) give the bits the accumulating kernels add into
+// zeros, signed zeros included: dy has -0 entries and a whole row of -0, whose products
+// are -0 (the accumulating form turns them into +0, so must the writing one).
+TEST(LinearTest, WritingVariantsEqualAccumulatingIntoZeros) {
+  auto w = random_vector(kOut * kIn, 6);
+  auto dy = random_vector(kB * kOut, 7);
+  for (int o = 0; o < kOut; ++o) dy[o] = -0.0f;  // row 0
+  dy[kOut + 1] = -0.0f;
+  const float nan = std::nanf("");
+  std::vector<float> acc(kB * kIn, 0.0f), wrote(kB * kIn, nan);
+  const auto x_in = random_vector(kB * kIn, 5);
+  linear_backward(dy, x_in, w, acc, {}, {}, kB, kIn, kOut);
+  linear_input_grad(dy, w, wrote, kB, kIn, kOut);
+  EXPECT_EQ(std::memcmp(acc.data(), wrote.data(), acc.size() * sizeof(float)), 0);
+
+  auto x = random_vector(kB * kIn, 8, 3.0f);
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  std::vector<float> g = random_vector(kB * kIn, 9);
+  g[0] = -0.0f;
+  g[2] = -0.0f;
+  std::vector<float> dacc(x.size(), 0.0f), dwrote(x.size(), nan);
+  gelu_backward(x, g, dacc);
+  gelu_grad(x, g, dwrote);
+  EXPECT_EQ(std::memcmp(dacc.data(), dwrote.data(), dacc.size() * sizeof(float)), 0);
+}
+
 TEST(LinearTest, ColumnAndRowSlicesReproduceTheFullLayer) {
   // Column parallel: rows [2, 4) of W give columns [2, 4) of y. Row parallel: the two
   // halves of W's columns, each on its half of x, sum to x W^T (bias added once).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "model/data.h"
 #include "model/layer_stack.h"
 #include "model/mlp.h"
+#include "model/mlp_layers.h"
 #include "tests/model/grad_check.h"
 
 namespace dtsim::model {
@@ -112,6 +114,51 @@ TEST(LayerStackPasses, MicroBatchesInFlightAccumulateAsSequentialOnes) {
       }
     }
     EXPECT_TRUE(bitwise_equal(s->store().grads(), sequential.grads()));
+  }
+}
+
+// Backward with write_grads overwrites the store's gradients, bit for bit what zero_grad
+// then backward leaves: layers that write (MlpBlock, Linear) and, zero-filled by the stack,
+// one that only accumulates. Fused and split backward; the grads start as NaN.
+TEST(LayerStackPasses, WriteGradsEqualsZeroGradThenAccumulateBitwise) {
+  struct AccumulatingLinear : Linear {
+    using Linear::Linear;
+    bool writes_grads() const override { return false; }
+  };
+  for (const bool only_accumulates : {false, true}) {
+    for (const bool split : {false, true}) {
+      auto make = [&] {
+        Layers layers = mlp_layers(kConfig, 0, kConfig.num_blocks + 1);
+        if (only_accumulates) {
+          layers.back() =
+              std::make_unique<AccumulatingLinear>("head", kConfig.input_dim, kConfig.output_dim);
+        }
+        auto s = std::make_unique<LayerStack>(std::move(layers), Precision::kFp32);
+        s->store().set_params(init_params(s->layout(), 3));
+        return s;
+      };
+      auto a = make(), b = make();
+      const auto x = random_vector(kBatch * kConfig.input_dim, 10);
+      const auto t = random_vector(kBatch * kConfig.output_dim, 11);
+      a->store().zero_grad();
+      std::fill(b->store().grads().begin(), b->store().grads().end(), std::nanf(""));
+      for (LayerStack* s : {a.get(), b.get()}) {
+        const bool write = s == b.get();
+        std::span<const float> y = s->forward(0, x, kBatch);
+        std::span<float> dy = s->loss_grad(kBatch);
+        MseLoss(kConfig.output_dim)
+            .forward_backward(y, {.values = t, .labels = {}}, kBatch, 0.5f, dy);
+        const BackwardScale scale{0.5f, kBatch, write};
+        if (split) {
+          s->backward_input(0, dy, scale);
+          s->backward_weight(0, scale);
+        } else {
+          s->backward(0, dy, scale);
+        }
+      }
+      EXPECT_TRUE(bitwise_equal(a->store().grads(), b->store().grads()))
+          << "only_accumulates " << only_accumulates << " split " << split;
+    }
   }
 }
 
