@@ -26,6 +26,8 @@ def parse():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=3, help="steps not timed")
     p.add_argument("--port", type=int, default=29517)
+    p.add_argument("--set-to-none", action="store_true",
+                   help="zero_grad(set_to_none=True) (slower in torch 1.13; default False)")
     a = p.parse_args()
     if a.ranks < 1 or a.batch % a.ranks:
         p.error(f"--batch {a.batch} must be a positive multiple of --ranks {a.ranks}")
@@ -68,7 +70,7 @@ def worker(rank, a):
     times, cpu = [], []
     for step in range(a.steps):
         t0, c0 = time.perf_counter(), time.thread_time()
-        opt.zero_grad(set_to_none=False)
+        opt.zero_grad(set_to_none=a.set_to_none)
         loss = nn.functional.mse_loss(model(xs[step % 4]), ts[step % 4])
         loss.backward()  # DDP all-reduces the gradients (mean) here
         opt.step()

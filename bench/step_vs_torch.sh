@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The one-core MLP training step (issue 12's N = 1 targets), dtsim's two gradient modes and
+# PyTorch's two zero_grad modes side by side, in CPU time:
+#
+#   bench/step_vs_torch.sh [rounds]      (default 11)
+#
+# Each round runs, on one core (taskset -c 0), 50 steps of: build/bench/mlp_step with
+# zero_grad + accumulate (--overwrite 0), with forward_backward_overwrite (--overwrite 1),
+# bench/torch_mlp.py with zero_grad(set_to_none=False) and with set_to_none=True. Prints
+# each one's first quartile, median and minimum over the rounds of its per-run median step
+# CPU time, then build/bench/fma_floor's floor for the same step. Needs python3-torch
+# (scripts/quickstart.sh does not install it: bench/torch_compare.sh says how).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-11}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || {
+  echo "usage: bench/step_vs_torch.sh [rounds >= 1] (got '$rounds')" >&2
+  exit 2
+}
+/usr/bin/python3 -c 'import torch' 2>/dev/null || {
+  echo "bench/step_vs_torch.sh: PyTorch is missing: apt-get install python3-torch libopenblas0-pthread" >&2
+  exit 2
+}
+cmake --build build --target mlp_step fma_floor >/dev/null
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u '+%F %H:%M UTC');" \
+  "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+names=("dtsim zero_grad + accumulate" "dtsim forward_backward_overwrite"
+  "torch set_to_none=False" "torch set_to_none=True")
+declare -a runs=("" "" "" "")
+for ((r = 1; r <= rounds; r++)); do
+  runs[0]+="$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 0 | awk '{print $5}') "
+  runs[1]+="$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 1 | awk '{print $5}') "
+  runs[2]+="$(taskset -c 0 /usr/bin/python3 bench/torch_mlp.py --steps 50 | awk '{print $7}') "
+  runs[3]+="$(taskset -c 0 /usr/bin/python3 bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}') "
+done
+for i in 0 1 2 3; do
+  tr ' ' '\n' <<<"${runs[$i]}" | grep -v '^$' | sort -g | awk -v n="${names[$i]}" -v r="$rounds" \
+    '{a[NR] = $1} END {printf "%-33s step cpu ms over %d rounds: q1 %.3f median %.3f min %.3f\n",
+      n, r, a[int(NR / 4) + 1], (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2, a[1]}'
+done
+taskset -c 0 build/bench/fma_floor | tail -1
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
