@@ -21,6 +21,7 @@ constexpr AlgoName kNames[] = {
     {Algo::kDeterministic, "deterministic", nullptr},
     {Algo::kDissemination, "dissemination", nullptr},
     {Algo::kMpi, "mpi", nullptr},
+    {Algo::kShared, "shared", nullptr},
 };
 
 // The rows' functions: unpack CollArgs for each algorithm's own signature.
@@ -33,6 +34,7 @@ void ar_direct(Exchange& ex, const CollArgs& a) { all_reduce_direct(ex, a.data, 
 void ar_det(Exchange& ex, const CollArgs& a) {
   all_reduce_deterministic(ex, a.data, a.count, *a.red);
 }
+void ar_shared(Exchange& ex, const CollArgs& a) { all_reduce_shared(ex, a.data, a.count, *a.red); }
 void rs_ring(Exchange& ex, const CollArgs& a) {
   reduce_scatter_ring(ex, a.in, a.count, a.data, *a.red);
 }
@@ -66,6 +68,8 @@ constexpr AlgoRow kRows[] = {
    "everyone sends everything to everyone, summed in rank order: (N-1) x the data"},
   {OpKind::kAllReduce, Algo::kDeterministic, ar_det, true, kWorldBasic,
    "ordered reduce-scatter then ring all-gather: the ring's traffic, sums in rank order"},
+  {OpKind::kAllReduce, Algo::kShared, ar_shared, true, kWorldBasic,
+   "rank r sums chunk r of all N buffers in rank order, writing it into all: 2 steps"},
   {OpKind::kAllReduce, Algo::kMpi, mpi, false, kWorldMpi,
    "the MPI library's own collective (MPI_Iallreduce, in place)"},
   {OpKind::kReduceScatter, Algo::kRing, rs_ring, false, kWorldBasic,

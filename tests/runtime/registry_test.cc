@@ -65,8 +65,8 @@ TEST(Registry, MpiRowsNeedAnMpiWorldAndTheThreadWorldRefusesThem) {
   }
   EXPECT_EQ(algorithm_error(OpKind::kAllReduce, Algo::kMpi),
             "all_reduce 'mpi' runs only in an MPI world of one rank per process (mpirun -np N, "
-            "without --threads-per-process); here use auto, ring, rd, tree, direct or "
-            "deterministic");
+            "without --threads-per-process); here use auto, ring, rd, tree, direct, "
+            "deterministic or shared");
   EXPECT_EQ(algorithm_list(OpKind::kBroadcast, true, kWorldMpi), "auto, tree, direct or mpi");
   Algo a = Algo::kAuto;
   ASSERT_TRUE(parse_algo("mpi", &a));

@@ -17,6 +17,17 @@ namespace dtsim {
 
 void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
                            std::span<const std::byte> payload, const WaitSite& site) {
+  lend_as(PayloadKind::kLent, dst, key, sig, payload, site);
+}
+
+void ThreadTransport::lend_shared(int dst, const MessageKey& key, const Signature& sig,
+                                  std::span<std::byte> payload, const WaitSite& site) {
+  lend_as(PayloadKind::kLentShared, dst, key, sig, payload, site);
+}
+
+void ThreadTransport::lend_as(PayloadKind kind, int dst, const MessageKey& key,
+                              const Signature& sig, std::span<const std::byte> payload,
+                              const WaitSite& site) {
   if (dst == rank_) {  // nothing to save, and settle() would wait on this very thread
     send(dst, key, sig, payload, site);
     return;
@@ -29,7 +40,7 @@ void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
   e.key = key;
   e.sig = sig;
   e.size = payload.size();
-  e.kind = PayloadKind::kLent;
+  e.kind = kind;
   // A lent payload needs no capacity: that field carries the lend's number instead.
   e.payload.buf = {const_cast<std::byte*>(payload.data()), ++ch.lends_sent};
   deliver(ch, e, dst, site);
