@@ -8,7 +8,8 @@
 namespace dtsim {
 namespace {
 
-// Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring.
+// Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring;
+// above, `shared` moves the fewest bytes (bench/RESULTS.md, the busbw note).
 constexpr size_t kSmallAllReduceBytes = 32 * 1024;
 
 constexpr AlgoName kNames[] = {
@@ -163,7 +164,7 @@ Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes) {
   if (algo != Algo::kAuto) return algo;
   switch (op) {
     case OpKind::kAllReduce:
-      return bytes <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kRing;
+      return bytes <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kShared;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
       return Algo::kTree;

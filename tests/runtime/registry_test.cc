@@ -36,7 +36,7 @@ TEST(Registry, EveryCollectiveHasRowsAndAutoPicksOne) {
     }
   }
   EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1024), Algo::kRecursiveDoubling);
-  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20), Algo::kRing);
+  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20), Algo::kShared);
 }
 
 TEST(Registry, AnAlgorithmTheCollectiveLacksIsAUsageErrorListingItsOwn) {
