@@ -95,8 +95,8 @@ TEST(Registry, CountersSayWhatAutoPicked) {
   });
   const OpCounters& c = w.counters(0)[OpKind::kAllReduce];
   const auto bit = [](Algo a) { return 1u << static_cast<int>(a); };
-  EXPECT_EQ(c.algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kRing) | bit(Algo::kTree));
-  EXPECT_EQ(c.auto_algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kRing));
+  EXPECT_EQ(c.algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kShared) | bit(Algo::kTree));
+  EXPECT_EQ(c.auto_algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kShared));
   EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kRecursiveDoubling)], 1u);
   EXPECT_EQ(c.auto_calls[static_cast<int>(Algo::kTree)], 0u);
 }
