@@ -1,4 +1,5 @@
-// Lending: a message whose payload stays in the sender's buffer (Transport::lend), the
+// Lending: a message whose payload stays in the sender's buffer (Transport::lend, and
+// lend_shared, whose receiver may also write it: PayloadKind::kLentShared), the
 // sender's wait for its release (settle) and the withdrawal that keeps a sender that gives
 // up from returning while a receiver could still read its bytes.
 //
@@ -103,7 +104,8 @@ bool ThreadTransport::peer_gone(int peer) const {
 void ThreadTransport::withdraw_lends(Channel& ch, int dst) {
   ch.lends_withdrawn.store(ch.lends_sent, std::memory_order_seq_cst);
   // Claims in progress finish without waiting on anything (a reduce or a copy), unless
-  // their rank failed holding one, which then reads no more.
+  // their rank failed holding one, which then reads no more. all_reduce `shared` holds its
+  // claims while it receives the other peers' lends: that wait has its own deadline.
   Doorbell& bell = state_->bell(rank_);
   auto quiet = [&] {
     return ch.lends_reading.load(std::memory_order_seq_cst) == 0 || peer_gone(dst);
