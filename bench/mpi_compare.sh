@@ -5,6 +5,12 @@
 #
 #   bench/mpi_compare.sh                  # N = 2 4 8, sizes 8 B .. 16 MiB (x2)
 #   NS="2" MAX=1M bench/mpi_compare.sh    # a subset
+#   ROUNDS=5 NS="2 4 8" MIN=8 MAX=8 bench/mpi_compare.sh   # 5 interleaved rounds, medians
+#
+# With ROUNDS=R each round runs every N (OpenMPI, then dtsim) and prints its table; a last
+# table gives, per N and size, the median over the rounds of each side's time and of the
+# per-round ratios. ALGO="rd auto" (any -a of nccl_table, one or more) measures dtsim
+# with each, right after OpenMPI in every round (default: auto).
 #
 # Installs openmpi-bin and libopenmpi-dev with apt-get if mpicxx/mpirun are missing, builds
 # bench/mpi_allreduce.cc with mpicxx, and nccl_table with CMake (in $BUILD, default
@@ -17,6 +23,8 @@ MIN=${MIN:-8}
 MAX=${MAX:-16M}
 FACTOR=${FACTOR:-2}
 TRIALS=${TRIALS:-5}
+ROUNDS=${ROUNDS:-1}
+ALGO=${ALGO:-auto}
 
 if ! command -v mpicxx >/dev/null || ! command -v mpirun >/dev/null; then
   echo "# installing OpenMPI from Debian (openmpi-bin libopenmpi-dev)" >&2
@@ -40,22 +48,54 @@ echo "# $(date -u +%FT%TZ) $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p
 echo "# $(mpirun --version 2>/dev/null | head -1)"
 echo "# binding: mpirun binds ranks to cores when N <= cores and not when oversubscribed;"
 echo "# dtsim's bench harness does the same with WorldOptions::bind_to_cores"
+for round in $(seq 1 "$ROUNDS"); do
 for n in $NS; do
   # OpenMPI's shared-memory transport as root in a container: mpirun flags from issue 7.
   mpirun --allow-run-as-root --oversubscribe -np "$n" "$BUILD/bench/mpi_allreduce" \
     -b "$MIN" -e "$MAX" -f "$FACTOR" -t "$TRIALS" >"$TMP/mpi.$n"
-  "$BUILD/bench/nccl_table" -o all_reduce -n "$n" -b "$MIN" -e "$MAX" -f "$FACTOR" \
-    -t "$TRIALS" >"$TMP/dtsim.$n"
-  cat "$TMP/mpi.$n" "$TMP/dtsim.$n"
-  echo "#"
-  echo "# all_reduce N=$n: OpenMPI (processes) vs dtsim (threads); ratio = dtsim/OpenMPI busbw"
-  printf "# %10s %14s %14s %16s %16s %8s\n" size "mpi time(us)" "dtsim time(us)" \
-    "mpi busbw(GB/s)" "dtsim busbw(GB/s)" ratio
-  # Join the data rows on size (column 1); time is column 5, busbw column 7, #wrong column 8.
-  awk 'FNR == NR && !/^#/ { t[$1] = $5; b[$1] = $7; next }
-       !/^#/ && ($1 in t) {
-         r = (b[$1] > 0) ? $7 / b[$1] : 0
-         printf "  %10s %14s %14s %16s %16s %8.2f%s\n", $1, t[$1], $5, b[$1], $7, r,
-                ($8 != 0 ? "  WRONG" : "")
-       }' "$TMP/mpi.$n" "$TMP/dtsim.$n"
+  cat "$TMP/mpi.$n"
+  for algo in $ALGO; do
+    "$BUILD/bench/nccl_table" -o all_reduce -n "$n" -b "$MIN" -e "$MAX" -f "$FACTOR" \
+      -t "$TRIALS" -a "$algo" >"$TMP/dtsim.$n"
+    cat "$TMP/dtsim.$n"
+    echo "#"
+    echo "# all_reduce N=$n, round $round of $ROUNDS: OpenMPI (processes) vs dtsim (threads, -a $algo)"
+    echo "# ratio = dtsim/OpenMPI busbw (> 1: dtsim faster); t-ratio = dtsim/OpenMPI time"
+    printf "# %10s %14s %14s %16s %16s %8s %8s\n" size "mpi time(us)" "dtsim time(us)" \
+      "mpi busbw(GB/s)" "dtsim busbw(GB/s)" ratio t-ratio
+    # Join the data rows on size (column 1); time is column 5, busbw 7, #wrong 8.
+    awk -v n="$n" -v algo="$algo" -v rows="$TMP/rows" '
+         FNR == NR && !/^#/ { t[$1] = $5; b[$1] = $7; next }
+         !/^#/ && ($1 in t) {
+           r = (b[$1] > 0) ? $7 / b[$1] : 0
+           tr = (t[$1] > 0) ? $5 / t[$1] : 0
+           printf "  %10s %14s %14s %16s %16s %8.2f %8.2f%s\n", $1, t[$1], $5, b[$1], $7, r, tr,
+                  ($8 != 0 ? "  WRONG" : "")
+           print n, algo, $1, t[$1], $5, r, tr >> rows
+         }' "$TMP/mpi.$n" "$TMP/dtsim.$n"
+  done
 done
+done
+echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ $ROUNDS -gt 1 ]]; then
+  echo "#"
+  echo "# medians over $ROUNDS rounds (each column its own median; ratios: of per-round ratios)"
+  printf "# %4s %6s %10s %14s %14s %8s %8s\n" N algo size "mpi time(us)" "dtsim time(us)" \
+    ratio t-ratio
+  awk '
+    function med(s,   a, k, i, j, x) {  # median by insertion sort (mawk has no asort)
+      k = split(s, a, " ")
+      for (i = 2; i <= k; ++i) {
+        x = a[i] + 0
+        for (j = i - 1; j >= 1 && a[j] + 0 > x; --j) a[j + 1] = a[j]
+        a[j + 1] = x
+      }
+      return a[int((k + 1) / 2)]
+    }
+    { key = $1 " " $2 " " $3; if (!(key in seen)) { seen[key] = 1; order[++m] = key }
+      mt[key] = mt[key] " " $4; dt[key] = dt[key] " " $5; r[key] = r[key] " " $6
+      tr[key] = tr[key] " " $7 }
+    END { for (i = 1; i <= m; ++i) { k = order[i]; split(k, f, " ")
+            printf "  %4s %6s %10s %14s %14s %8.2f %8.2f\n", f[1], f[2], f[3], med(mt[k]),
+                   med(dt[k]), med(r[k]), med(tr[k]) } }' "$TMP/rows"
+fi

@@ -83,7 +83,7 @@ void Communicator::check_peer(int peer, const char* what) const {
 }
 
 const AlgoRow& Communicator::pick(OpKind op, Algo algo, size_t bytes) {
-  const AlgoRow& row = algorithm_for(op, algo, bytes, ctx_->world_features);
+  const AlgoRow& row = algorithm_for(op, algo, bytes, size(), ctx_->world_features);
   OpCounters& c = ctx_->counters[op];
   c.algo_calls[static_cast<int>(row.algo)] += 1;
   if (algo == Algo::kAuto) c.auto_calls[static_cast<int>(row.algo)] += 1;
@@ -301,11 +301,14 @@ void Communicator::recv_raw(void* data, size_t count, DType t, int src, int tag)
 
 std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks,
                                                       const std::string& kind) {
-  // Check that every rank passed the same list: all_reduce (h, -h) with MAX.
+  // Check that every rank passed the same list: all_reduce (h, -h) with MAX. Group
+  // creation names its algorithms (here and in split) rather than take auto's, so that its
+  // messages, and the schedules the stress search explores around them, stay the same
+  // when auto's rule is tuned.
   uint64_t h = 1469598103934665603ull;
   for (int r : ranks) h = mix(h, static_cast<uint64_t>(r));
   int64_t check[2] = {static_cast<int64_t>(h >> 1), -static_cast<int64_t>(h >> 1)};
-  all_reduce(std::span<int64_t>(check, 2), ReduceOp::kMax);
+  all_reduce(std::span<int64_t>(check, 2), ReduceOp::kMax, Algo::kRecursiveDoubling);
   if (check[0] != static_cast<int64_t>(h >> 1) || check[1] != -static_cast<int64_t>(h >> 1)) {
     usage("new_group: the ranks of " + name_ +
           " passed different member lists; every rank "
@@ -330,7 +333,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   const size_t n = static_cast<size_t>(size());
   std::vector<int64_t> mine = {color, key};
   std::vector<int64_t> all(2 * n);
-  all_gather(std::span<const int64_t>(mine), std::span<int64_t>(all));
+  all_gather(std::span<const int64_t>(mine), std::span<int64_t>(all), Algo::kRing);
   const uint64_t id = mix(mix(id_, ++groups_made_), static_cast<uint64_t>(color) + 1);
   if (color < 0) return nullptr;
   std::vector<std::pair<int64_t, int>> members;  // (key, local rank)

@@ -81,8 +81,10 @@ CheckPlan plan_check(const TrainConfig& config) {
     TrainConfig by_dp = config;
     by_dp.ranks = m.dp;
     // dp x pp (any ZeRO stage but 3; MLP or MoE) does accumulation's float operations in
-    // its order; tp reorders the blocks' sums and ep each expert's.
-    p.bitwise = deterministic && m.tp == 1 && m.ep == 1 && config.zero < 3;
+    // its order, and so does ep when its expert groups span dp (each expert's sources are
+    // all of the reference's groups); tp reorders the blocks' sums, and ep over several
+    // expert groups sums an expert's groups in two levels (within, then across).
+    p.bitwise = deterministic && m.tp == 1 && (m.ep == 1 || m.ep == m.dp) && config.zero < 3;
     p.reference.strategy = p.bitwise || moe ? Strategy::kAccum : Strategy::kSingle;
     if (p.reference.strategy == Strategy::kSingle) p.reference.micro_batches = 1;
     p.description = (p.bitwise ? std::string("bitwise") : tolerance_text(p.tolerance)) + " vs " +
@@ -103,9 +105,9 @@ CheckPlan plan_check(const TrainConfig& config) {
     p.bitwise = true;  // a reference itself: checked for determinism against a second run
   } else if (s == Strategy::kAccum) {
     p.reference.strategy = Strategy::kSingle;  // reference_test: within fp32 rounding
-  } else if (data_parallel(s) && deterministic &&
+  } else if ((data_parallel(s) || s == Strategy::kEp) && deterministic &&
              !(s == Strategy::kZero3 && config.micro_batches > 1)) {
-    p.reference.strategy = Strategy::kAccum;  // ddp_test, zero_test: bitwise
+    p.reference.strategy = Strategy::kAccum;  // ddp_test, zero_test, ep_test: bitwise
     p.bitwise = true;
   } else if (moe || data_parallel(s)) {
     // MoE: the same routing groups (ep_test, zero_test). MLP ddp/zero get here only under

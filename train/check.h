@@ -6,7 +6,10 @@
 //   - DDP and ZeRO under Algo::kDeterministic do the reference's float operations in the
 //     same order: bitwise equal to accumulation over the same ranks x micro-batches (ZeRO-3
 //     with several micro-batches reduce-scatters each one: within tolerance of it); so do
-//     dp x pp meshes without tp and ep (MLP or MoE), with ZeRO-0/1/2 along dp;
+//     dp x pp meshes without tp (MLP or MoE), with ZeRO-0/1/2 along dp, and with ep when
+//     ep = dp (each expert runs on and sums its sources apart, in accumulation's group
+//     order: expert_parallel.cc); ep < dp sums an expert's groups in two levels (within its
+//     expert groups, then across them), so it is judged by tolerance and floor;
 //   - MoE runs (any data-parallel strategy, ep) against accumulation over the same ranks x
 //     micro-batches, since expert capacity and the aux loss depend on the token grouping;
 //   - single, and MoE accum with more than one group (a reference itself), bitwise against a

@@ -11,6 +11,15 @@ namespace {
 // Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring;
 // above, `shared` moves the fewest bytes (bench/RESULTS.md, the busbw note).
 constexpr size_t kSmallAllReduceBytes = 32 * 1024;
+// Up to this many bytes, at kMinDirectRanks..kMaxDirectRanks ranks, all_reduce is one step
+// of direct sends (rank-order sums) rather than ceil(log2 N) rd rounds: with ranks
+// outnumbering cores each round waits for its partner to be scheduled, and N - 1 sends of
+// a few bytes cost less than that. Direct was faster at 8-64 B for N = 3 to 32 and lost
+// from 256-512 B at N = 4 and 8 and at 8 B for N = 64; at N = 2 both are one exchange
+// (bench/RESULTS.md, "8-byte all_reduce latency").
+constexpr size_t kTinyAllReduceBytes = 64;
+constexpr int kMinDirectRanks = 3;
+constexpr int kMaxDirectRanks = 32;
 
 constexpr AlgoName kNames[] = {
     // every Algo, in enum order
@@ -160,10 +169,13 @@ bool has_algorithm(OpKind op, Algo algo) {
   return algo == Algo::kAuto || find_algorithm(op, algo) != nullptr;
 }
 
-Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes) {
+Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes, int ranks) {
   if (algo != Algo::kAuto) return algo;
   switch (op) {
     case OpKind::kAllReduce:
+      if (bytes <= kTinyAllReduceBytes && ranks >= kMinDirectRanks && ranks <= kMaxDirectRanks) {
+        return Algo::kDirect;
+      }
       return bytes <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kShared;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
@@ -178,10 +190,13 @@ Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes) {
 }
 
 std::string auto_rule(OpKind op) {
-  const Algo fixed = resolve_algorithm(op, Algo::kAuto, 0);
+  const Algo fixed = resolve_algorithm(op, Algo::kAuto, 0, 2);
   if (op == OpKind::kAllReduce) {
-    return std::string(to_string(fixed)) + " up to " + std::to_string(kSmallAllReduceBytes / 1024) +
-           " KiB, else " + to_string(resolve_algorithm(op, Algo::kAuto, SIZE_MAX));
+    return std::string(to_string(resolve_algorithm(op, Algo::kAuto, 0, kMinDirectRanks))) +
+           " up to " + std::to_string(kTinyAllReduceBytes) + " B at " +
+           std::to_string(kMinDirectRanks) + " to " + std::to_string(kMaxDirectRanks) + " ranks, " +
+           to_string(fixed) + " up to " + std::to_string(kSmallAllReduceBytes / 1024) +
+           " KiB, else " + to_string(resolve_algorithm(op, Algo::kAuto, SIZE_MAX, 2));
   }
   return to_string(fixed);
 }
@@ -220,8 +235,8 @@ std::string algorithm_error(OpKind op, Algo algo, uint8_t world) {
   return {};
 }
 
-const AlgoRow& algorithm_for(OpKind op, Algo algo, size_t bytes, uint8_t world) {
-  const Algo a = resolve_algorithm(op, algo, bytes);
+const AlgoRow& algorithm_for(OpKind op, Algo algo, size_t bytes, int ranks, uint8_t world) {
+  const Algo a = resolve_algorithm(op, algo, bytes, ranks);
   const AlgoRow* row = find_algorithm(op, a);
   if (row == nullptr || !world_has(world, *row)) throw UsageError(algorithm_error(op, a, world));
   return *row;

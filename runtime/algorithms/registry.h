@@ -69,9 +69,11 @@ std::vector<const AlgoRow*> algorithms_of(OpKind op);
 const AlgoRow* find_algorithm(OpKind op, Algo algo);
 // Whether `op` accepts `algo` (kAuto always).
 bool has_algorithm(OpKind op, Algo algo);
-// The algorithm kAuto picks for `op` on a message of `bytes`; other algorithms unchanged.
-Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes);
-// What kAuto picks for `op`, in words ("rd up to 32 KiB, else ring"), for --help.
+// The algorithm kAuto picks for `op` on a message of `bytes` among `ranks` ranks (the
+// communicator's size); other algorithms unchanged.
+Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes, int ranks);
+// What kAuto picks for `op`, in words ("direct up to 64 B at 3 to 32 ranks, rd up to
+// 32 KiB, else shared"), for --help.
 std::string auto_rule(OpKind op);
 // `algo` if `op` has it, else kAuto: for callers with one algorithm setting for several
 // collectives (ZeRO's reduce-scatter and all-gather follow the config's all-reduce one).
@@ -82,8 +84,10 @@ std::string algorithm_list(OpKind op, bool with_auto = true, uint8_t world = kWo
 // The usage error for an algorithm `op` does not have, or that `world` cannot run; empty
 // when (op, algo) is fine. One line, naming what to pass instead.
 std::string algorithm_error(OpKind op, Algo algo, uint8_t world = kWorldBasic);
-// Resolves kAuto and returns the row; throws UsageError (algorithm_error) otherwise.
-const AlgoRow& algorithm_for(OpKind op, Algo algo, size_t bytes, uint8_t world = kWorldBasic);
+// Resolves kAuto (for `ranks` ranks) and returns the row; throws UsageError
+// (algorithm_error) otherwise.
+const AlgoRow& algorithm_for(OpKind op, Algo algo, size_t bytes, int ranks,
+                             uint8_t world = kWorldBasic);
 // Parses a collective's torch name ("all_reduce", ...), for the CLI.
 bool parse_collective(const std::string& s, OpKind* out);
 

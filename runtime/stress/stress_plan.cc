@@ -92,6 +92,28 @@ void add_failing_lend(uint64_t seed, int iteration, int n, size_t max_numel, Pla
   plan.steps.insert(plan.steps.begin() + static_cast<std::ptrdiff_t>(at), std::move(s));
 }
 
+// What a plan's call names when the draw fell on the baseline slot: the rule `auto` had
+// when the mutant budgets of tests/stress were set (README's mutant table). Plans name an
+// algorithm rather than pass kAuto so that a change of auto's rule (registry.cc) moves no
+// plan: not the calls' code paths, not the scheduling points PCT draws its change points
+// from, not the schedules a mutant takes to find. auto's own choice is tested in
+// tests/runtime/registry_test.cc.
+Algo baseline_algo(OpKind op, size_t bytes) {
+  switch (op) {
+    case OpKind::kAllReduce:
+      return bytes <= 32 * 1024 ? Algo::kRecursiveDoubling : Algo::kRing;
+    case OpKind::kBroadcast:
+    case OpKind::kReduce:
+      return Algo::kTree;
+    case OpKind::kAllToAll:
+      return Algo::kDirect;
+    case OpKind::kBarrier:
+      return Algo::kDissemination;
+    default:
+      return Algo::kRing;
+  }
+}
+
 }  // namespace
 
 Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel) {
@@ -142,7 +164,8 @@ Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel)
         rng.pick({ReduceOp::kSum, ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin});
     s.root = static_cast<int>(rng.below(g));
     s.numel = pick_numel(rng, g, max_numel);
-    // Any algorithm the registry lists for the op (that the thread world runs), or auto.
+    // Any algorithm the registry lists for the op (that the thread world runs), or the
+    // op's baseline (in the draw's first slot, where kAuto once was).
     std::vector<Algo> algos = {Algo::kAuto};
     for (const AlgoRow* row : algorithms_of(s.op)) {
       if (row->needs == kWorldBasic && row->algo != Algo::kShared) algos.push_back(row->algo);
@@ -168,8 +191,8 @@ Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel)
       default:
         break;
     }
-    const AlgoRow* row =
-        find_algorithm(s.op, resolve_algorithm(s.op, s.algo, s.numel * dtype_size(s.dtype)));
+    if (s.algo == Algo::kAuto) s.algo = baseline_algo(s.op, s.numel * dtype_size(s.dtype));
+    const AlgoRow* row = find_algorithm(s.op, s.algo);
     const bool ordered = row != nullptr && row->deterministic;
     s.fractional =
         (s.dtype == DType::kFloat32 || s.dtype == DType::kFloat64) && (!reduces(s.op) || ordered);

@@ -13,8 +13,8 @@ import tempfile
 from bad_inputs import BAD  # the bad-input table, beside this file
 
 from cli_util import DTSIM, expect, expect_match, run
-from pipeline_cases import (case_train_mesh_combinations, case_train_pipeline,
-                            case_walk_pipeline)
+from pipeline_cases import (case_train_ep_adam, case_train_mesh_combinations,
+                            case_train_pipeline, case_walk_pipeline)
 
 
 def case_help():

@@ -120,3 +120,25 @@ def case_train_mesh_combinations():
                      "8", "--steps", "1", "--quiet")
     expect_match(r"^dtsim train: mesh, moe D 16 F 32 E 4 top-2 L 4 \(17748 params\)", out,
                  "MoE header names its layers")
+
+
+def case_train_ep_adam():
+    # Expert parallelism with Adam at the shape: each expert sums its sources apart,
+    # in accumulation's order, so --check finds the last bit equal (it FAILed at 3.5e-05
+    # when the experts summed every source's tokens in one chain). L 1 and 2, ep 2 and 4,
+    # inside a pipeline, over several expert groups (dp > ep: within tolerance).
+    base = ["--model", "moe", "--micro-batches", "4", "--batch", "64", "--optimizer", "adam"]
+    bitwise = r"max \|dparam\| 0, max \|dloss\| 0 \(bitwise vs accum\)"
+    for args, verdict in [
+            (["--layers", "2", "--dp", "2", "--ep", "2"],
+             r"max \|dparam\| 0, max \|dloss\| 0 \(rtol 1e-05 atol 1e-06 vs accum\)"),
+            (["--layers", "1", "--dp", "2", "--ep", "2", "--algo", "deterministic"], bitwise),
+            (["--layers", "2", "--dp", "4", "--ep", "4", "--algo", "deterministic"], bitwise),
+            (["--layers", "2", "--dp", "2", "--ep", "2", "--pp", "2", "--algo", "deterministic"],
+             bitwise),
+            (["--layers", "2", "--dp", "4", "--ep", "2"],
+             r"max \|dparam\| \S+, max \|dloss\| \S+ \(rtol 1e-05 atol 1e-06 vs accum\)")]:
+        rc, out, err = run("train", *base, *args, "--check", "--quiet")
+        expect(rc == 0, f"{args}: exit code {rc}\n{out}{err}")
+        expect_match(r"^check: PASS  " + verdict + "$", out, f"{args} check")
+

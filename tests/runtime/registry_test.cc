@@ -30,13 +30,32 @@ TEST(Registry, EveryCollectiveHasRowsAndAutoPicksOne) {
     SCOPED_TRACE(to_string(op));
     EXPECT_FALSE(algorithms_of(op).empty());
     for (size_t bytes : {size_t{0}, size_t{1} << 10, size_t{1} << 20, SIZE_MAX}) {
-      const AlgoRow& row = algorithm_for(op, Algo::kAuto, bytes);
-      EXPECT_EQ(row.op, op);
-      EXPECT_NE(row.run, nullptr);
+      for (int ranks : {1, 2, 3, 4, 8, 16, 64}) {
+        const AlgoRow& row = algorithm_for(op, Algo::kAuto, bytes, ranks);
+        EXPECT_EQ(row.op, op);
+        EXPECT_NE(row.run, nullptr);
+      }
     }
   }
-  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1024), Algo::kRecursiveDoubling);
-  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20), Algo::kShared);
+  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1024, 4), Algo::kRecursiveDoubling);
+  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20, 4), Algo::kShared);
+}
+
+// A tiny all_reduce among 3 to 32 ranks is one step of direct sends; at 2 ranks rd is
+// one exchange already, and at 64 ranks the N - 1 sends cost more than log2 N rounds.
+TEST(Registry, AutoSendsTinyAllReducesDirectAtThreeToThirtyTwoRanks) {
+  for (int ranks : {1, 2, 3, 4, 8, 16, 32, 33, 64}) {
+    SCOPED_TRACE(ranks);
+    const bool direct = ranks >= 3 && ranks <= 32;
+    EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 8, ranks),
+              direct ? Algo::kDirect : Algo::kRecursiveDoubling);
+    EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 64, ranks),
+              direct ? Algo::kDirect : Algo::kRecursiveDoubling);
+    EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 65, ranks),
+              Algo::kRecursiveDoubling);
+  }
+  EXPECT_EQ(auto_rule(OpKind::kAllReduce),
+            "direct up to 64 B at 3 to 32 ranks, rd up to 32 KiB, else shared");
 }
 
 TEST(Registry, AnAlgorithmTheCollectiveLacksIsAUsageErrorListingItsOwn) {
@@ -95,9 +114,9 @@ TEST(Registry, CountersSayWhatAutoPicked) {
   });
   const OpCounters& c = w.counters(0)[OpKind::kAllReduce];
   const auto bit = [](Algo a) { return 1u << static_cast<int>(a); };
-  EXPECT_EQ(c.algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kShared) | bit(Algo::kTree));
-  EXPECT_EQ(c.auto_algos(), bit(Algo::kRecursiveDoubling) | bit(Algo::kShared));
-  EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kRecursiveDoubling)], 1u);
+  EXPECT_EQ(c.algos(), bit(Algo::kDirect) | bit(Algo::kShared) | bit(Algo::kTree));
+  EXPECT_EQ(c.auto_algos(), bit(Algo::kDirect) | bit(Algo::kShared));
+  EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kDirect)], 1u);
   EXPECT_EQ(c.auto_calls[static_cast<int>(Algo::kTree)], 0u);
 }
 

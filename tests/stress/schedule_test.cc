@@ -13,10 +13,12 @@
 #include <memory>
 #include <string>
 
+#include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "runtime/exchange.h"
 #include "runtime/schedule/explore.h"
 #include "runtime/schedule/scheduler.h"
+#include "runtime/stress/stress_plan.h"
 #include "runtime/world.h"
 
 namespace dtsim {
@@ -87,6 +89,36 @@ INSTANTIATE_TEST_SUITE_P(
       for (char& c : name) c = c == '-' ? '_' : c;
       return name;
     });
+
+// The budgets above hold whatever auto's rule (registry.cc) picks: every plan names each
+// call's algorithm, and group creation (every plan's failing lender makes a group) runs no
+// auto collective. When a group's membership check ran auto's all_reduce, making `direct`
+// auto's choice for tiny all_reduces moved PCT's change points and lend_claim_race_pct
+// missed the race in 200 schedules.
+TEST(Schedule, MutantSearchTakesNothingFromAuto) {
+  const StressOptions o = small_plans(4);
+  int calls = 0, auto_calls = 0;
+  for (int it = 0; it < kBudget; ++it) {
+    const stress::Plan p =
+        stress::make_plan(o.seed, it, o.ranks, o.calls_per_iteration, o.max_numel);
+    for (const stress::Step& s : p.steps) {
+      calls += s.kind == stress::StepKind::kCall;
+      auto_calls += s.kind == stress::StepKind::kCall && s.algo == Algo::kAuto;
+    }
+  }
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(auto_calls, 0) << "of " << calls << " calls in " << kBudget << " plans";
+  World w(4);
+  w.run([](Communicator& c) {
+    auto g = c.new_group({0, 2, 3});
+    auto h = c.split(c.rank() % 2, -c.rank());
+  });
+  for (int r = 0; r < 4; ++r) {
+    for (OpKind op : collectives()) {
+      EXPECT_EQ(w.counters(r)[op].auto_algos(), 0u) << "rank " << r << " " << to_string(op);
+    }
+  }
+}
 
 // The failing lender of every plan (stress_plan.h) withdraws its lends: under the scheduler
 // some receivers are refused (the withdrawal came first) and the rest read intact bytes,

@@ -2,9 +2,11 @@
 // p v chunks (the embedding rides with the first, the head with the last). Each MoE layer
 // routes every micro-batch on its own and weighs its aux loss in that micro-batch's
 // backward, as single-rank accumulation does, so with --algo deterministic dp x pp (ZeRO-0,
-// 1 along dp) is bitwise equal to accumulation over the same dp x M micro-batches; with
-// --ep the experts are sharded over the stage's expert group (their gradient sums reorder:
-// within fp32 tolerance). check.h's plan must say the same.
+// 1 along dp) is bitwise equal to accumulation over the same dp x M micro-batches; so is
+// --ep = dp, where the experts are sharded over the stage's expert group and each expert
+// keeps its sources' gradients apart until they are summed in accumulation's group order.
+// With dp > ep the groups holding the same experts sum across in two levels (within fp32
+// tolerance). check.h's plan must say the same.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -30,6 +32,7 @@ struct MoeCase {
   int layers = 2;  // MoE layers
   int zero = 0;
   model::Precision precision = model::Precision::kFp32;
+  bool adam = false;  // with --ep > 1 (default SGD there, see config_of)
 };
 
 void PrintTo(const MoeCase& c, std::ostream* os) {
@@ -41,7 +44,7 @@ std::string case_name(const MoeCase& c) {
   return test_name(c.spec) + "_dp" + std::to_string(c.dp) +
          (c.ep > 1 ? "_ep" + std::to_string(c.ep) : "") + "_L" + std::to_string(c.layers) +
          (c.zero > 0 ? "_zero" + std::to_string(c.zero) : "") +
-         (c.precision == model::Precision::kMixedBf16 ? "_bf16" : "");
+         (c.precision == model::Precision::kMixedBf16 ? "_bf16" : "") + (c.adam ? "_adam" : "");
 }
 
 TrainConfig config_of(const MoeCase& c) {
@@ -50,33 +53,38 @@ TrainConfig config_of(const MoeCase& c) {
   config.ep = c.ep;
   config.moe.num_blocks = c.layers;
   config = pipeline_config(config, c.spec, c.dp, c.zero, c.precision);
-  if (c.ep > 1) {
-    // Adam turns the reordered expert sums into some 1e-05 of drift in near-zero gradients
-    // at L 2 (with or without --pp: the pipeline is bitwise equal to plain dp x ep there,
+  if (c.ep > 1 && !c.adam) {
+    // With dp > ep, Adam turns the two-level expert sums into drift in near-zero gradients
+    // (with or without --pp: the pipeline is bitwise equal to plain dp x ep there,
     // PipelineMoeEp below); SGD shows the gradients themselves, within 1e-07.
     config.optimizer = model::OptimizerKind::kSgd;
     config.lr = 0.05f;
+  }
+  if (c.adam) {
+    config.optimizer = model::OptimizerKind::kAdam;
+    config.lr = 0.01f;
   }
   return config;
 }
 
 class PipelineMoe : public ::testing::TestWithParam<MoeCase> {};
 
-TEST_P(PipelineMoe, MatchesAccumulationBitwiseWithoutEpAndSendsTheFormula) {
+TEST_P(PipelineMoe, MatchesAccumulationBitwiseUnlessDpExceedsEpAndSendsTheFormula) {
   const MoeCase c = GetParam();
   const TrainConfig config = config_of(c);
   const CheckPlan plan = plan_check(config);
   EXPECT_EQ(plan.reference.strategy, Strategy::kAccum);
   EXPECT_EQ(plan.reference.ranks, c.dp);  // dp groups of M micro-batches
-  EXPECT_EQ(plan.bitwise, c.ep == 1);
+  const bool bitwise = c.ep == 1 || c.ep == c.dp;
+  EXPECT_EQ(plan.bitwise, bitwise);
 
   const RunResult got = run_training(config);
   const RunResult want = run_training(plan.reference);
   ASSERT_EQ(got.params.size(), want.params.size());
   ASSERT_EQ(got.params.size(), model::moe_model_layout(config.moe).size());
-  if (c.ep == 1) {  // params and losses to the last bit
+  if (bitwise) {  // params and losses to the last bit
     EXPECT_TRUE(compare(got, want, 0, 0).bitwise_equal) << compare(got, want, 0, 0);
-  } else {  // the experts' gradients sum tokens of several ranks: fp32 tolerance
+  } else {  // the expert groups' sums meet in two levels: fp32 tolerance
     EXPECT_TRUE(compare(got, want, kFp32Rtol, kFp32Atol).passed) << compare(got, want, 0, 0);
   }
   EXPECT_TRUE(judge(plan, got, want).passed);
@@ -118,6 +126,12 @@ std::vector<MoeCase> moe_cases() {
   v.push_back({{kOneFOneB, 2, 4, 1}, 2, 2, 2, 1});  // ZeRO-1 along dp x ep
   v.push_back({{kGpipe, 2, 4, 1}, 4, 2, 2, 2});     // ZeRO-2, experts over expert_dp
   v.push_back({{kOneFOneB, 2, 4, 1}, 2, 1, 2, 0, model::Precision::kMixedBf16});
+  // dp = ep with Adam, which amplified the experts' reordered sums before they kept
+  // accumulation's order: bitwise, at 1 and 2 MoE layers per stage, fp32 and bf16, ZeRO-1.
+  v.push_back({{kOneFOneB, 2, 4, 1}, 2, 2, 2, 0, model::Precision::kFp32, true});
+  v.push_back({{kGpipe, 2, 4, 1}, 4, 4, 4, 0, model::Precision::kFp32, true});
+  v.push_back({{kOneFOneB, 2, 4, 1}, 2, 2, 2, 1, model::Precision::kFp32, true});
+  v.push_back({{kOneFOneB, 2, 4, 1}, 2, 2, 2, 0, model::Precision::kMixedBf16, true});
   return v;
 }
 
@@ -125,8 +139,8 @@ INSTANTIATE_TEST_SUITE_P(Moe, PipelineMoe, ::testing::ValuesIn(moe_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 // The pipeline changes no float operation of dp x ep: each stage's expert group routes,
-// dispatches and sums the same tokens as the unpipelined run (dividing by dp = 2 or 4 where
-// expert parallelism scales by 1/B is exact), and ZeRO's reduce-scatter sums as the
+// dispatches and sums the same tokens as the unpipelined run (both scale by the replica's
+// mean and divide by dp), and ZeRO's reduce-scatter sums as the
 // all-reduce does, so all are bitwise equal to dp x ep without pipeline or ZeRO, Adam included.
 TEST(PipelineMoeEp, BitwiseEqualToTheSameDpxEpWithoutAPipeline) {
   for (const int dp : {2, 4}) {

@@ -223,7 +223,7 @@ int run_walk(const WalkFlags& f) {
   parse_collective(p.op, &op);
   // AlgoFor() accepted --algo for this op.
   parse_algo(f.algo.empty() ? (p.op == "all_reduce" ? "ring" : "auto") : f.algo, &p.algo);
-  p.resolved = resolve_algorithm(op, p.algo, p.numel * sizeof(int64_t));
+  p.resolved = resolve_algorithm(op, p.algo, p.numel * sizeof(int64_t), p.n);
 
   WorldOptions opts;
   opts.trace = true;

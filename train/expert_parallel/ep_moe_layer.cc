@@ -5,7 +5,9 @@
 #include <string>
 
 #include "model/check.h"
+#include "model/kernels.h"
 #include "model/mlp_layers.h"
+#include "train/grad_ops.h"
 
 namespace dtsim::train {
 
@@ -20,37 +22,6 @@ EpMoeLayer::EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size)
 
 size_t EpMoeLayer::local_expert_params() const {
   return size_t(local_experts_) * model::moe_expert_size(config_);
-}
-
-void EpMoeLayer::to_expert_major(std::span<const float> received, std::span<float> grouped) const {
-  const size_t D = config_.d_model;
-  const int n = ep_size_, m = local_experts_;
-  size_t src = 0;  // row in the received (source-major) layout
-  std::vector<int> next(expert_offsets_.begin(), expert_offsets_.end() - 1);
-  for (int i = 0; i < n; ++i) {
-    for (int e = 0; e < m; ++e) {
-      const size_t rows = recv_rows_[size_t(i) * m + e];
-      std::copy_n(received.begin() + src * D, rows * D, grouped.begin() + size_t(next[e]) * D);
-      next[e] += static_cast<int>(rows);
-      src += rows;
-    }
-  }
-}
-
-void EpMoeLayer::from_expert_major(std::span<const float> grouped,
-                                   std::span<float> received) const {
-  const size_t D = config_.d_model;
-  const int n = ep_size_, m = local_experts_;
-  size_t dst = 0;
-  std::vector<int> next(expert_offsets_.begin(), expert_offsets_.end() - 1);
-  for (int i = 0; i < n; ++i) {
-    for (int e = 0; e < m; ++e) {
-      const size_t rows = recv_rows_[size_t(i) * m + e];
-      std::copy_n(grouped.begin() + size_t(next[e]) * D, rows * D, received.begin() + dst * D);
-      next[e] += static_cast<int>(rows);
-      dst += rows;
-    }
-  }
 }
 
 float EpMoeLayer::forward(std::span<const float> router, std::span<const float> experts,
@@ -73,36 +44,34 @@ float EpMoeLayer::forward(std::span<const float> router, std::span<const float> 
   comm.all_to_all(std::span<const int32_t>(counts), std::span<int32_t>(recv_rows_));
   send_counts_.assign(n, 0);
   recv_counts_.assign(n, 0);
-  expert_offsets_.assign(m + 1, 0);
+  segment_begin_.assign(size_t(n) * m, 0);
+  size_t rows = 0;  // received so far, source-major
   for (int j = 0; j < n; ++j) {
     send_counts_[j] = size_t(routing_.offsets[(j + 1) * m] - routing_.offsets[j * m]) * D;
     for (int e = 0; e < m; ++e) {
-      recv_counts_[j] += size_t(recv_rows_[size_t(j) * m + e]) * D;
-      expert_offsets_[e + 1] += recv_rows_[size_t(j) * m + e];
+      segment_begin_[size_t(j) * m + e] = rows;
+      rows += size_t(segment_rows(j, e));
+      recv_counts_[j] += size_t(segment_rows(j, e)) * D;
     }
   }
-  for (int e = 0; e < m; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
-  const size_t received = size_t(expert_offsets_[m]) * D;
-  recv_buf_.resize(received);
-  expert_in_.resize(received);
-  expert_out_.resize(received);
+  expert_in_.resize(rows * D);
+  expert_out_.resize(rows * D);
 
-  // Tokens to the experts' ranks; run each local expert once on all of its rows.
+  // Tokens to the experts' ranks; each local expert runs on each source's rows.
   comm.all_to_all_single(std::span<const float>(grouped_in_), std::span<const size_t>(send_counts_),
-                         std::span<float>(recv_buf_), std::span<const size_t>(recv_counts_));
-  to_expert_major(recv_buf_, expert_in_);
-  acts_.resize(m);
+                         std::span<float>(expert_in_), std::span<const size_t>(recv_counts_));
+  acts_.resize(size_t(n) * m);
   const size_t es = model::moe_expert_size(c);
-  for (int e = 0; e < m; ++e) {
-    const size_t begin = size_t(expert_offsets_[e]) * D;
-    const int rows = expert_offsets_[e + 1] - expert_offsets_[e];
-    model::expert_forward(model::expert_weights(experts.subspan(e * es, es), c),
-                          std::span(expert_in_).subspan(begin, size_t(rows) * D), rows, c, acts_[e],
-                          std::span(expert_out_).subspan(begin, size_t(rows) * D));
+  for (int i = 0; i < n; ++i) {
+    for (int e = 0; e < m; ++e) {
+      const size_t begin = segment_begin(i, e) * D, len = size_t(segment_rows(i, e)) * D;
+      model::expert_forward(model::expert_weights(experts.subspan(e * es, es), c),
+                            std::span(expert_in_).subspan(begin, len), segment_rows(i, e), c,
+                            acts_[size_t(i) * m + e], std::span(expert_out_).subspan(begin, len));
+    }
   }
   // Outputs back to the tokens' ranks (the reverse split), then the gate-weighted sum.
-  from_expert_major(expert_out_, recv_buf_);
-  comm.all_to_all_single(std::span<const float>(recv_buf_), std::span<const size_t>(recv_counts_),
+  comm.all_to_all_single(std::span<const float>(expert_out_), std::span<const size_t>(recv_counts_),
                          std::span<float>(grouped_out_), std::span<const size_t>(send_counts_));
   model::combine_forward(h_, grouped_out_, routing_, D, y);
   return model::aux_loss_forward(routing_, c.aux_alpha);
@@ -110,35 +79,35 @@ float EpMoeLayer::forward(std::span<const float> router, std::span<const float> 
 
 void EpMoeLayer::backward(std::span<const float> router, std::span<const float> experts,
                           std::span<const float> dy, float aux_scale, std::span<float> d_router,
-                          std::span<float> d_experts, std::span<float> dh, TracedComm& comm) {
+                          std::span<const std::span<float>> d_experts, std::span<float> dh,
+                          TracedComm& comm) {
   const model::MoeConfig& c = config_;
-  const int D = c.d_model, m = local_experts_;
+  const int D = c.d_model, n = ep_size_, m = local_experts_;
   const model::Routing& r = routing_;
-  DTSIM_CHECK(d_experts.size() == local_expert_params());
+  DTSIM_CHECK(d_experts.size() == size_t(n));
+  for (std::span<float> d : d_experts) DTSIM_CHECK(d.size() == local_expert_params());
   d_grouped_.assign(size_t(r.rows()) * D, 0.0f);
   d_gate_.assign(size_t(r.tokens) * r.top_k, 0.0f);
   model::combine_backward(dy, grouped_out_, r, D, dh, d_grouped_, d_gate_);
 
-  // Output gradients to the experts' ranks, expert backward, input gradients back.
-  comm.all_to_all_single(std::span<const float>(d_grouped_), std::span<const size_t>(send_counts_),
-                         std::span<float>(recv_buf_), std::span<const size_t>(recv_counts_));
+  // Output gradients to the experts' ranks, expert backward per source, input gradients back.
   d_out_.resize(expert_out_.size());
   d_in_.assign(expert_in_.size(), 0.0f);
-  to_expert_major(recv_buf_, d_out_);
+  comm.all_to_all_single(std::span<const float>(d_grouped_), std::span<const size_t>(send_counts_),
+                         std::span<float>(d_out_), std::span<const size_t>(recv_counts_));
   const size_t es = model::moe_expert_size(c);
-  for (int e = 0; e < m; ++e) {
-    const size_t begin = size_t(expert_offsets_[e]) * D;
-    const int rows = expert_offsets_[e + 1] - expert_offsets_[e];
-    const size_t len = size_t(rows) * D;
-    model::expert_backward(model::expert_weights(experts.subspan(e * es, es), c),
-                           std::span(expert_in_).subspan(begin, len), acts_[e],
-                           std::span(d_out_).subspan(begin, len), rows, c,
-                           model::expert_grads(d_experts.subspan(e * es, es), c),
-                           std::span(d_in_).subspan(begin, len));
+  for (int i = 0; i < n; ++i) {
+    for (int e = 0; e < m; ++e) {
+      const size_t begin = segment_begin(i, e) * D, len = size_t(segment_rows(i, e)) * D;
+      model::expert_backward(model::expert_weights(experts.subspan(e * es, es), c),
+                             std::span(expert_in_).subspan(begin, len), acts_[size_t(i) * m + e],
+                             std::span(d_out_).subspan(begin, len), segment_rows(i, e), c,
+                             model::expert_grads(d_experts[i].subspan(e * es, es), c),
+                             std::span(d_in_).subspan(begin, len));
+    }
   }
-  from_expert_major(d_in_, recv_buf_);
   std::fill(d_grouped_.begin(), d_grouped_.end(), 0.0f);
-  comm.all_to_all_single(std::span<const float>(recv_buf_), std::span<const size_t>(recv_counts_),
+  comm.all_to_all_single(std::span<const float>(d_in_), std::span<const size_t>(recv_counts_),
                          std::span<float>(d_grouped_), std::span<const size_t>(send_counts_));
   model::dispatch_backward(d_grouped_, r, D, dh);
 
@@ -150,8 +119,8 @@ void EpMoeLayer::backward(std::span<const float> router, std::span<const float> 
 }
 
 size_t EpMoeLayer::activation_bytes() const {
-  size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size() + recv_buf_.size() +
-             expert_in_.size() + expert_out_.size();
+  size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size() + expert_in_.size() +
+             expert_out_.size();
   for (const model::ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
   return n * sizeof(float);
 }
@@ -206,10 +175,89 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
                           model::Workspace& ws) {
   auto& s = static_cast<EpMoeState&>(state);
   const size_t rs = model::moe_router_size(config_);
+  const size_t local = s.layer.local_expert_params();
+  const bool mixed = accumulation_.precision == model::Precision::kMixedBf16;
+  // fp32 with one micro-batch: the other sources' gradients are added right away.
+  const bool at_once = !mixed && accumulation_.micro_batches == 1;
+  if (targets_.empty()) {  // the first backward: the buffers, recorded in the stack's ledger
+    const size_t n = size_t(ep_size_ - 1) * local;
+    if (mixed) {
+      partials_bf16_ = model::TrackedBuffer<BFloat16>(s.ledger, model::MemoryCategory::kGradients,
+                                                      n, BFloat16(0.0f));
+    } else if (!at_once) {
+      partials_ = model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kGradients, n);
+    }
+    if (mixed || at_once) {
+      contributions_ =
+          model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kActivations, n);
+    }
+    targets_.resize(ep_size_);
+  }
+  // Source 0 into the layer's gradients; sources 1..N-1 into the partials (fp32, several
+  // micro-batches) or zeroed fp32 contributions, added to the gradients right away (fp32,
+  // one micro-batch) or rounded into the bf16 partials (mixed).
+  const std::span<float> mine = g.subspan(rs);
+  targets_[0] = mine;
+  std::span<float> rest = partials_.size() > 0 ? partials_.span() : contributions_.span();
+  if (rest.data() == contributions_.data()) std::fill(rest.begin(), rest.end(), 0.0f);
+  for (int i = 1; i < ep_size_; ++i) targets_[i] = rest.subspan(size_t(i - 1) * local, local);
   if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
   std::fill(dx.begin(), dx.end(), 0.0f);
   s.layer.backward(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch),
-                   g.first(rs), g.subspan(rs), dx, *ep_);
+                   g.first(rs), targets_, dx, *ep_);
+  if (mixed) {
+    model::bf16_accumulate(partials_bf16_.span(), contributions_.span());
+  } else if (at_once) {
+    for (int i = 1; i < ep_size_; ++i) add_into(mine, std::span<const float>(targets_[i]));
+  }
+}
+
+namespace {
+
+// expert_grads += each of the N-1 partials in order, then the partials are zeroed.
+template <class T>
+void add_partials(std::span<T> expert_grads, std::span<T> partials) {
+  if (partials.empty()) return;  // no backward yet (or a one-rank group)
+  const size_t local = expert_grads.size();
+  DTSIM_CHECK(partials.size() % local == 0);
+  for (size_t at = 0; at < partials.size(); at += local) {
+    add_into(expert_grads, std::span<const T>(partials.subspan(at, local)));
+  }
+  std::fill(partials.begin(), partials.end(), T(0.0f));
+}
+
+}  // namespace
+
+void EpMoeBlock::finish_gradients(std::span<float> expert_grads) {
+  DTSIM_CHECK(accumulation_.precision == model::Precision::kFp32);
+  add_partials(expert_grads, partials_.span());
+}
+
+void EpMoeBlock::finish_gradients(std::span<BFloat16> expert_grads) {
+  DTSIM_CHECK(accumulation_.precision == model::Precision::kMixedBf16);
+  add_partials(expert_grads, partials_bf16_.span());
+}
+
+void finish_expert_gradients(model::LayerStack& stack) {
+  for (int l = 0; l < stack.num_layers(); ++l) {
+    auto* block = dynamic_cast<EpMoeBlock*>(&stack.layer(l));
+    if (block == nullptr) continue;
+    const model::ParamRange r = stack.layout().layer_range(l);
+    with_buffers(stack.store(), [&](auto /*params*/, auto grads) {
+      const size_t begin = r.begin + model::moe_router_size(block->config());
+      block->finish_gradients(grads.subspan(begin, r.end - begin));
+    });
+  }
+}
+
+int64_t expert_partial_bytes(model::LayerStack& stack) {
+  int64_t bytes = 0;
+  for (int l = 0; l < stack.num_layers(); ++l) {
+    if (const auto* block = dynamic_cast<const EpMoeBlock*>(&stack.layer(l))) {
+      bytes += static_cast<int64_t>(block->partial_bytes());
+    }
+  }
+  return bytes;
 }
 
 EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeConfig& config) {
@@ -234,11 +282,11 @@ EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeCo
 }
 
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& c, int ep_rank, int ep_size,
-                                  TracedComm* ep) {
+                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation) {
   model::Layers layers;
   layers.push_back(std::make_unique<model::Linear>("embed", c.input_dim, c.moe.d_model));
   for (int l = 0; l < c.num_blocks; ++l) {
-    layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep,
+    layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep, accumulation,
                                                   model::moe_block_name(l, c.num_blocks)));
   }
   layers.push_back(std::make_unique<model::Linear>("head", c.moe.d_model, c.num_classes));

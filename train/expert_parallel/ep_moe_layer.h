@@ -2,15 +2,19 @@
 // from the pieces in model/moe.h with all_to_all between them:
 //
 //   router_forward (local tokens) -> dispatch_forward -> all_to_all(counts)
-//     -> all_to_all_single(tokens) -> expert_forward (local experts)
+//     -> all_to_all_single(tokens) -> expert_forward (local experts, per source rank)
 //     -> all_to_all_single(outputs back) -> combine_forward
 //
 // Rank r of N owns experts [r E/N, (r+1) E/N). The dispatched buffer is grouped by expert, so
 // the rows for rank j are one contiguous run and the split sizes come straight from the
-// routing's offsets. Rows arrive grouped by source rank, then expert; they are regrouped by
-// expert so each expert runs once on all of its tokens, and put back before the return trip.
-// Backward mirrors it: all_to_all_single(d outputs) -> expert_backward ->
-// all_to_all_single(d inputs back) -> dispatch_backward; the router's backward stays local.
+// routing's offsets. Rows arrive grouped by source rank, then expert, and each local expert
+// runs once per source rank on that source's rows: the very calls (same rows, same shapes)
+// that model::MoeLayer makes on the source's tokens alone, so outputs and input gradients are
+// bitwise the single-rank layer's. Each source's weight gradient goes to its own target, so a
+// caller can keep the sources apart and sum them in the order a single-rank reference sums
+// its data-parallel groups (EpMoeBlock does). Backward mirrors forward:
+// all_to_all_single(d outputs) -> expert_backward -> all_to_all_single(d inputs back) ->
+// dispatch_backward; the router's backward stays local.
 // Capacity is per rank: ceil(factor * T_local * k / E) over the tokens routed together.
 #pragma once
 
@@ -19,7 +23,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/bf16.h"
 #include "model/layer.h"
+#include "model/layer_stack.h"
+#include "model/memory.h"
 #include "model/moe.h"
 #include "model/moe_model.h"
 #include "model/param_layout.h"
@@ -42,19 +49,23 @@ class EpMoeLayer {
   // returns this rank's aux loss. Three all_to_alls on `comm` (counts, tokens, outputs).
   float forward(std::span<const float> router, std::span<const float> experts,
                 std::span<const float> h, int tokens, std::span<float> y, TracedComm& comm);
-  // Given dy (T, D): d_router (E, D) +=, d_experts (local) +=, dh (T, D) +=; aux_scale is the
-  // weight of this rank's aux loss in the objective. Two all_to_alls on `comm`.
+  // Given dy (T, D): d_router (E, D) +=, dh (T, D) +=, and for each source rank i of the
+  // group d_experts[i] (local_expert_params()) += the local experts' gradient from rank i's
+  // tokens, the sources in order 0..N-1 (targets may alias: then they chain in that order).
+  // aux_scale is the weight of this rank's aux loss in the objective. Two all_to_alls.
   void backward(std::span<const float> router, std::span<const float> experts,
                 std::span<const float> dy, float aux_scale, std::span<float> d_router,
-                std::span<float> d_experts, std::span<float> dh, TracedComm& comm);
+                std::span<const std::span<float>> d_experts, std::span<float> dh, TracedComm& comm);
 
   // Bytes of activations held for backward.
   size_t activation_bytes() const;
 
  private:
-  // Copies rows between the received layout (source-major) and the expert-major layout.
-  void to_expert_major(std::span<const float> received, std::span<float> grouped) const;
-  void from_expert_major(std::span<const float> grouped, std::span<float> received) const;
+  // Rows of segment (source i, local expert e) of the received layout, and where it starts.
+  int segment_rows(int i, int e) const { return recv_rows_[size_t(i) * local_experts_ + e]; }
+  size_t segment_begin(int i, int e) const {
+    return segment_begin_[size_t(i) * local_experts_ + e];
+  }
 
   model::MoeConfig config_;
   int ep_rank_, ep_size_, local_experts_;
@@ -63,31 +74,52 @@ class EpMoeLayer {
   std::vector<size_t> send_counts_;             // (N) elements to each rank
   std::vector<size_t> recv_counts_;             // (N) elements from each rank
   std::vector<int32_t> recv_rows_;              // (N, E/N) rows from source i for local expert e
-  std::vector<int> expert_offsets_;             // (E/N + 1) expert-major row offsets
+  std::vector<size_t> segment_begin_;           // (N, E/N) first row of each segment
   std::vector<float> grouped_in_;               // (rows, D) this rank's tokens, grouped by expert
   std::vector<float> grouped_out_;              // (rows, D) their expert outputs, returned
-  std::vector<float> recv_buf_;                 // (R, D) rows received, source-major
-  std::vector<float> expert_in_;                // (R, D) received rows, expert-major
-  std::vector<float> expert_out_;               // (R, D) local experts' outputs, expert-major
-  std::vector<model::ExpertActivations> acts_;  // (E/N)
+  std::vector<float> expert_in_;                // (R, D) rows received, source-major
+  std::vector<float> expert_out_;               // (R, D) local experts' outputs, same layout
+  std::vector<model::ExpertActivations> acts_;  // (N, E/N) per segment
   // Backward's scratch, kept so that a micro-batch allocates nothing once sizes settle.
   std::vector<float> d_grouped_;  // (rows, D) gradients of grouped_out_, then of grouped_in_
   std::vector<float> d_gate_;     // (T, k)
-  std::vector<float> d_out_;      // (R, D) expert-major output gradients
-  std::vector<float> d_in_;       // (R, D) expert-major input gradients
+  std::vector<float> d_out_;      // (R, D) output gradients received, source-major
+  std::vector<float> d_in_;       // (R, D) input gradients to return, source-major
   std::vector<float> d_probs_;    // (T, E)
 };
 
 // EpMoeLayer as the model's MoE layer "<name>" (a drop-in for model::MoeBlock):
 // "<name>.router" (E, D), replicated, then this rank's experts "<name>.expert<e>.*" for its
 // e. Each micro-batch's state holds its own EpMoeLayer.
+//
+// Gradients in a single-rank reference's order: the reference (train/reference.cc's
+// accumulation) accumulates each data-parallel group's micro-batches into zeroed gradients
+// and then sums the groups in order. So the block keeps the experts' gradient apart per
+// source rank of its expert group: source 0's accumulates in the store's gradients as a
+// layer's always does; with one micro-batch per step (fp32) each other source's is computed
+// into zeroed scratch and added right away, in source order; with several (or under mixed
+// precision) sources 1..N-1 accumulate in the block's partial buffers (N-1 x the local
+// experts, recorded as gradients; bf16 under mixed precision, each micro-batch rounded in as
+// the store rounds its own), which finish_gradients() adds into the store's gradients in
+// source order and zeroes: the caller must call it once per step, after the last backward
+// and before the gradients are read (finish_expert_gradients does it for a whole stack).
 class EpMoeBlock : public model::Layer {
  public:
+  // How the step accumulates gradients: the store's type and the micro-batches per step.
+  struct Accumulation {
+    model::Precision precision = model::Precision::kFp32;
+    int micro_batches = 1;
+  };
   // Rank `ep_rank` of `ep_size` on the expert-parallel group `ep` (null: for the layout
   // only); `ep` must outlive the layer.
   EpMoeBlock(const model::MoeConfig& config, int ep_rank, int ep_size, TracedComm* ep,
-             std::string name = "moe")
-      : config_(config), ep_rank_(ep_rank), ep_size_(ep_size), ep_(ep), name_(std::move(name)) {}
+             Accumulation accumulation, std::string name = "moe")
+      : config_(config),
+        ep_rank_(ep_rank),
+        ep_size_(ep_size),
+        ep_(ep),
+        accumulation_(accumulation),
+        name_(std::move(name)) {}
   void add_params(model::ParamLayout& layout) const override;
   int in_dim() const override { return config_.d_model; }
   int out_dim() const override { return config_.d_model; }
@@ -96,16 +128,41 @@ class EpMoeBlock : public model::Layer {
   void forward(std::span<const float> params, std::span<const float> x, int batch,
                std::span<float> y, model::LayerState& state, model::Workspace& ws) override;
   // Two all_to_alls (output gradients, input gradients); the aux loss weighs grad_scale * B.
+  // The router's gradient and source 0's expert gradient go to grads, the other sources' to
+  // scratch or the partials (see above).
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const model::BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 model::LayerState& state, model::Workspace& ws) override;
+
+  // expert_grads (the local experts' gradients in the store, fp32 or bf16 as the precision)
+  // += the partials of sources 1..N-1 in that order (fp32 sums, rounded to the store's type
+  // after each add), then the partials are zeroed for the next step.
+  void finish_gradients(std::span<float> expert_grads);
+  void finish_gradients(std::span<BFloat16> expert_grads);
+  const model::MoeConfig& config() const { return config_; }
+  // Bytes of the partials (recorded as gradients once the first backward allocates them).
+  size_t partial_bytes() const {
+    return partials_.size() * sizeof(float) + partials_bf16_.size() * sizeof(BFloat16);
+  }
 
  private:
   model::MoeConfig config_;
   int ep_rank_, ep_size_;
   TracedComm* ep_;
+  Accumulation accumulation_;
   std::string name_;
+  std::vector<std::span<float>> targets_;         // (N) backward's per-source targets
+  model::TrackedBuffer<float> partials_;          // (N-1, local) fp32 partials
+  model::TrackedBuffer<BFloat16> partials_bf16_;  // (N-1, local) mixed: bf16 partials
+  model::TrackedBuffer<float> contributions_;     // (N-1, local) one micro-batch's, scratch
 };
+
+// After a step's last backward: finish_gradients() of every EpMoeBlock of `stack`, on the
+// store's gradients.
+void finish_expert_gradients(model::LayerStack& stack);
+// Bytes of the partials of every EpMoeBlock of `stack` (ZeRO-2 counts only its shard's
+// gradient, not the buffers the micro-batches accumulate into: these among them).
+int64_t expert_partial_bytes(model::LayerStack& stack);
 
 // Where a layout of the MoE classifier's layers on one expert-parallel rank (the whole model
 // or a pipeline chunk of it) keeps its parameters: `replicated` the embedding, the head and
@@ -118,7 +175,8 @@ EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeCo
 
 // The MoE classifier's layers on expert-parallel rank `ep_rank` of `ep_size`: the replicated
 // embedding, an EpMoeBlock per MoE layer, the replicated head (ep null: for their layout only).
+// `accumulation`: as the run's (TrainConfig's precision and micro_batches).
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& config, int ep_rank, int ep_size,
-                                  TracedComm* ep);
+                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation);
 
 }  // namespace dtsim::train

@@ -4,7 +4,7 @@
 // the rank's experts are another, sharded over expert_dp (the ranks holding the same
 // experts; when dp = ep every rank's experts are its own, a part of one rank). A part's
 // tensors are packed into one buffer: its gradients are reduce-scattered over the part's
-// group (sums only: expert parallelism's gradients already carry 1/B), the optimizer steps
+// group and divided by dp (they carry the replica's mean, as DDP's do), the optimizer steps
 // this rank's shard with state it alone holds, and an all-gather brings the updated shards
 // back. The reduce-scatter and all-gather of a part are one all-reduce's traffic.
 //
@@ -32,8 +32,8 @@ template <class T>
 class EpZeroPart {
  public:
   // The tensors `ranges` of the rank's flat `params`, sharded over `group` (null: this rank
-  // alone holds them); the summed shard is divided by `divide_by` (a pipeline's gradients
-  // carry its replica's mean: dp).
+  // alone holds them); the summed shard is divided by `divide_by` (the gradients carry
+  // their replica's mean: dp).
   EpZeroPart(const TrainConfig& config, Communicator* group, std::vector<model::ParamRange> ranges,
              std::span<const T> params, model::MemoryLedger* ledger, int divide_by = 1)
       : config_(config), group_(group), ranges_(std::move(ranges)), divide_by_(divide_by) {

@@ -12,13 +12,18 @@
 // it with two all_to_all_singles (output gradients out, input gradients back); the router,
 // gate and aux-loss backward stay local. Each expert's gradient is complete on its owner (it
 // saw every rank's tokens); the replicated embed, head and router gradients differ per rank
-// and are summed by one all_reduce, packed into one buffer (embed, head, router). Every gradient
-// carries 1/B, so the sums are the global mean and nothing is divided. A step costs 5 all_to_alls
-// (counts, 2 forward, 2 backward) per micro-batch and 1 all_reduce.
+// and are summed by one all_reduce, packed into one buffer (embed, head, router). Gradients
+// carry the replica's mean (1/(B/dp)) and the sums are divided by dp, as DDP does. A step
+// costs 5 all_to_alls (counts, 2 forward, 2 backward) per micro-batch and 1 all_reduce.
 //
 // Routing (which tokens share a capacity budget and an aux loss) depends on the batch a rank
 // routes, so the single-rank reference is run_accum with the same ranks and micro-batches:
-// it routes exactly the same per-rank micro-batches, one at a time.
+// it routes exactly the same per-rank micro-batches, one at a time. The experts run on each
+// source rank's rows apart and keep each source's gradient apart until the step's end
+// (EpMoeBlock), so that every float operation is the reference's, in its order: with
+// dp = ep under --algo deterministic (ZeRO-0/1/2 alike) ep is bitwise equal to that
+// accumulation. With dp > ep an expert's groups meet in two levels (summed within each
+// expert group, then all-reduced across the groups holding it): within tolerance.
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,18 +61,27 @@ class EpRank : public MeshRank<T> {
     packed_.resize(n);
     if (config.zero > 0) {  // ep_zero.h: replicated tensors over dp, experts over expert_dp
       zero_.reserve(2);
-      zero_.emplace_back(config, dp_group(), replicated_, params, &trainee.memory());
-      zero_.emplace_back(config, mesh.expert_dp(), experts_, params, &trainee.memory());
+      const int dp = mesh.shape().dp;
+      zero_.emplace_back(config, dp_group(), replicated_, params, &trainee.memory(), dp);
+      zero_.emplace_back(config, mesh.expert_dp(), experts_, params, &trainee.memory(), dp);
     }
   }
 
   // The data-parallel group of the replicated tensors (a one-rank world: the world).
   Communicator* dp_group() { return mesh_.dp() != nullptr ? mesh_.dp() : &mesh_.world(); }
 
-  // The replicated embed, head and router saw different tokens on every data-parallel rank;
-  // an expert's gradient is complete within its expert group, and summed over the groups
-  // that hold the same experts (dp > ep).
+  // Replica d takes data-parallel rank d's samples with the mean over them (1/(B/dp)), and
+  // the summed gradients are divided by dp: accumulation's float operations (reference.cc).
+  std::vector<MicroBatch> micro_batches() const override {
+    return data_parallel_micro_batches(config_, mesh_.shape().dp, mesh_.coord().dp);
+  }
+
+  // Each expert's gradient is first completed from its expert group's sources, in source
+  // order (EpMoeBlock::finish_gradients). The replicated embed, head and router saw
+  // different tokens on every data-parallel rank and are summed over dp; each expert's
+  // gradient over the groups that hold the same experts (dp > ep); then all is divided by dp.
   void sync_gradients() override {
+    finish_expert_gradients(trainee_.stack());
     if (!zero_.empty()) {
       for (EpZeroPart<T>& part : zero_) part.sync_gradients(grads_, timeline_);
       return;
@@ -91,6 +105,7 @@ class EpRank : public MeshRank<T> {
       TracedComm edp(*mesh_.expert_dp(), timeline_, config_.algo);
       for (const model::ParamRange& r : experts_) edp.all_reduce(grads_.subspan(r.begin, r.size()));
     }
+    if (mesh_.shape().dp > 1) divide(grads_, mesh_.shape().dp);
   }
   void optimizer_step() override {
     if (opt_) return opt_->step(params_, grads_);
@@ -101,7 +116,8 @@ class EpRank : public MeshRank<T> {
   }
   void observe_memory(PeakMemory& peak) override {
     if (config_.zero != 2) return peak.observe(trainee_.memory());
-    // ZeRO-2 holds its shards' summed gradients, not the full buffer (as zero2 counts it).
+    // ZeRO-2 holds its shards' summed gradients, not the full buffer nor the experts'
+    // per-source partials the micro-batches accumulate into (as zero2 counts it).
     model::MemoryLedger state;
     for (int c = 0; c < model::kNumMemoryCategories; ++c) {
       const auto cat = static_cast<model::MemoryCategory>(c);
@@ -111,6 +127,7 @@ class EpRank : public MeshRank<T> {
       state.add(model::MemoryCategory::kGradients,
                 -static_cast<int64_t>((part.size() - part.shard_size()) * sizeof(T)));
     }
+    state.add(model::MemoryCategory::kGradients, -expert_partial_bytes(trainee_.stack()));
     peak.observe(state, trainee_.memory());
   }
 
@@ -133,7 +150,9 @@ std::optional<RunResult> run_expert_parallel(const TrainConfig& config, const Me
         Communicator& group = mesh.ep() != nullptr ? *mesh.ep() : comm;
         TracedComm ep(group, runner.timeline(), config.algo);
         // The embedding reads the Trainee's input buffer in place (no copy).
-        Trainee trainee(config, ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep),
+        Trainee trainee(config,
+                        ep_moe_model_layers(config.moe, mesh.coord().ep, shape.ep, &ep,
+                                            {config.precision, config.micro_batches}),
                         /*copy_input=*/false);
         run_rank<EpRank>(runner, trainee, config, mesh, trainee, runner);
       },
@@ -141,7 +160,7 @@ std::optional<RunResult> run_expert_parallel(const TrainConfig& config, const Me
           model::moe_model_layout(config.moe),
           [&](int rank) {
             return model::layout_of(
-                ep_moe_model_layers(config.moe, mesh_coord(shape, rank).ep, shape.ep, nullptr));
+                ep_moe_model_layers(config.moe, mesh_coord(shape, rank).ep, shape.ep, nullptr, {}));
           },
           "expert parallel"));
 }

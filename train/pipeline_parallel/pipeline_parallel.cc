@@ -72,7 +72,8 @@ model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spe
   model::Layers all;
   if (config.model == ModelKind::kMoe) {
     all = at.ep_size == 1 ? model::moe_model_layers(config.moe)
-                          : ep_moe_model_layers(config.moe, at.ep_rank, at.ep_size, at.ep);
+                          : ep_moe_model_layers(config.moe, at.ep_rank, at.ep_size, at.ep,
+                                                {config.precision, config.micro_batches});
   } else if (at.tp_size == 1) {
     return model::mlp_layers(config.mlp, first, last);
   } else {
@@ -176,6 +177,8 @@ class PipelineRank : public RankStrategy {
   // Plain data parallelism all-reduces each chunk's gradients over the stage's dp group;
   // ZeRO-1 reduce-scatters them (the shard's sum lands in its slice of the buffer).
   void sync_gradients() override {
+    // Under --ep: each expert's gradient completed from its sources, in their order.
+    for (auto& t : chunks_) finish_expert_gradients(t->stack());
     if (dp_ == nullptr || dp_->size() == 1) return;
     Communicator& dp = *dp_;
     for (size_t j = 0; j < grads_.size(); ++j) {
@@ -268,6 +271,9 @@ class PipelineRank : public RankStrategy {
       for (const EpZeroPart<T>& part : ep_zero_) {
         all.add(model::MemoryCategory::kGradients,
                 -static_cast<int64_t>((part.size() - part.shard_size()) * sizeof(T)));
+      }
+      for (auto& t : chunks_) {
+        all.add(model::MemoryCategory::kGradients, -expert_partial_bytes(t->stack()));
       }
     }
     peak.observe(all);
