@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "model/check.h"
 #include "model/gemm.h"
@@ -147,7 +148,10 @@ void gelu_backward(std::span<const float> x, std::span<const float> dy, std::spa
     const Pack e = gelu_exp(v);
     const Pack s = 1.0f / (1.0f + e);
     const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
-    const Pack out = load(dx.data() + i, n) + g * (s + v * du * (e * s) * s);
+    // e is inf below x ~ -10.4, where the formula's e * s is inf * 0: gelu' is 0 there.
+    const Pack d =
+        (e < std::numeric_limits<float>::infinity()).select(s + v * du * (e * s) * s, Pack::Zero());
+    const Pack out = load(dx.data() + i, n) + g * d;
     store(out, dx.data() + i, n);
   });
 }

@@ -141,6 +141,19 @@ CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
   r.reference_name = to_string(plan.reference.strategy);
   r.reference_losses = reference.losses;
   r.comparison = compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol);
+  // A diverged reference leaves nothing to compare against; a diverged run fails plainly.
+  if (const int s = reference.first_nonfinite_step(); s >= 0) {
+    r.criterion = plan.bitwise ? "bitwise" : tolerance_text(plan.tolerance);
+    r.verdict_text =
+        fmt("FAIL (the reference diverged too: its loss is not finite from step %.0f)", s);
+    return r;
+  }
+  if (const int s = run.first_nonfinite_step(); s >= 0) {
+    r.criterion = plan.bitwise ? "bitwise" : tolerance_text(plan.tolerance);
+    r.verdict_text = fmt(
+        "FAIL (the run diverged: its loss is not finite from step %.0f; the reference's is)", s);
+    return r;
+  }
   if (plan.bitwise) {
     r.criterion = "bitwise";
     r.passed = r.comparison.bitwise_equal;

@@ -13,6 +13,13 @@ double RunResult::bytes_sent_per_step() const {
   return static_cast<double>(most) / steps;
 }
 
+int RunResult::first_nonfinite_step() const {
+  for (size_t s = 0; s < losses.size(); ++s) {
+    if (!std::isfinite(losses[s])) return static_cast<int>(s);
+  }
+  return -1;
+}
+
 namespace {
 
 // allclose for one value; NaN on either side never passes.

@@ -45,6 +45,8 @@ struct RunResult {
   double seconds_per_step = 0;  // wall clock, median over steps after the first
   // Bytes one rank sends per step on average (max over ranks).
   double bytes_sent_per_step() const;
+  // The first step whose loss is NaN or infinite (the run diverged), or -1.
+  int first_nonfinite_step() const;
 };
 
 // How far a run is from a reference run.

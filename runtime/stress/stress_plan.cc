@@ -99,19 +99,29 @@ void add_failing_lend(uint64_t seed, int iteration, int n, size_t max_numel, Pla
 // from, not the schedules a mutant takes to find. auto's own choice is tested in
 // tests/runtime/registry_test.cc.
 Algo baseline_algo(OpKind op, size_t bytes) {
+  Algo a = Algo::kRing;
   switch (op) {
     case OpKind::kAllReduce:
-      return bytes <= 32 * 1024 ? Algo::kRecursiveDoubling : Algo::kRing;
+      a = bytes <= 32 * 1024 ? Algo::kRecursiveDoubling : Algo::kRing;
+      break;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
-      return Algo::kTree;
+      a = Algo::kTree;
+      break;
     case OpKind::kAllToAll:
-      return Algo::kDirect;
+      a = Algo::kDirect;
+      break;
     case OpKind::kBarrier:
-      return Algo::kDissemination;
+      a = Algo::kDissemination;
+      break;
     default:
-      return Algo::kRing;
+      break;
   }
+  if (find_algorithm(op, a) != nullptr) return a;
+  for (const AlgoRow* row : algorithms_of(op)) {  // a collective added since: its first row
+    if (row->needs == kWorldBasic) return row->algo;
+  }
+  return a;
 }
 
 }  // namespace

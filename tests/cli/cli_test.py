@@ -123,6 +123,14 @@ def case_check_exit_codes():
                      "--check", "--quiet")
     expect(rc == 1, f"forget-divide --check must exit 1, got {rc}")
     expect_match(r"^check: FAIL ", out, "pitfall verdict")
+    # A diverging run says so, and the check names the divergence rather than a float drift.
+    rc, out, _ = run("train", "--strategy", "ddp", "--ranks", "2", "--lr", "50", "--steps", "8",
+                     "--check", "--quiet")
+    expect(rc == 1, f"diverged --check must exit 1, got {rc}\n{out}")
+    expect_match(r"^warning: training diverged: the loss is not finite from step \d+ on; a "
+                 r"smaller --lr \(now 50\)", out, "divergence warning")
+    expect_match(r"^check: FAIL \(the reference diverged too: its loss is not finite from step "
+                 r"\d+\)", out, "diverged verdict")
 
 
 def case_report():

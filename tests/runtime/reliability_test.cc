@@ -182,6 +182,27 @@ TEST(Reliability, ACollectiveThatCannotFitTheBudgetFailsNamingIt) {
   });
 }
 
+TEST(Reliability, AReceiverThatTimesOutFirstNamesTheBudgetASenderWaitsFor) {
+  // Rank 1's second 1 MiB send cannot fit the 1 MiB budget while its first (tag 1) sits
+  // unreceived; rank 0 began waiting for tag 2 earlier, so its deadline fires first.
+  WorldOptions o = with_timeout(milliseconds(500));
+  o.max_bytes_in_flight = size_t{1} << 20;
+  o.lend_bytes = SIZE_MAX;
+  World w(2, o);
+  const std::string what = failure_of(w, [](Communicator& c) {
+    std::vector<float> x(1 << 18, 1.0f);
+    if (c.rank() == 0) {
+      c.recv(std::span<float>(x), 1, 2);
+    } else {
+      std::this_thread::sleep_for(milliseconds(100));
+      c.send(std::span<const float>(x), 0, 1);
+      c.send(std::span<const float>(x), 0, 2);
+    }
+  });
+  EXPECT_TRUE(has(what, "rank 0 timed out")) << what;
+  EXPECT_TRUE(has(what, "world-wide budget of 1048576 bytes of payloads in flight")) << what;
+}
+
 // ---- 4. a timeout bounds lack of progress, not a call's duration ----
 
 TEST(Reliability, ACallLongerThanTheTimeoutThatKeepsProgressingCompletes) {

@@ -375,6 +375,12 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
     }
   }
   const train::RunResult& run = *trained;
+  if (const int s = run.first_nonfinite_step(); s >= 0) {
+    std::printf(
+        "\nwarning: training diverged: the loss is not finite from step %d on; a smaller "
+        "--lr (now %g) usually cures it\n",
+        s, config.lr);
+  }
   print_ranks(run);
   std::printf("\ncollectives ran: %s\n", algorithms_ran_text(run).c_str());
   std::printf("\nstep time %s (median over steps after the first)\n",

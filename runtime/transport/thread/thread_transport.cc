@@ -145,6 +145,16 @@ PayloadBuffer ThreadTransport::take_buffer(Channel& ch, size_t size, int dst,
   return b;
 }
 
+std::string ThreadTransport::budget_note() const {
+  // A sender stuck on the budget is the likelier cause of a receiver's timeout; whose
+  // deadline fires first is a race, so the receiver names it too.
+  if (!state_->pressure()) return {};
+  return "meanwhile a rank is waiting for room in the world-wide budget of " +
+         std::to_string(state_->payload_budget()) +
+         " bytes of payloads in flight (WorldOptions::max_bytes_in_flight): raise the budget, or "
+         "use an algorithm that keeps less in flight (ring instead of direct)\n";
+}
+
 void ThreadTransport::stash_or_fail(int src, const Envelope& e, const WaitSite& site) {
   if (state_->stash(rank_).put(src, e)) return;
   drop(state_->channel(src, rank_), e, src);
@@ -367,7 +377,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
                         "same order\n"
                       : ": that rank skipped or reordered a collective, or is stuck; raise the "
                         "timeout if it is only slow\n") +
-            desync_report(*state_));
+            budget_note() + desync_report(*state_));
       }
       bell.sleep_until(
           [&] { return ch.mail.ready() || state_->aborted(); },

@@ -69,6 +69,8 @@ class ThreadTransport final : public Transport {
   PayloadBuffer take_buffer(Channel& ch, size_t size, int dst, const WaitSite& site);
   // Keeps `e` from `src` in this rank's stash; MismatchError if its key is already there.
   void stash_or_fail(int src, const Envelope& e, const WaitSite& site);
+  // A line for a receiver's timeout when some rank waits for the world-wide budget, else "".
+  std::string budget_note() const;
   // MismatchError for a message of a collective this rank has already finished.
   [[noreturn]] void fail_stale(const Envelope& e, int src, const WaitSite& site);
   void check_abort(const WaitSite& site, int peer);

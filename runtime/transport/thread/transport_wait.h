@@ -4,10 +4,13 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include "runtime/diagnostics/flight_recorder.h"
+#include "runtime/fast_clock.h"
+#include "runtime/transport/thread/yield_gate.h"
 
 namespace dtsim {
 
@@ -42,15 +45,23 @@ bool spin_poll(int spins, Ready&& ready) {
 }
 
 // Polls between sched_yield()s for at least 4 yields and 50 us: when the peer shares this
-// core (more ranks than free cores, or other processes) a yield lets it run, and a futex
-// sleep would cost a wake-up of tens of microseconds on every message.
+// core (more ranks than free cores) a yield lets it run, and a futex sleep would cost a
+// wake-up of tens of microseconds on every message. Returns false at once (after one
+// look) while `gate` is closed, and after a slow yield, which it charges to the gate:
+// then another process likely holds the core, and the caller's doorbell sleep is woken
+// by the ring where another yield would wait out its slice (yield_gate.h).
 template <class Ready>
-bool yield_poll(Ready&& ready) {
-  const auto until = Clock::now() + std::chrono::microseconds(50);
+bool yield_poll(Ready&& ready, YieldGate& gate = YieldGate::process()) {
+  int64_t now = FastClock::now_ns();
+  if (!gate.open(now)) return ready();
+  const int64_t until = now + 50'000;
   for (int i = 0;; ++i) {
     if (ready()) return true;
-    if (i >= 4 && Clock::now() >= until) return false;
+    if (i >= 4 && now >= until) return false;
     sched_yield();
+    const int64_t after = FastClock::now_ns();
+    if (!gate.note(now, after)) return ready();
+    now = after;
   }
 }
 
