@@ -53,13 +53,25 @@ void Exchange::settle_lends(bool unwinding) {
   lent_ = false;
 }
 
-void Exchange::post(int peer, int step, const void* data, size_t count, int chunk, bool lend) {
+bool Exchange::shares_memory() const {
+  for (int g : comm_.ranks_) {
+    if (g != ctx_.transport->rank() && !ctx_.transport->shares_memory(g)) return false;
+  }
+  return true;
+}
+
+void Exchange::post(int peer, int step, const void* data, size_t count, int chunk, Post how) {
   note_step(step);
   const size_t bytes = count * esize_;
   const MessageKey key{comm_.id_, site_.seq, static_cast<uint32_t>(base_ + step)};
   const std::span<const std::byte> payload{static_cast<const std::byte*>(data), bytes};
-  if (lend) {
-    ctx_.transport->lend(comm_.ranks_[peer], key, sig_, payload, site_);
+  if (how != Post::kSend) {
+    if (how == Post::kLend) {
+      ctx_.transport->lend(comm_.ranks_[peer], key, sig_, payload, site_);
+    } else {  // the caller handed a writable buffer (lend_shared)
+      const std::span<std::byte> shared{const_cast<std::byte*>(payload.data()), bytes};
+      ctx_.transport->lend_shared(comm_.ranks_[peer], key, sig_, shared, site_);
+    }
     comm_.lent_[peer] = 1;
     lent_ = true;
   } else {

@@ -37,7 +37,7 @@ class Exchange {
   // Sends a snapshot of `count` elements to local rank `peer` as step `step`; `chunk`
   // only labels the trace.
   void send(int peer, int step, const void* data, size_t count, int chunk = -1) {
-    post(peer, step, data, count, chunk, false);
+    post(peer, step, data, count, chunk, Post::kSend);
   }
   // Like send(), but a payload of WorldOptions::lend_bytes or more goes without a copy
   // (Transport::lend):
@@ -45,7 +45,16 @@ class Exchange {
   // elements until settle(), and the receiver must only read them (recv_copy, recv_reduce).
   // The single copy that halves the memory traffic of large ring collectives.
   void send_or_lend(int peer, int step, const void* data, size_t count, int chunk = -1) {
-    post(peer, step, data, count, chunk, lends(count));
+    post(peer, step, data, count, chunk, lends(count) ? Post::kLend : Post::kSend);
+  }
+  // Whether every peer of this communicator shares memory with this rank
+  // (Transport::shares_memory): then lend_shared() lets peers write this rank's buffer.
+  // The same answer on every rank of the communicator.
+  bool shares_memory() const;
+  // Lends `count` elements that `peer` may also write in place (Transport::lend_shared,
+  // Message::writable) until settle(); the algorithm decides who touches which bytes.
+  void lend_shared(int peer, int step, void* data, size_t count, int chunk = -1) {
+    post(peer, step, data, count, chunk, Post::kLendShared);
   }
   // Waits until every peer released what this call lent it. Algorithms that lend call it
   // before they write a lent element again and before they return.
@@ -81,7 +90,8 @@ class Exchange {
 
  private:
   void note_step(int step);
-  void post(int peer, int step, const void* data, size_t count, int chunk, bool lend);
+  enum class Post { kSend, kLend, kLendShared };
+  void post(int peer, int step, const void* data, size_t count, int chunk, Post how);
   void settle_lends(bool unwinding);
   int phase() const { return base_ / kPhaseTagStride; }
 

@@ -26,6 +26,7 @@ enum class Algo : uint8_t {
   kDeterministic,      // bandwidth-optimal, every element summed in rank order 0..N-1
   kDissemination,      // barrier: ceil(log2 N) rounds of signals
   kMpi,                // the MPI library's own collective (MPI world, one rank per process)
+  kShared,             // all_reduce: ranks write each other's buffers (shared memory)
 };
 
 enum class OpKind : uint8_t {

@@ -18,6 +18,7 @@ void all_reduce_recursive_doubling(Exchange& ex, void* data, size_t count, const
 void all_reduce_tree(Exchange& ex, void* data, size_t count, const Reducer& r);
 void all_reduce_direct(Exchange& ex, void* data, size_t count, const Reducer& r);
 void all_reduce_deterministic(Exchange& ex, void* data, size_t count, const Reducer& r);
+void all_reduce_shared(Exchange& ex, void* data, size_t count, const Reducer& r);
 void reduce_scatter_ring(Exchange& ex, const void* in, size_t count, void* out, const Reducer& r);
 // Every rank sends chunk j to rank j, which sums the N contributions in rank order.
 void reduce_scatter_ordered(Exchange& ex, const void* in, size_t count, void* out,

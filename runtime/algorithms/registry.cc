@@ -8,7 +8,8 @@
 namespace dtsim {
 namespace {
 
-// Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring.
+// Below this many bytes all_reduce is latency-bound: recursive doubling beats the ring;
+// above, `shared` moves the fewest bytes (bench/RESULTS.md, the busbw note).
 constexpr size_t kSmallAllReduceBytes = 32 * 1024;
 // Up to this many bytes, at kMinDirectRanks..kMaxDirectRanks ranks, all_reduce is one step
 // of direct sends (rank-order sums) rather than ceil(log2 N) rd rounds: with ranks
@@ -30,6 +31,7 @@ constexpr AlgoName kNames[] = {
     {Algo::kDeterministic, "deterministic", nullptr},
     {Algo::kDissemination, "dissemination", nullptr},
     {Algo::kMpi, "mpi", nullptr},
+    {Algo::kShared, "shared", nullptr},
 };
 
 // The rows' functions: unpack CollArgs for each algorithm's own signature.
@@ -42,6 +44,7 @@ void ar_direct(Exchange& ex, const CollArgs& a) { all_reduce_direct(ex, a.data, 
 void ar_det(Exchange& ex, const CollArgs& a) {
   all_reduce_deterministic(ex, a.data, a.count, *a.red);
 }
+void ar_shared(Exchange& ex, const CollArgs& a) { all_reduce_shared(ex, a.data, a.count, *a.red); }
 void rs_ring(Exchange& ex, const CollArgs& a) {
   reduce_scatter_ring(ex, a.in, a.count, a.data, *a.red);
 }
@@ -75,6 +78,8 @@ constexpr AlgoRow kRows[] = {
    "everyone sends everything to everyone, summed in rank order: (N-1) x the data"},
   {OpKind::kAllReduce, Algo::kDeterministic, ar_det, true, kWorldBasic,
    "ordered reduce-scatter then ring all-gather: the ring's traffic, sums in rank order"},
+  {OpKind::kAllReduce, Algo::kShared, ar_shared, true, kWorldBasic,
+   "rank r sums chunk r of all N buffers in rank order, writing it into all: 2 steps"},
   {OpKind::kAllReduce, Algo::kMpi, mpi, false, kWorldMpi,
    "the MPI library's own collective (MPI_Iallreduce, in place)"},
   {OpKind::kReduceScatter, Algo::kRing, rs_ring, false, kWorldBasic,
@@ -171,7 +176,7 @@ Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes, int ranks) {
       if (bytes <= kTinyAllReduceBytes && ranks >= kMinDirectRanks && ranks <= kMaxDirectRanks) {
         return Algo::kDirect;
       }
-      return bytes <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kRing;
+      return bytes <= kSmallAllReduceBytes ? Algo::kRecursiveDoubling : Algo::kShared;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
       return Algo::kTree;

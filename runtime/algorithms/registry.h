@@ -73,7 +73,7 @@ bool has_algorithm(OpKind op, Algo algo);
 // communicator's size); other algorithms unchanged.
 Algo resolve_algorithm(OpKind op, Algo algo, size_t bytes, int ranks);
 // What kAuto picks for `op`, in words ("direct up to 64 B at 3 to 32 ranks, rd up to
-// 32 KiB, else ring"), for --help.
+// 32 KiB, else shared"), for --help.
 std::string auto_rule(OpKind op);
 // `algo` if `op` has it, else kAuto: for callers with one algorithm setting for several
 // collectives (ZeRO's reduce-scatter and all-gather follow the config's all-reduce one).

@@ -35,6 +35,13 @@ class RoutedTransport final : public Transport {
   void settle(int dst, const WaitSite& site, bool unwinding) override {
     to(dst).settle(dst, site, unwinding);
   }
+  bool shares_memory(int peer) const override {
+    return model_.is_local(peer) && local_->shares_memory(peer);
+  }
+  void lend_shared(int dst, const MessageKey& key, const Signature& sig,
+                   std::span<std::byte> payload, const WaitSite& site) override {
+    to(dst).lend_shared(dst, key, sig, payload, site);
+  }
 
  private:
   Transport& to(int peer) { return model_.is_local(peer) ? *local_ : *remote_; }

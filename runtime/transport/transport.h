@@ -58,7 +58,8 @@ struct Message {
   Signature sig;
   void* buffer = nullptr;  // transport-private handle
   size_t capacity = 0;     // transport-private
-  bool lent = false;       // sent with lend(): read-only, the sender's own bytes
+  bool lent = false;       // sent with lend() or lend_shared(): the sender's own bytes
+  bool writable = false;   // lend_shared() in shared memory: the receiver may write them too
   alignas(8) std::byte local[kLocalBytes] = {};
 
   Message() = default;
@@ -70,6 +71,7 @@ struct Message {
     buffer = o.buffer;
     capacity = o.capacity;
     lent = o.lent;
+    writable = o.writable;
     std::memcpy(local, o.local, kLocalBytes);
     data = o.data == o.local ? local : o.data;
     return *this;
@@ -120,6 +122,21 @@ class Transport {
   // withdraws at once and returns. Either way, when it returns or throws, no one reads
   // the lent bytes any more.
   virtual void settle(int dst, const WaitSite& site, bool unwinding) = 0;
+  // Whether this rank and global rank `peer` share memory, so that lend_shared() to it
+  // hands over this rank's own bytes. Both ranks of a pair get the same answer.
+  virtual bool shares_memory(int peer) const {
+    (void)peer;
+    return false;
+  }
+  // lend() whose receiver may also write the bytes in place (Message::writable) until it
+  // releases them; this rank sees its writes once settle(dst) returns. Until then the
+  // caller and the receiver must not touch the same bytes where either writes them (the
+  // algorithm splits them; the stress tests check it). Without shared memory it is lend()
+  // (a transport may copy): Message::writable is false, and writes reach no one.
+  virtual void lend_shared(int dst, const MessageKey& key, const Signature& sig,
+                           std::span<std::byte> payload, const WaitSite& site) {
+    lend(dst, key, sig, payload, site);
+  }
 };
 
 }  // namespace dtsim

@@ -233,3 +233,97 @@ TEST(Lend, InlinePayloadsSurviveCopiesOfTheMessage) {
 
 }  // namespace
 }  // namespace dtsim::testing
+
+namespace dtsim::testing {
+namespace {
+
+// all_reduce `shared` (every buffer lent writable, lend_shared) gives bitwise the same
+// floats as `deterministic` (the rank-order sum) on every rank, at lengths N does not
+// divide, with the same world reused; and with lends off (lend_bytes = SIZE_MAX) it runs
+// `deterministic` itself.
+TEST(Lend, SharedAllReduceEqualsTheRankOrderSumBitwise) {
+  for (size_t lend_bytes : {size_t{1}, SIZE_MAX}) {
+    for (int n : {1, 2, 3, 4, 8, 16}) {
+      WorldOptions o = lend_everything();
+      o.lend_bytes = lend_bytes;
+      World w(n, o);
+      for (size_t len : sweep_lengths(n)) {
+        SCOPED_TRACE(describe_case(n, len, "all_reduce shared"));
+        const Ranks<float> xs = float_data<float>(n, len, 7 * n + len);
+        for (int round = 0; round < 2; ++round) {
+          Ranks<float> shared = xs, ordered = xs;
+          w.run([&](Communicator& c) {
+            c.all_reduce(std::span<float>(shared[c.rank()]), ReduceOp::kSum, Algo::kShared);
+            c.all_reduce(std::span<float>(ordered[c.rank()]), ReduceOp::kSum, Algo::kDeterministic);
+          });
+          for (int r = 0; r < n; ++r) {
+            ASSERT_TRUE(bitwise_equal(Ranks<float>{shared[r]}, Ranks<float>{ordered[0]}))
+                << "rank " << r << " round " << round;
+          }
+        }
+      }
+    }
+  }
+}
+
+// lend_shared hands the receiver the lender's own bytes, writable, and the lender sees
+// the receiver's writes once settle() returns; a plain lend stays read-only.
+TEST(Lend, ASharedLendIsWritableAndTheLenderSeesTheWritesAfterSettle) {
+  World w(2, lend_everything());
+  std::vector<int32_t> seen;
+  bool plain_read_only = false, shared_writable = false;
+  w.run([&](Communicator& c) {
+    std::vector<int32_t> buf(64, 5);
+    Exchange ex(c, test_sig(buf.size()));
+    if (c.rank() == 0) {
+      ex.send_or_lend(1, 0, buf.data(), buf.size());
+      ex.lend_shared(1, 1, buf.data(), buf.size());
+      ex.settle();
+      seen = buf;
+    } else {
+      Message plain = ex.recv(0, 0, buf.size());
+      plain_read_only = plain.lent && !plain.writable;
+      ex.release(0, plain);
+      Message m = ex.recv(0, 1, buf.size());
+      shared_writable = m.lent && m.writable;
+      if (m.writable) {
+        for (size_t i = 0; i < buf.size(); ++i) reinterpret_cast<int32_t*>(m.data)[i] = int32_t(i);
+      }
+      ex.release(0, m);
+    }
+  });
+  EXPECT_TRUE(plain_read_only);
+  EXPECT_TRUE(shared_writable);
+  ASSERT_EQ(seen.size(), 64u);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], int32_t(i));
+}
+
+// A rank that fails before it joins a shared all_reduce leaves the others an error, not a
+// hang, long before the deadline: they withdraw their lends, or fail waiting for its lend
+// as the world aborts. The world runs again afterwards.
+TEST(Lend, ARankThatFailsBeforeASharedAllReduceDoesNotHangTheOthers) {
+  for (int n : {2, 3, 4, 8}) {
+    World w(n, lend_everything());
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      w.run([&](Communicator& c) {
+        std::vector<float> x(1000, 1.0f);
+        if (c.rank() == n - 1) throw std::runtime_error("the last rank fails");
+        c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kShared);
+      });
+      FAIL() << "the run should have failed";
+    } catch (const RankFailure& f) {
+      EXPECT_EQ(f.rank(), n - 1) << f.what();
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 5.0) << "N=" << n;  // the deadline is 10 s
+    std::vector<std::vector<float>> xs(n, std::vector<float>(1000, 1.0f));
+    w.run([&](Communicator& c) {
+      c.all_reduce(std::span<float>(xs[c.rank()]), ReduceOp::kSum, Algo::kShared);
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(xs[r][999], float(n)) << "N=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace dtsim::testing

@@ -38,7 +38,7 @@ TEST(Registry, EveryCollectiveHasRowsAndAutoPicksOne) {
     }
   }
   EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1024, 4), Algo::kRecursiveDoubling);
-  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20, 4), Algo::kRing);
+  EXPECT_EQ(resolve_algorithm(OpKind::kAllReduce, Algo::kAuto, 1 << 20, 4), Algo::kShared);
 }
 
 // A tiny all_reduce among 3 to 32 ranks is one step of direct sends; at 2 ranks rd is
@@ -55,7 +55,7 @@ TEST(Registry, AutoSendsTinyAllReducesDirectAtThreeToThirtyTwoRanks) {
               Algo::kRecursiveDoubling);
   }
   EXPECT_EQ(auto_rule(OpKind::kAllReduce),
-            "direct up to 64 B at 3 to 32 ranks, rd up to 32 KiB, else ring");
+            "direct up to 64 B at 3 to 32 ranks, rd up to 32 KiB, else shared");
 }
 
 TEST(Registry, AnAlgorithmTheCollectiveLacksIsAUsageErrorListingItsOwn) {
@@ -84,8 +84,8 @@ TEST(Registry, MpiRowsNeedAnMpiWorldAndTheThreadWorldRefusesThem) {
   }
   EXPECT_EQ(algorithm_error(OpKind::kAllReduce, Algo::kMpi),
             "all_reduce 'mpi' runs only in an MPI world of one rank per process (mpirun -np N, "
-            "without --threads-per-process); here use auto, ring, rd, tree, direct or "
-            "deterministic");
+            "without --threads-per-process); here use auto, ring, rd, tree, direct, "
+            "deterministic or shared");
   EXPECT_EQ(algorithm_list(OpKind::kBroadcast, true, kWorldMpi), "auto, tree, direct or mpi");
   Algo a = Algo::kAuto;
   ASSERT_TRUE(parse_algo("mpi", &a));
@@ -114,8 +114,8 @@ TEST(Registry, CountersSayWhatAutoPicked) {
   });
   const OpCounters& c = w.counters(0)[OpKind::kAllReduce];
   const auto bit = [](Algo a) { return 1u << static_cast<int>(a); };
-  EXPECT_EQ(c.algos(), bit(Algo::kDirect) | bit(Algo::kRing) | bit(Algo::kTree));
-  EXPECT_EQ(c.auto_algos(), bit(Algo::kDirect) | bit(Algo::kRing));
+  EXPECT_EQ(c.algos(), bit(Algo::kDirect) | bit(Algo::kShared) | bit(Algo::kTree));
+  EXPECT_EQ(c.auto_algos(), bit(Algo::kDirect) | bit(Algo::kShared));
   EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kDirect)], 1u);
   EXPECT_EQ(c.auto_calls[static_cast<int>(Algo::kTree)], 0u);
 }

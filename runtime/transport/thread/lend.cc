@@ -1,4 +1,5 @@
-// Lending: a message whose payload stays in the sender's buffer (Transport::lend), the
+// Lending: a message whose payload stays in the sender's buffer (Transport::lend, and
+// lend_shared, whose receiver may also write it: PayloadKind::kLentShared), the
 // sender's wait for its release (settle) and the withdrawal that keeps a sender that gives
 // up from returning while a receiver could still read its bytes.
 //
@@ -17,6 +18,17 @@ namespace dtsim {
 
 void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
                            std::span<const std::byte> payload, const WaitSite& site) {
+  lend_as(PayloadKind::kLent, dst, key, sig, payload, site);
+}
+
+void ThreadTransport::lend_shared(int dst, const MessageKey& key, const Signature& sig,
+                                  std::span<std::byte> payload, const WaitSite& site) {
+  lend_as(PayloadKind::kLentShared, dst, key, sig, payload, site);
+}
+
+void ThreadTransport::lend_as(PayloadKind kind, int dst, const MessageKey& key,
+                              const Signature& sig, std::span<const std::byte> payload,
+                              const WaitSite& site) {
   if (dst == rank_) {  // nothing to save, and settle() would wait on this very thread
     send(dst, key, sig, payload, site);
     return;
@@ -29,7 +41,7 @@ void ThreadTransport::lend(int dst, const MessageKey& key, const Signature& sig,
   e.key = key;
   e.sig = sig;
   e.size = payload.size();
-  e.kind = PayloadKind::kLent;
+  e.kind = kind;
   // A lent payload needs no capacity: that field carries the lend's number instead.
   e.payload.buf = {const_cast<std::byte*>(payload.data()), ++ch.lends_sent};
   deliver(ch, e, dst, site);
@@ -92,7 +104,8 @@ bool ThreadTransport::peer_gone(int peer) const {
 void ThreadTransport::withdraw_lends(Channel& ch, int dst) {
   ch.lends_withdrawn.store(ch.lends_sent, std::memory_order_seq_cst);
   // Claims in progress finish without waiting on anything (a reduce or a copy), unless
-  // their rank failed holding one, which then reads no more.
+  // their rank failed holding one, which then reads no more. all_reduce `shared` holds its
+  // claims while it receives the other peers' lends: that wait has its own deadline.
   Doorbell& bell = state_->bell(rank_);
   auto quiet = [&] {
     return ch.lends_reading.load(std::memory_order_seq_cst) == 0 || peer_gone(dst);

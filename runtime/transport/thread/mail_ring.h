@@ -25,11 +25,16 @@ namespace dtsim {
 
 // How a message's payload travels.
 enum class PayloadKind : uint8_t {
-  kInline,    // in the envelope itself (size <= kInlineBytes)
-  kPooled,    // in a pooled buffer the receiver hands back through Channel::free
-  kBorrowed,  // points into the sender's live buffer (unsafe test mode only)
-  kLent,      // points into the sender's buffer, which waits for the release (lend())
+  kInline,      // in the envelope itself (size <= kInlineBytes)
+  kPooled,      // in a pooled buffer the receiver hands back through Channel::free
+  kBorrowed,    // points into the sender's live buffer (unsafe test mode only)
+  kLent,        // points into the sender's buffer, which waits for the release (lend())
+  kLentShared,  // the same, and the receiver may write it (lend_shared())
 };
+
+inline bool is_lent(PayloadKind k) {
+  return k == PayloadKind::kLent || k == PayloadKind::kLentShared;
+}
 
 inline constexpr size_t kInlineBytes = 16;
 
@@ -125,11 +130,11 @@ class MailRing {
     uint64_t comm = 0;
     uint64_t seq = 0;
     Signature sig;
-    uint64_t size_kind = 0;  // size, with the PayloadKind in the top two bits
+    uint64_t size_kind = 0;  // size, with the PayloadKind in the top three bits
     decltype(Envelope::payload) payload{};
   };
   static_assert(sizeof(Slot) == 64, "one cache line per message");
-  static constexpr int kKindShift = 62;
+  static constexpr int kKindShift = 61;
 
   Slot slots_[Depth];
   alignas(64) uint32_t head_ = 0;              // producer: next position to write

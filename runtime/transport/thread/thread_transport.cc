@@ -172,7 +172,7 @@ void ThreadTransport::deliver(Channel& ch, const Envelope& e, int dst, const Wai
 }
 
 void ThreadTransport::drop(Channel& ch, const Envelope& e, int src) {
-  if (e.kind == PayloadKind::kLent) {
+  if (is_lent(e.kind)) {
     drop_lend(ch, e, src);
     return;
   }
@@ -396,9 +396,10 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
     m.data = e.payload.buf.data;
     m.buffer = e.kind == PayloadKind::kPooled ? m.data : nullptr;
     m.capacity = e.payload.buf.capacity;
-    if (e.kind == PayloadKind::kLent) {
+    if (is_lent(e.kind)) {
       claim_lend(ch, e, src, site);
       m.lent = true;
+      m.writable = e.kind == PayloadKind::kLentShared;
     }
   }
   return m;
@@ -408,6 +409,7 @@ void ThreadTransport::release(int src, Message& msg) {
   if (msg.lent) {
     finish_lend(state_->channel(src, rank_), src);
     msg.lent = false;
+    msg.writable = false;
     return;
   }
   if (msg.size >= kLargeMessageBytes && src != rank_) {  // self-sends skip that budget

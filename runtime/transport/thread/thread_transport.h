@@ -32,8 +32,14 @@ class ThreadTransport final : public Transport {
   void lend(int dst, const MessageKey& key, const Signature& sig,
             std::span<const std::byte> payload, const WaitSite& site) override;
   void settle(int dst, const WaitSite& site, bool unwinding) override;
+  bool shares_memory(int) const override { return true; }
+  void lend_shared(int dst, const MessageKey& key, const Signature& sig,
+                   std::span<std::byte> payload, const WaitSite& site) override;
 
  private:
+  // lend() and lend_shared(): `kind` says whether the receiver may write.
+  void lend_as(PayloadKind kind, int dst, const MessageKey& key, const Signature& sig,
+               std::span<const std::byte> payload, const WaitSite& site);
   bool try_take(Channel& ch, int src, const MessageKey& key, const WaitSite& site, Envelope* out);
   void wait_for_space(Channel& ch, const Envelope& e, int dst, const WaitSite& site);
   // Pushes `e` (waiting for space if the mailbox is full) and wakes dst: the end of a
