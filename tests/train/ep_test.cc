@@ -47,17 +47,22 @@ std::ostream& operator<<(std::ostream& os, const LayerCase& p) {
             << static_cast<int>(p.capacity_factor * 100);
 }
 
+// The layer both EpLayer tests shard: 8 experts, d_model 8, d_ff 12.
+model::MoeConfig layer_config(const LayerCase& p) {
+  return {.d_model = 8,
+          .d_ff = 12,
+          .num_experts = 8,
+          .top_k = p.top_k,
+          .capacity_factor = p.capacity_factor,
+          .aux_alpha = 0.05f};
+}
+
 class EpLayer : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(EpLayer, ShardsMatchMoeLayerOnEachRanksTokensOutputsAndEveryGradient) {
   const LayerCase p = GetParam();
   const int N = p.ranks, T = 12;  // tokens per rank
-  model::MoeConfig c{.d_model = 8,
-                     .d_ff = 12,
-                     .num_experts = 8,
-                     .top_k = p.top_k,
-                     .capacity_factor = p.capacity_factor,
-                     .aux_alpha = 0.05f};
+  const model::MoeConfig c = layer_config(p);
   const size_t D = c.d_model, rs = model::moe_router_size(c), es = model::moe_expert_size(c);
   const std::vector<float> params = random_vector(model::moe_layer_size(c), 11);
   const std::vector<float> h = random_vector(N * T * D, 12), dy = random_vector(N * T * D, 13);
@@ -126,12 +131,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, EpLayer,
 TEST_P(EpLayer, EachSourcesPartIsBitwiseMoeLayerOnThatRanksTokens) {
   const LayerCase p = GetParam();
   const int N = p.ranks, T = 12;  // tokens per rank
-  model::MoeConfig c{.d_model = 8,
-                     .d_ff = 12,
-                     .num_experts = 8,
-                     .top_k = p.top_k,
-                     .capacity_factor = p.capacity_factor,
-                     .aux_alpha = 0.05f};
+  const model::MoeConfig c = layer_config(p);
   const size_t D = c.d_model, rs = model::moe_router_size(c), es = model::moe_expert_size(c);
   const size_t P = model::moe_layer_size(c);
   const std::vector<float> params = random_vector(P, 21);
