@@ -141,27 +141,25 @@ CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
   r.reference_name = to_string(plan.reference.strategy);
   r.reference_losses = reference.losses;
   r.comparison = compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol);
+  r.criterion = plan.bitwise ? "bitwise" : tolerance_text(plan.tolerance);
   // A diverged reference leaves nothing to compare against; a diverged run fails plainly.
   if (const int s = reference.first_nonfinite_step(); s >= 0) {
-    r.criterion = plan.bitwise ? "bitwise" : tolerance_text(plan.tolerance);
-    r.verdict_text =
-        fmt("FAIL (the reference diverged too: its loss is not finite from step %.0f)", s);
+    r.verdict_text = std::string("FAIL (the reference diverged") +
+                     (run.first_nonfinite_step() >= 0 ? " too" : "") +
+                     fmt(": its loss is not finite from step %.0f)", s);
     return r;
   }
   if (const int s = run.first_nonfinite_step(); s >= 0) {
-    r.criterion = plan.bitwise ? "bitwise" : tolerance_text(plan.tolerance);
     r.verdict_text = fmt(
         "FAIL (the run diverged: its loss is not finite from step %.0f; the reference's is)", s);
     return r;
   }
   if (plan.bitwise) {
-    r.criterion = "bitwise";
     r.passed = r.comparison.bitwise_equal;
     r.verdict = r.passed ? Verdict::kBitwise : Verdict::kFail;
     r.verdict_text = r.passed ? "PASS" : "FAIL";  // the criterion says "bitwise"
     return r;
   }
-  r.criterion = tolerance_text(plan.tolerance);
   if (r.comparison.passed) {
     r.passed = true;
     r.verdict = Verdict::kWithinTolerance;
