@@ -124,16 +124,23 @@ std::string WorldState::undelivered_report(int* receiver) const {
 void WorldState::fail(int rank, std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(fail_mu_);
-    if (failure_) return;
-    failed_rank_ = rank;
-    failure_ = error;
+    bool consequence = false;
+    std::string what;
     try {
       std::rethrow_exception(error);
+    } catch (const AbortedError& e) {
+      consequence = true;
+      what = e.what();
     } catch (const std::exception& e) {
-      failure_what_ = e.what();
+      what = e.what();
     } catch (...) {
-      failure_what_ = "unknown exception";
+      what = "unknown exception";
     }
+    if (failure_ && !(failure_is_consequence_ && !consequence)) return;
+    failed_rank_ = rank;
+    failure_ = error;
+    failure_what_ = std::move(what);
+    failure_is_consequence_ = consequence;
     aborted_.store(true, std::memory_order_release);
   }
   for (int r = 0; r < size_; ++r) bells_[r].ring_always();
@@ -167,6 +174,7 @@ void WorldState::reset() {
   failure_ = nullptr;
   failed_rank_ = -1;
   failure_what_.clear();
+  failure_is_consequence_ = false;
   aborted_.store(false, std::memory_order_release);
 }
 

@@ -40,7 +40,9 @@ class WorldState {
   const FlightRecorder& recorder(int rank) const { return recorders_[rank]; }
 
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
-  // Records `error` as rank's failure if it is the first, then wakes every rank.
+  // Records `error` as rank's failure if it is the first, or if the first was an
+  // AbortedError (a consequence: that rank saw another fail before the other's own
+  // failure was recorded) and this one is not; then wakes every rank.
   void fail(int rank, std::exception_ptr error);
   // "rank 1 failed: <what>", for the abort errors of the other ranks.
   std::string abort_reason();
@@ -90,6 +92,7 @@ class WorldState {
   int failed_rank_ = -1;
   std::exception_ptr failure_;
   std::string failure_what_;
+  bool failure_is_consequence_ = false;  // failure_ is an AbortedError
 };
 
 }  // namespace dtsim

@@ -203,6 +203,24 @@ TEST(Reliability, AReceiverThatTimesOutFirstNamesTheBudgetASenderWaitsFor) {
   EXPECT_TRUE(has(what, "world-wide budget of 1048576 bytes of payloads in flight")) << what;
 }
 
+TEST(Reliability, ARootCauseRecordedAfterAnAbortStillNamesTheRun) {
+  // Rank 1's AbortedError (a consequence, as when it sees a lender's withdrawal before the
+  // lender's own failure is recorded) comes first; rank 0's own error, later, is the one
+  // the run reports.
+  World w(2);
+  try {
+    w.run([](Communicator& c) {
+      if (c.rank() == 1) throw AbortedError("rank 1 aborted because rank 0 withdrew");
+      std::this_thread::sleep_for(milliseconds(50));
+      throw std::runtime_error("rank 0's own error");
+    });
+    FAIL() << "the run should have failed";
+  } catch (const RankFailure& f) {
+    EXPECT_EQ(f.rank(), 0) << f.what();
+    EXPECT_TRUE(has(f.what(), "rank 0's own error")) << f.what();
+  }
+}
+
 // ---- 4. a timeout bounds lack of progress, not a call's duration ----
 
 TEST(Reliability, ACallLongerThanTheTimeoutThatKeepsProgressingCompletes) {
