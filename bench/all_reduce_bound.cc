@@ -44,8 +44,8 @@ constexpr size_t kLanes = 8;
 constexpr size_t kAlignFloats = 16;    // thread shares start on 64-byte lines
 constexpr size_t kBlockFloats = 2048;  // the L1 block of kernel "blocked" (8 KiB)
 
-enum class Kernel { kPlain, kUnrolled, kBlocked, kStream };
-constexpr Kernel kKernels[] = {Kernel::kPlain, Kernel::kUnrolled, Kernel::kBlocked,
+enum class Kernel { kPlain, kUnrolled, kWide, kBlocked, kStream };
+constexpr Kernel kKernels[] = {Kernel::kPlain, Kernel::kUnrolled, Kernel::kWide, Kernel::kBlocked,
                                Kernel::kStream};
 const char* kernel_name(Kernel k) {
   switch (k) {
@@ -53,6 +53,8 @@ const char* kernel_name(Kernel k) {
       return "plain";
     case Kernel::kUnrolled:
       return "unrolled";
+    case Kernel::kWide:
+      return "wide";
     case Kernel::kBlocked:
       return "blocked";
     case Kernel::kStream:
@@ -92,29 +94,23 @@ void pass_plain(float* const* b, int n, size_t lo, size_t hi) {
   scalar_tail(b, n, i, hi);
 }
 
-template <bool kNonTemporal>
+// kVecs vectors of eight floats at a time (a strip of 32 kVecs bytes held in registers).
+template <size_t kVecs, bool kNonTemporal>
 void pass_unrolled(float* const* b, int n, size_t lo, size_t hi) {
   size_t i = lo;
-  for (; i + 4 * kLanes <= hi; i += 4 * kLanes) {
-    V8 s0 = load(b[0] + i), s1 = load(b[0] + i + 8), s2 = load(b[0] + i + 16),
-       s3 = load(b[0] + i + 24);
+  for (; i + kVecs * kLanes <= hi; i += kVecs * kLanes) {
+    V8 s[kVecs];
+    for (size_t v = 0; v < kVecs; ++v) s[v] = load(b[0] + i + v * kLanes);
     for (int p = 1; p < n; ++p) {
-      s0 += load(b[p] + i);
-      s1 += load(b[p] + i + 8);
-      s2 += load(b[p] + i + 16);
-      s3 += load(b[p] + i + 24);
+      for (size_t v = 0; v < kVecs; ++v) s[v] += load(b[p] + i + v * kLanes);
     }
     for (int p = 0; p < n; ++p) {
-      if constexpr (kNonTemporal) {
-        stream(b[p] + i, s0);
-        stream(b[p] + i + 8, s1);
-        stream(b[p] + i + 16, s2);
-        stream(b[p] + i + 24, s3);
-      } else {
-        store(b[p] + i, s0);
-        store(b[p] + i + 8, s1);
-        store(b[p] + i + 16, s2);
-        store(b[p] + i + 24, s3);
+      for (size_t v = 0; v < kVecs; ++v) {
+        if constexpr (kNonTemporal) {
+          stream(b[p] + i + v * kLanes, s[v]);
+        } else {
+          store(b[p] + i + v * kLanes, s[v]);
+        }
       }
     }
   }
@@ -139,12 +135,14 @@ void pass(Kernel k, float* const* b, int n, size_t lo, size_t hi, float* tmp) {
     case Kernel::kPlain:
       return pass_plain(b, n, lo, hi);
     case Kernel::kUnrolled:
-      return pass_unrolled<false>(b, n, lo, hi);
+      return pass_unrolled<4, false>(b, n, lo, hi);
+    case Kernel::kWide:
+      return pass_unrolled<8, false>(b, n, lo, hi);
     case Kernel::kBlocked:
       if (n == 1) return;  // one buffer is its own sum
       return pass_blocked(b, n, lo, hi, tmp);
     case Kernel::kStream:
-      return pass_unrolled<true>(b, n, lo, hi);
+      return pass_unrolled<4, true>(b, n, lo, hi);
   }
 }
 
@@ -160,11 +158,12 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "all_reduce_bound: %s\n"
-               "usage: all_reduce_bound [-n 2[,4,8]] [-b 1M] [-e 16M] [-f 16] [-t trials]\n"
-               "                        [--trial-ms 20] [-k plain|unrolled|blocked|stream] [-v]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "all_reduce_bound: %s\n"
+      "usage: all_reduce_bound [-n 2[,4,8]] [-b 1M] [-e 16M] [-f 16] [-t trials]\n"
+      "                        [--trial-ms 20] [-k plain|unrolled|wide|blocked|stream] [-v]\n",
+      why);
   std::exit(2);
 }
 
@@ -211,7 +210,7 @@ Options parse(int argc, char** argv) {
       for (Kernel x : kKernels) {
         if (k == kernel_name(x)) o.kernels.push_back(x);
       }
-      if (o.kernels.empty()) usage("unknown kernel (plain, unrolled, blocked, stream)");
+      if (o.kernels.empty()) usage("unknown kernel (plain, unrolled, wide, blocked, stream)");
     } else if (a == "-v") {
       o.verbose = true;
     } else {
@@ -231,11 +230,15 @@ Options parse(int argc, char** argv) {
 // N aligned buffers of `count` floats and T threads that run passes over them on demand.
 class Machine {
  public:
-  Machine(int n, int threads, size_t count) : n_(n), count_(count) {
-    const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+  // stagger: buffer p starts p x 320 bytes past a page (else all at the same page offset).
+  Machine(int n, int threads, size_t count, bool stagger) : n_(n), count_(count) {
     for (int p = 0; p < n; ++p) {
-      bufs_.push_back(static_cast<float*>(std::aligned_alloc(64, bytes)));
-      if (!bufs_.back()) usage("out of memory");
+      const size_t skip = stagger ? static_cast<size_t>(p) * 320 : 0;
+      const size_t bytes = (count * sizeof(float) + skip + 4095) / 4096 * 4096;
+      std::byte* raw = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+      if (!raw) usage("out of memory");
+      raws_.push_back(raw);
+      bufs_.push_back(reinterpret_cast<float*>(raw + skip));
     }
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const bool bind = threads <= static_cast<int>(cores);
@@ -263,7 +266,7 @@ class Machine {
     gen_.fetch_add(1);
     gen_.notify_all();
     for (std::thread& t : threads_) t.join();
-    for (float* b : bufs_) std::free(b);
+    for (std::byte* b : raws_) std::free(b);
   }
   Machine(const Machine&) = delete;
   Machine& operator=(const Machine&) = delete;
@@ -330,6 +333,7 @@ class Machine {
 
   int n_;
   size_t count_;
+  std::vector<std::byte*> raws_;
   std::vector<float*> bufs_;
   std::vector<Worker> workers_;
   std::vector<std::thread> threads_;
@@ -345,6 +349,7 @@ struct Variant {
   Machine* machine;
   Kernel kernel;
   int threads;
+  bool stagger;
   int64_t iters;
   std::vector<double> seconds;
 };
@@ -382,15 +387,17 @@ int main(int argc, char** argv) {
       std::vector<Variant> vs;
       int64_t wrong = 0;
       for (int threads : thread_counts) {
-        machines.push_back(std::make_unique<Machine>(n, threads, count));
-        Machine& m = *machines.back();
-        for (Kernel k : o.kernels) {
-          wrong += m.verify(k);
-          // Calls per trial: about --trial-ms (as nccl_table calibrates).
-          int64_t iters = 1;
-          while (m.run(k, iters) * double(iters) < o.trial_ms / 8e3) iters *= 4;
-          iters = std::max<int64_t>(1, int64_t(o.trial_ms / 1e3 / m.run(k, iters)));
-          vs.push_back({&m, k, threads, iters, {}});
+        for (bool stagger : {false, true}) {
+          machines.push_back(std::make_unique<Machine>(n, threads, count, stagger));
+          Machine& m = *machines.back();
+          for (Kernel k : o.kernels) {
+            wrong += m.verify(k);
+            // Calls per trial: about --trial-ms (as nccl_table calibrates).
+            int64_t iters = 1;
+            while (m.run(k, iters) * double(iters) < o.trial_ms / 8e3) iters *= 4;
+            iters = std::max<int64_t>(1, int64_t(o.trial_ms / 1e3 / m.run(k, iters)));
+            vs.push_back({&m, k, threads, stagger, iters, {}});
+          }
         }
       }
       for (int t = 0; t < o.trials; ++t) {
@@ -400,9 +407,9 @@ int main(int argc, char** argv) {
       for (const Variant& v : vs) {
         const double s = median(v.seconds);
         if (o.verbose) {
-          std::printf("#   %10zu %-9s threads %d: %11.2f us  busbw %8.3f GB/s\n", bytes,
-                      kernel_name(v.kernel), v.threads, s * 1e6,
-                      2.0 * (n - 1) / n * double(bytes) / s / 1e9);
+          std::printf("#   %10zu %-9s threads %d %-9s: %11.2f us  busbw %8.3f GB/s\n", bytes,
+                      kernel_name(v.kernel), v.threads, v.stagger ? "staggered" : "same-page",
+                      s * 1e6, 2.0 * (n - 1) / n * double(bytes) / s / 1e9);
         }
         if (!best || s < median(best->seconds)) best = &v;
       }

@@ -106,8 +106,13 @@ void reduce_all(void* const* bufs, int n, size_t first, size_t count) {
     typedef T VecU __attribute__((vector_size(32), aligned(alignof(T)), may_alias));
     constexpr size_t kLanes = sizeof(Vec) / sizeof(T);
     constexpr size_t kStrip = kStripBytes / sizeof(Vec);
-    size_t i = first;
     const size_t end = first + count;
+    // Scalar up to a 32-byte boundary of bufs[0] (and of every buffer that shares its
+    // alignment, as malloc's do): a vector that straddles two cache lines costs two.
+    const auto mis = reinterpret_cast<uintptr_t>(b[0] + first) % sizeof(Vec);
+    const size_t peel = mis % sizeof(T) ? 0 : (sizeof(Vec) - mis) % sizeof(Vec) / sizeof(T);
+    reduce_all_scalar<T, Op>(b, n, first, std::min(peel, count));
+    size_t i = first + std::min(peel, count);
     for (; i + kStrip * kLanes <= end; i += kStrip * kLanes) {
       Vec acc[kStrip];
       for (size_t v = 0; v < kStrip; ++v)
