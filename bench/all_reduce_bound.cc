@@ -8,10 +8,13 @@
 // (N reads and N writes of S/T per thread, 2NS bytes per call for the job). No
 // synchronisation inside a trial: each thread runs `iters` passes back to back; a trial's
 // time is from the first thread's start to the last thread's end, divided by `iters` (the
-// rule of bench/collective_harness.h). Several loops are tried (plain vectors, 4x unrolled,
-// an L1 block summed then copied out as `shared` does, non-temporal stores) with T = N and
-// T = min(N, cores) threads, bound to cores when T <= cores; the data row is the fastest,
-// and -v prints every variant. Verified once per variant (#wrong) before timing.
+// rule of bench/collective_harness.h). Several loops are tried (plain: one vector at a
+// time; unrolled: 4 vectors, as Reducer::reduce_all; wide: 8; blocked: an L1 block summed
+// then copied out, as `shared` did before; stream: unrolled with non-temporal stores), with
+// T = N and T = min(N, cores) threads (bound to cores when T <= cores), and with the
+// buffers 4 KiB-aligned or staggered by 320 bytes (both cache-line aligned, as a caller's
+// buffers may not be: the bound errs high). The data row is the fastest variant; -v
+// prints every one. Each variant is verified once (#wrong) before timing.
 //
 // busbw = 2(N - 1)/N x size / time (nccl-tests' all_reduce factor), GB/s = 1e9 B/s, so the
 // data rows read like nccl_table's (time column 5, busbw column 7).
@@ -230,7 +233,7 @@ Options parse(int argc, char** argv) {
 // N aligned buffers of `count` floats and T threads that run passes over them on demand.
 class Machine {
  public:
-  // stagger: buffer p starts p x 320 bytes past a page (else all at the same page offset).
+  // stagger: buffer p starts p x 320 bytes past a page (else every one on a page boundary).
   Machine(int n, int threads, size_t count, bool stagger) : n_(n), count_(count) {
     for (int p = 0; p < n; ++p) {
       const size_t skip = stagger ? static_cast<size_t>(p) * 320 : 0;
@@ -369,11 +372,12 @@ int main(int argc, char** argv) {
   for (int n : o.ranks) {
     std::printf(
         "#\n# all_reduce bound: %d buffers, the least traffic (N reads + N writes of "
-        "each element), no synchronisation, best of kernels x threads, float32, "
+        "each element), no synchronisation, best of kernels x threads x layouts, float32, "
         "median of %d trials\n#\n",
         n, o.trials);
-    std::printf("# %10s %12s %8s %6s %11s %12s %12s %7s %9s %7s\n", "size", "count", "type",
-                "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "kernel", "threads");
+    std::printf("# %10s %12s %8s %6s %11s %12s %12s %7s %9s %7s %9s\n", "size", "count", "type",
+                "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "kernel", "threads",
+                "layout");
     std::vector<int> thread_counts = {n};
     if (std::min(n, cores) != n) thread_counts.push_back(std::min(n, cores));
     std::vector<size_t> sizes;
@@ -408,16 +412,17 @@ int main(int argc, char** argv) {
         const double s = median(v.seconds);
         if (o.verbose) {
           std::printf("#   %10zu %-9s threads %d %-9s: %11.2f us  busbw %8.3f GB/s\n", bytes,
-                      kernel_name(v.kernel), v.threads, v.stagger ? "staggered" : "same-page",
-                      s * 1e6, 2.0 * (n - 1) / n * double(bytes) / s / 1e9);
+                      kernel_name(v.kernel), v.threads, v.stagger ? "staggered" : "page", s * 1e6,
+                      2.0 * (n - 1) / n * double(bytes) / s / 1e9);
         }
         if (!best || s < median(best->seconds)) best = &v;
       }
       const double s = median(best->seconds);
       const double algbw = double(bytes) / s / 1e9;
-      std::printf("  %10zu %12zu %8s %6s %11.2f %12.3f %12.3f %7lld %9s %7d\n", bytes, count,
+      std::printf("  %10zu %12zu %8s %6s %11.2f %12.3f %12.3f %7lld %9s %7d %9s\n", bytes, count,
                   "float", "sum", s * 1e6, algbw, algbw * 2.0 * (n - 1) / n,
-                  static_cast<long long>(wrong), kernel_name(best->kernel), best->threads);
+                  static_cast<long long>(wrong), kernel_name(best->kernel), best->threads,
+                  best->stagger ? "staggered" : "page");
       std::fflush(stdout);
       failed |= wrong != 0;
     }
