@@ -9,7 +9,8 @@
 // synchronisation inside a trial: each thread runs `iters` passes back to back; a trial's
 // time is from the first thread's start to the last thread's end, divided by `iters` (the
 // rule of bench/collective_harness.h). Several loops are tried (plain: one vector at a
-// time; unrolled: 4 vectors, as Reducer::reduce_all; wide: 8; blocked: an L1 block summed
+// time; unrolled: 4 vectors, as Reducer::reduce_all; wide: 8; prefetch: unrolled with a
+// software prefetch 2 KiB ahead in every buffer; blocked: an L1 block summed
 // then copied out, as `shared` did before; stream: unrolled with non-temporal stores), with
 // T = N and T = min(N, cores) threads (bound to cores when T <= cores), and with the
 // buffers 4 KiB-aligned or staggered by 320 bytes (both cache-line aligned, as a caller's
@@ -47,9 +48,9 @@ constexpr size_t kLanes = 8;
 constexpr size_t kAlignFloats = 16;    // thread shares start on 64-byte lines
 constexpr size_t kBlockFloats = 2048;  // the L1 block of kernel "blocked" (8 KiB)
 
-enum class Kernel { kPlain, kUnrolled, kWide, kBlocked, kStream };
-constexpr Kernel kKernels[] = {Kernel::kPlain, Kernel::kUnrolled, Kernel::kWide, Kernel::kBlocked,
-                               Kernel::kStream};
+enum class Kernel { kPlain, kUnrolled, kWide, kPrefetch, kBlocked, kStream };
+constexpr Kernel kKernels[] = {Kernel::kPlain,    Kernel::kUnrolled, Kernel::kWide,
+                               Kernel::kPrefetch, Kernel::kBlocked,  Kernel::kStream};
 const char* kernel_name(Kernel k) {
   switch (k) {
     case Kernel::kPlain:
@@ -58,6 +59,8 @@ const char* kernel_name(Kernel k) {
       return "unrolled";
     case Kernel::kWide:
       return "wide";
+    case Kernel::kPrefetch:
+      return "prefetch";
     case Kernel::kBlocked:
       return "blocked";
     case Kernel::kStream:
@@ -98,10 +101,18 @@ void pass_plain(float* const* b, int n, size_t lo, size_t hi) {
 }
 
 // kVecs vectors of eight floats at a time (a strip of 32 kVecs bytes held in registers).
-template <size_t kVecs, bool kNonTemporal>
+// kPrefetch: also asks for the lines 2 KiB ahead in every buffer (software prefetch).
+template <size_t kVecs, bool kNonTemporal, bool kPrefetch = false>
 void pass_unrolled(float* const* b, int n, size_t lo, size_t hi) {
   size_t i = lo;
   for (; i + kVecs * kLanes <= hi; i += kVecs * kLanes) {
+    if constexpr (kPrefetch) {
+      for (int p = 0; p < n; ++p) {
+        for (size_t l = 0; l < kVecs * kLanes; l += 16) {
+          _mm_prefetch(reinterpret_cast<const char*>(b[p] + i + l + 512), _MM_HINT_T0);
+        }
+      }
+    }
     V8 s[kVecs];
     for (size_t v = 0; v < kVecs; ++v) s[v] = load(b[0] + i + v * kLanes);
     for (int p = 1; p < n; ++p) {
@@ -141,6 +152,8 @@ void pass(Kernel k, float* const* b, int n, size_t lo, size_t hi, float* tmp) {
       return pass_unrolled<4, false>(b, n, lo, hi);
     case Kernel::kWide:
       return pass_unrolled<8, false>(b, n, lo, hi);
+    case Kernel::kPrefetch:
+      return pass_unrolled<4, false, true>(b, n, lo, hi);
     case Kernel::kBlocked:
       if (n == 1) return;  // one buffer is its own sum
       return pass_blocked(b, n, lo, hi, tmp);
@@ -161,12 +174,12 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(
-      stderr,
-      "all_reduce_bound: %s\n"
-      "usage: all_reduce_bound [-n 2[,4,8]] [-b 1M] [-e 16M] [-f 16] [-t trials]\n"
-      "                        [--trial-ms 20] [-k plain|unrolled|wide|blocked|stream] [-v]\n",
-      why);
+  std::fprintf(stderr,
+               "all_reduce_bound: %s\n"
+               "usage: all_reduce_bound [-n 2[,4,8]] [-b 1M] [-e 16M] [-f 16] [-t trials]\n"
+               "                        [--trial-ms 20] [-k "
+               "plain|unrolled|wide|prefetch|blocked|stream] [-v]\n",
+               why);
   std::exit(2);
 }
 
@@ -213,7 +226,8 @@ Options parse(int argc, char** argv) {
       for (Kernel x : kKernels) {
         if (k == kernel_name(x)) o.kernels.push_back(x);
       }
-      if (o.kernels.empty()) usage("unknown kernel (plain, unrolled, wide, blocked, stream)");
+      if (o.kernels.empty())
+        usage("unknown kernel (plain, unrolled, wide, prefetch, blocked, stream)");
     } else if (a == "-v") {
       o.verbose = true;
     } else {
