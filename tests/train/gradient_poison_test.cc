@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct PoisonCase {
   std::string name;
   TrainConfig config;
 };
+void PrintTo(const PoisonCase& c, std::ostream* os) { *os << c.name; }
 
 TrainConfig micro(TrainConfig c, int m) {
   c.micro_batches = m;
