@@ -9,7 +9,7 @@
 // Bitwise the sequential sum, like `deterministic`, which runs instead where the ranks do
 // not share memory (MPI processes) or the buffer is below WorldOptions::lend_bytes.
 #include <algorithm>
-#include <cstring>
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 
