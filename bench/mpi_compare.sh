@@ -98,10 +98,11 @@ for n in $NS; do
            r = (b[$1] > 0) ? $7 / b[$1] : 0
            tr = (t[$1] > 0) ? $5 / t[$1] : 0
            printf "  %10s %14s %14s %16s %16s %8.2f %8.2f", $1, t[$1], $5, b[$1], $7, r, tr
-           x = (bb[$1] > 0) ? bb[$1] : 0
+           has = ($1 in bb)  # test before bb[$1] is read: reading creates the entry
+           x = has ? bb[$1] : 0
            of = (x > 0) ? $7 / x : 0
            need = (x > 0) ? 5 * b[$1] / x : 0
-           if ($1 in bb) printf " %12s %9.2f %10.2f", x, of, need
+           if (has) printf " %12s %9.2f %10.2f", x, of, need
            printf "%s\n", ($8 != 0 ? "  WRONG" : "")
            print n, algo, $1, t[$1], $5, r, tr, x, of, need >> rows
          }' "$TMP/mpi.$n" "$TMP/dtsim.$n.$algo"
@@ -112,9 +113,11 @@ echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ $ROUNDS -gt 1 ]]; then
   echo "#"
   echo "# medians over $ROUNDS rounds (each column its own median; ratios: of per-round ratios)"
-  printf "# %4s %6s %10s %14s %14s %8s %8s %12s %9s %10s\n" N algo size "mpi time(us)" \
-    "dtsim time(us)" ratio t-ratio "bound(GB/s)" of-bound 5mpi/bound
-  awk '
+  printf "# %4s %6s %10s %14s %14s %8s %8s" N algo size "mpi time(us)" "dtsim time(us)" ratio \
+    t-ratio
+  [[ $BOUND == 1 ]] && printf " %12s %9s %10s" "bound(GB/s)" of-bound 5mpi/bound
+  printf "\n"
+  awk -v bound="$BOUND" '
     function med(s,   a, k, i, j, x) {  # median by insertion sort (mawk has no asort)
       k = split(s, a, " ")
       for (i = 2; i <= k; ++i) {
@@ -129,7 +132,8 @@ if [[ $ROUNDS -gt 1 ]]; then
       tr[key] = tr[key] " " $7; bb[key] = bb[key] " " $8; of[key] = of[key] " " $9
       nd[key] = nd[key] " " $10 }
     END { for (i = 1; i <= m; ++i) { k = order[i]; split(k, f, " ")
-            printf "  %4s %6s %10s %14s %14s %8.2f %8.2f %12.3f %9.2f %10.2f\n", f[1], f[2],
-                   f[3], med(mt[k]), med(dt[k]), med(r[k]), med(tr[k]), med(bb[k]), med(of[k]),
-                   med(nd[k]) } }' "$TMP/rows"
+            printf "  %4s %6s %10s %14s %14s %8.2f %8.2f", f[1], f[2], f[3], med(mt[k]),
+                   med(dt[k]), med(r[k]), med(tr[k])
+            if (bound == 1) printf " %12.3f %9.2f %10.2f", med(bb[k]), med(of[k]), med(nd[k])
+            printf "\n" } }' "$TMP/rows"
 fi
