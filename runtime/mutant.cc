@@ -18,6 +18,8 @@ const char* mutant_name(Mutant m) {
       return "recv-wrong-step";
     case Mutant::kLendClaimRace:
       return "lend-claim-race";
+    case Mutant::kSharedEarlyRelease:
+      return "shared-early-release";
   }
   return "?";
 }

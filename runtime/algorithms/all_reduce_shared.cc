@@ -33,10 +33,16 @@ class Held {
   }
   Held(const Held&) = delete;
   Held& operator=(const Held&) = delete;
-  const Message& take(int p, size_t count) {
+  // Peer p's buffer. `release_now` (the planted shared-early-release mutant) releases it at
+  // once: p may then return and reuse it while this rank still sums and writes chunk r.
+  void* take(int p, size_t count, bool release_now) {
     new (&msgs_[p]) Message(ex_.recv(p, 0, count));
-    taken_[p] = true;
-    return msgs_[p];
+    if (!msgs_[p].writable)
+      throw std::logic_error("all_reduce shared: a peer's lend came read-only");
+    void* data = msgs_[p].data;
+    taken_[p] = !release_now;
+    if (release_now) ex_.release(p, msgs_[p]);
+    return data;
   }
 
  private:
@@ -69,15 +75,8 @@ void all_reduce_shared(Exchange& ex, void* data, size_t count, const Reducer& re
   auto* taken = reinterpret_cast<bool*>(s + msgs_bytes + ptrs_bytes);
   {
     Held held(ex, msgs, taken);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) {
-        bufs[p] = data;
-        continue;
-      }
-      const Message& m = held.take(p, count);
-      if (!m.writable) throw std::logic_error("all_reduce shared: a peer's lend came read-only");
-      bufs[p] = m.data;
-    }
+    const bool early = ex.mutant() == Mutant::kSharedEarlyRelease;
+    for (int p = 0; p < n; ++p) bufs[p] = p == r ? data : held.take(p, count, early);
     const Chunks ch{count, un};
     red.reduce_all(bufs, n, ch.offset(r), ch.size(r));
   }  // releases the peers' buffers: they may return once all are released

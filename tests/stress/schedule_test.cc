@@ -81,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(
     Mutants, MutantFound,
     ::testing::Combine(::testing::Values(Mutant::kLendOverwrite, Mutant::kMissingSettle,
                                          Mutant::kRingWrongChunk, Mutant::kSplitOffByOne,
-                                         Mutant::kRecvWrongStep, Mutant::kLendClaimRace),
+                                         Mutant::kRecvWrongStep, Mutant::kLendClaimRace,
+                                         Mutant::kSharedEarlyRelease),
                        ::testing::Values("pct", "random")),
     [](const auto& info) {
       std::string name =
