@@ -49,4 +49,6 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
 
 const char* gemm_backend() { return DTSIM_GEMM_AVX2 ? "avx2-fma" : "openblas"; }
 
+bool gemm_bits_shape_independent() { return DTSIM_GEMM_AVX2 != 0; }
+
 }  // namespace dtsim::model

@@ -22,4 +22,9 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
 // "avx2-fma" (dtsim's kernel) or "openblas": what this build's GEMMs run.
 const char* gemm_backend();
 
+// True when every C element's bits depend only on its row of op(A), its column of op(B) and
+// its old value (not on m, n or how C is cut into calls), for all but A^T * B^T: dtsim's
+// kernel promises it, OpenBLAS does not (it may take other paths for other shapes).
+bool gemm_bits_shape_independent();
+
 }  // namespace dtsim::model

@@ -178,15 +178,21 @@ void pack_panels_transposed(const float* src, ptrdiff_t ld, int k, int j0, int c
 
 // A stored (k, m) (P = A^T, P(r, k) = a[k * lda + r]) as kMr-row tiles of k steps of kMr
 // floats, zero beyond m: P(r, k) lands at out[(r / kMr) * kMr * k + k * kMr + r % kMr].
+// Each step's kMr floats are one masked load (lanes past the tile's rows read as zero, so
+// nothing beyond a row is touched) and one 8-float store whose last two lanes the next step
+// overwrites (the last step's land in the buffer's slack).
 const float* pack_tiles(const float* a, int lda, int m, int k) {
+  static_assert(kMr <= 8);
   const int tiles = (m + kMr - 1) / kMr;
-  float* out = scratch(1, size_t(tiles) * kMr * k);
+  float* out = scratch(1, size_t(tiles) * kMr * k + 8);
   for (int t = 0; t < tiles; ++t) {
     const int r0 = t * kMr, mr = std::min(kMr, m - r0);
+    const __m256i mask =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(mr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     float* tile = out + size_t(t) * kMr * k;
-    for (int kk = 0; kk < k; ++kk) {
-      const float* in = a + ptrdiff_t(kk) * lda + r0;
-      for (int r = 0; r < kMr; ++r) tile[kk * kMr + r] = r < mr ? in[r] : 0.0f;
+    const float* in = a + r0;
+    for (int kk = 0; kk < k; ++kk, in += lda) {
+      _mm256_storeu_ps(tile + kk * kMr, _mm256_maskload_ps(in, mask));
     }
   }
   return out;
