@@ -173,6 +173,15 @@ void gelu_forward(std::span<const float> x, std::span<float> y) {
 
 namespace {
 
+// gelu'(v) from e = gelu_exp(v).
+Pack gelu_derivative(const Pack& v, const Pack& e) {
+  const Pack s = 1.0f / (1.0f + e);
+  const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
+  // e is inf below x ~ -10.4, where the formula's e * s is inf * 0: gelu' is 0 there.
+  return (e < std::numeric_limits<float>::infinity())
+      .select(s + v * du * (e * s) * s, Pack::Zero());
+}
+
 // dx = base + dy * gelu'(x), base = dx (kAccumulate) or +0 (so a -0 product reads +0, as
 // it would added into zeros).
 template <bool kAccumulate>
@@ -180,12 +189,7 @@ void gelu_backward_impl(std::span<const float> x, std::span<const float> dy, std
   DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {
     const Pack v = load(x.data() + i, n), g = load(dy.data() + i, n);
-    const Pack e = gelu_exp(v);
-    const Pack s = 1.0f / (1.0f + e);
-    const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
-    // e is inf below x ~ -10.4, where the formula's e * s is inf * 0: gelu' is 0 there.
-    const Pack d =
-        (e < std::numeric_limits<float>::infinity()).select(s + v * du * (e * s) * s, Pack::Zero());
+    const Pack d = gelu_derivative(v, gelu_exp(v));
     const Pack base = kAccumulate ? load(dx.data() + i, n) : Pack::Zero();
     const Pack out = base + g * d;
     store(out, dx.data() + i, n);
@@ -200,6 +204,24 @@ void gelu_backward(std::span<const float> x, std::span<const float> dy, std::spa
 
 void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
   gelu_backward_impl<false>(x, dy, dx);
+}
+
+void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d) {
+  DTSIM_CHECK(y.size() >= x.size() && d.size() >= x.size());
+  for_packs(x.size(), [&](size_t i, int n) {
+    const Pack v = load(x.data() + i, n);  // read before d, which may alias x, is written
+    const Pack e = gelu_exp(v);
+    store(v / (1.0f + e), y.data() + i, n);
+    store(gelu_derivative(v, e), d.data() + i, n);
+  });
+}
+
+void gelu_grad_from_kept(std::span<const float> d, std::span<const float> dy, std::span<float> dx) {
+  DTSIM_CHECK(dy.size() >= d.size() && dx.size() >= d.size());
+  for_packs(d.size(), [&](size_t i, int n) {
+    const Pack out = Pack::Zero() + load(dy.data() + i, n) * load(d.data() + i, n);
+    store(out, dx.data() + i, n);
+  });
 }
 
 void relu_forward(std::span<const float> x, std::span<float> y) {
