@@ -178,21 +178,38 @@ void pack_panels_transposed(const float* src, ptrdiff_t ld, int k, int j0, int c
 
 // A stored (k, m) (P = A^T, P(r, k) = a[k * lda + r]) as kMr-row tiles of k steps of kMr
 // floats, zero beyond m: P(r, k) lands at out[(r / kMr) * kMr * k + k * kMr + r % kMr].
-// Each step's kMr floats are one masked load (lanes past the tile's rows read as zero, so
-// nothing beyond a row is touched) and one 8-float store whose last two lanes the next step
-// overwrites (the last step's land in the buffer's slack).
+// A is read kRows rows at a time along the rows (its rows lie up to 4 KiB apart: read down
+// a column, 64 of them would share one L1 set), each tile's share written as one run.
+// A step's kMr floats are one load (masked where 8 would pass row m) and one 8-float store
+// whose last two lanes the next step overwrites (at the last step, kMr floats exactly: the
+// next tile's first step is already written).
 const float* pack_tiles(const float* a, int lda, int m, int k) {
-  static_assert(kMr <= 8);
-  const int tiles = (m + kMr - 1) / kMr;
-  float* out = scratch(1, size_t(tiles) * kMr * k + 8);
-  for (int t = 0; t < tiles; ++t) {
-    const int r0 = t * kMr, mr = std::min(kMr, m - r0);
-    const __m256i mask =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(mr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    float* tile = out + size_t(t) * kMr * k;
-    const float* in = a + r0;
-    for (int kk = 0; kk < k; ++kk, in += lda) {
-      _mm256_storeu_ps(tile + kk * kMr, _mm256_maskload_ps(in, mask));
+  static_assert(kMr == 6);
+  constexpr int kRows = 4;
+  const int tiles = (m + kMr - 1) / kMr, wide = m >= 8 ? (m - 8) / kMr + 1 : 0;
+  const size_t tile_len = size_t(kMr) * k;
+  float* out = scratch(1, tiles * tile_len);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  auto step = [&](const float* in, int r0, bool masked, bool last, float* dst) {
+    const __m256 v =
+        masked ? _mm256_maskload_ps(in, _mm256_cmpgt_epi32(_mm256_set1_epi32(m - r0), lane))
+               : _mm256_loadu_ps(in);
+    if (!last) {
+      _mm256_storeu_ps(dst, v);
+    } else {
+      _mm_storeu_ps(dst, _mm256_castps256_ps128(v));
+      _mm_storel_pi(reinterpret_cast<__m64*>(dst + 4), _mm256_extractf128_ps(v, 1));
+    }
+  };
+  for (int k0 = 0; k0 < k; k0 += kRows) {
+    const int k1 = std::min(k, k0 + kRows);
+    for (int t = 0; t < tiles; ++t) {
+      const int r0 = t * kMr;
+      float* dst = out + t * tile_len + size_t(k0) * kMr;
+      const float* in = a + ptrdiff_t(k0) * lda + r0;
+      for (int kk = k0; kk < k1; ++kk, in += lda, dst += kMr) {
+        step(in, r0, t >= wide, kk + 1 == k, dst);
+      }
     }
   }
   return out;

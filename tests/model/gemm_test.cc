@@ -123,10 +123,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{false, false, 13, 33, 65}, GemmCase{false, false, 64, 130, 256},
                       GemmCase{true, false, 1, 1, 1}, GemmCase{true, false, 5, 7, 3},
                       GemmCase{true, false, 7, 17, 9}, GemmCase{true, false, 130, 40, 64},
-                      GemmCase{true, false, 19, 1030, 16}, GemmCase{false, true, 1, 1, 1},
-                      GemmCase{false, true, 5, 7, 3}, GemmCase{false, true, 17, 7, 9},
-                      GemmCase{false, true, 64, 70, 256}, GemmCase{false, true, 33, 6, 1030},
-                      GemmCase{true, true, 5, 7, 3}, GemmCase{true, true, 17, 16, 9}),
+                      GemmCase{true, false, 19, 1030, 16}, GemmCase{true, false, 12, 16, 5},
+                      GemmCase{false, true, 1, 1, 1}, GemmCase{false, true, 5, 7, 3},
+                      GemmCase{false, true, 17, 7, 9}, GemmCase{false, true, 64, 70, 256},
+                      GemmCase{false, true, 33, 6, 1030}, GemmCase{true, true, 5, 7, 3},
+                      GemmCase{true, true, 17, 16, 9}),
     case_name);
 
 }  // namespace
