@@ -338,7 +338,36 @@ struct StoreEpi {
   }
 };
 
+// C = bias + t on the tile, bias (cols) added to every row: bitwise StoreEpi with beta 1 onto
+// rows that hold the bias, without writing them first and reading them back.
+struct BiasEpi {
+  static constexpr bool kDirect = true;
+  float* c;
+  int ldc;
+  const float* bias;
+  void prefetch(int r0, int rows, int j0) const {
+    prefetch_rows<true>(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+  }
+  void direct(int row, int j0, __m256 lo, __m256 hi) const {
+    float* dst = c + ptrdiff_t(row) * ldc + j0;
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(bias + j0), lo));
+    _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_loadu_ps(bias + j0 + 8), hi));
+  }
+  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
+    for (int r = 0; r < rows; ++r) {
+      float* dst = c + ptrdiff_t(r0 + r) * ldc + j0;
+      for (int j = 0; j < cols; ++j) dst[j] = bias[j0 + j] + t[r * kNr + j];
+    }
+  }
+};
+
 }  // namespace
+
+void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                const float* bias, float* c, int ldc) {
+  run<true>({a, lda, 1, nullptr, 0, k}, m, n, {b, ldb, trans_b}, column_chunk(k), false,
+            BiasEpi{c, ldc, bias});
+}
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {

@@ -28,5 +28,8 @@ namespace dtsim::model::avx2 {
 // C (m, n) = beta * C + op(A) * op(B), as model::sgemm; not for trans_a && trans_b.
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc);
+// C (m, n) = bias + A * op(B), as model::sgemm_bias.
+void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                const float* bias, float* c, int ldc);
 }  // namespace dtsim::model::avx2
 #endif

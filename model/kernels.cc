@@ -78,19 +78,17 @@ void linear_forward(std::span<const float> x, std::span<const float> w, std::spa
                     std::span<float> y, int batch, int in, int out) {
   DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   DTSIM_CHECK(y.size() >= size_t(batch) * out && (b.empty() || b.size() == size_t(out)));
-  // Bias fused: y starts as the broadcast bias and the GEMM accumulates onto it.
+  // Bias fused: added to each product as it is stored (bitwise the bias then beta 1).
   const int64_t work = int64_t{batch} * in * out;
   for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int c0, int c1) {
-    float beta = 0.0f;
-    if (!b.empty()) {
-      for (int r = 0; r < batch; ++r) {
-        std::copy(b.data() + c0, b.data() + c1, y.data() + size_t(r) * out + c0);
-      }
-      beta = 1.0f;
+    // y[:, c0:c1] (B, c) = b[c0:c1] + x (B, in) * w[c0:c1, :]^T
+    if (b.empty()) {
+      sgemm(false, true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in, 0.0f,
+            y.data() + c0, out);
+    } else {
+      sgemm_bias(true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in,
+                 b.data() + c0, y.data() + c0, out);
     }
-    // y[:, c0:c1] (B, c) = x (B, in) * w[c0:c1, :]^T
-    sgemm(false, true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in, beta,
-          y.data() + c0, out);
   });
 }
 

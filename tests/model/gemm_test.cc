@@ -3,7 +3,9 @@
 // for the four transpose cases and beta 0, 1 and 0.5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -114,6 +116,22 @@ TEST_P(GemmTest, Avx2KernelIsOneInOrderFmaChainPerElement) {
   if (chain) {
     EXPECT_EQ(sliced, out);
   }
+}
+
+// sgemm_bias is sgemm with beta 1 onto rows set to the bias, bitwise, edges included.
+TEST_P(GemmTest, BiasVariantEqualsBetaOneOntoTheBias) {
+  const GemmCase c = GetParam();
+  if (c.ta) GTEST_SKIP() << "sgemm_bias takes A untransposed";
+  const Operands o(c);
+  std::vector<float> bias = testing::random_vector(c.n, 14);
+  bias[0] = -0.0f;  // -0 + a +0 chain is +0 either way
+  std::vector<float> want = o.c0, got = o.c0;
+  for (int i = 0; i < c.m; ++i)
+    std::copy(bias.begin(), bias.end(), want.begin() + size_t(i) * o.ldc);
+  sgemm(false, c.tb, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, 1.0f, want.data(), o.ldc);
+  sgemm_bias(c.tb, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, bias.data(), got.data(),
+             o.ldc);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
