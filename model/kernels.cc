@@ -204,6 +204,72 @@ void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<fl
   gelu_backward_impl<false>(x, dy, dx);
 }
 
+#ifdef EIGEN_VECTORIZE_AVX  // (Eigen/Core brings immintrin.h)
+namespace {
+
+// gelu_exp, gelu_forward's quotient and gelu_derivative on one AVX register, op for op
+// (Eigen's own pexp; with fp contraction off every other op rounds as the Array
+// expressions do), without the Arrays' round trips through the stack.
+using P8 = Eigen::internal::Packet8f;
+
+struct Gelu8 {
+  P8 y, d;
+};
+
+Gelu8 gelu8(P8 v) {
+  using namespace Eigen::internal;
+  const P8 one = pset1<P8>(1.0f);
+  const P8 cube = pmul(pmul(v, v), v);
+  const P8 e = pexp(pmul(pset1<P8>(-2.0f * kSqrt2OverPi), padd(v, pmul(pset1<P8>(kGeluC), cube))));
+  const P8 s = pdiv(one, padd(one, e));
+  const P8 du =
+      pmul(pset1<P8>(2.0f * kSqrt2OverPi), padd(one, pmul(pset1<P8>(3.0f * kGeluC), pmul(v, v))));
+  const P8 d = padd(s, pmul(pmul(pmul(v, du), pmul(e, s)), s));
+  const P8 finite = _mm256_cmp_ps(e, pset1<P8>(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
+  return {pdiv(v, padd(one, e)), _mm256_and_ps(finite, d)};
+}
+
+// Calls fn(i, n) for the 8-float groups of [0, n), n = 8 except for the tail.
+template <class Fn>
+void for_eights(size_t n, Fn&& fn) {
+  for_elements(n, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i += 8) fn(i, static_cast<int>(std::min<size_t>(8, i1 - i)));
+  });
+}
+
+P8 load8(const float* p, int n) {
+  if (n == 8) return _mm256_loadu_ps(p);
+  alignas(32) float v[8] = {};
+  std::copy(p, p + n, v);
+  return _mm256_load_ps(v);
+}
+
+void store8(P8 v, float* p, int n) {
+  if (n == 8) return _mm256_storeu_ps(p, v);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  std::copy(t, t + n, p);
+}
+
+}  // namespace
+
+void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d) {
+  DTSIM_CHECK(y.size() >= x.size() && d.size() >= x.size());
+  for_eights(x.size(), [&](size_t i, int n) {
+    const Gelu8 g = gelu8(load8(x.data() + i, n));  // x read before d, which may alias it
+    store8(g.y, y.data() + i, n);
+    store8(g.d, d.data() + i, n);
+  });
+}
+
+void gelu_grad_from_kept(std::span<const float> d, std::span<const float> dy, std::span<float> dx) {
+  DTSIM_CHECK(dy.size() >= d.size() && dx.size() >= d.size());
+  for_eights(d.size(), [&](size_t i, int n) {
+    const P8 prod = _mm256_mul_ps(load8(dy.data() + i, n), load8(d.data() + i, n));
+    store8(_mm256_add_ps(_mm256_setzero_ps(), prod), dx.data() + i, n);
+  });
+}
+#else
 void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d) {
   DTSIM_CHECK(y.size() >= x.size() && d.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {
@@ -221,6 +287,7 @@ void gelu_grad_from_kept(std::span<const float> d, std::span<const float> dy, st
     store(out, dx.data() + i, n);
   });
 }
+#endif
 
 void relu_forward(std::span<const float> x, std::span<float> y) {
   DTSIM_CHECK(y.size() >= x.size());
