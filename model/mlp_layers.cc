@@ -108,9 +108,10 @@ void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
                            bool write, std::span<float> g) const {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
+  // W1's first, while dpre (just written) is in L2; the two are independent.
+  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
   weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch,
                H, D);
-  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
 }
 
 void MlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,
