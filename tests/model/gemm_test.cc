@@ -144,8 +144,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{true, false, 19, 1030, 16}, GemmCase{true, false, 12, 16, 5},
                       GemmCase{false, true, 1, 1, 1}, GemmCase{false, true, 5, 7, 3},
                       GemmCase{false, true, 17, 7, 9}, GemmCase{false, true, 64, 70, 256},
-                      GemmCase{false, true, 33, 6, 1030}, GemmCase{true, true, 5, 7, 3},
-                      GemmCase{true, true, 17, 16, 9}),
+                      GemmCase{false, true, 17, 40, 33}, GemmCase{false, true, 3, 1030, 5},
+                      GemmCase{false, true, 16, 18, 8}, GemmCase{false, true, 33, 6, 1030},
+                      GemmCase{true, true, 5, 7, 3}, GemmCase{true, true, 17, 16, 9}),
     case_name);
 
 }  // namespace
