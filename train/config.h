@@ -71,6 +71,10 @@ struct TrainConfig {
   // reverse order. The same training in a different summation order: train/check.h measures
   // the reassociation floor of MoE and accumulation references with it.
   bool reverse_accumulation = false;
+  // Testing: every step starts from NaN in every rank's gradient buffers
+  // (StepRunner::add_gradients). A step writes each gradient before it reads it, so the
+  // run's bits are those without it; a strategy that reads last step's gradients ends in NaN.
+  bool poison_gradients = false;
   // Options of the rank threads' World (the controlled scheduler for schedule tests,
   // planted mutants); the defaults run free threads.
   WorldOptions world;

@@ -34,6 +34,13 @@ void add_into(std::span<T> acc, std::span<const T> x) {
   for (size_t i = 0; i < acc.size(); ++i) acc[i] = narrow<T>(widen(acc[i]) + widen(x[i]));
 }
 
+// acc[i] = 0 + x[i] in fp32, rounded once to T: bitwise add_into on a zero-filled acc (0 + -0
+// is +0), without the fill and without reading acc.
+template <class T>
+void write_into(std::span<T> acc, std::span<const T> x) {
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = narrow<T>(0.0f + widen(x[i]));
+}
+
 // g[i] = g[i] / n: the "divide by N" after a data-parallel sum.
 template <class T>
 void divide(std::span<T> g, int n) {

@@ -48,11 +48,12 @@ std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts);
 
 // Runs the strategy Rank<T>(args..., params, grads) with `runner`, T the storage type of
 // `trainee`'s parameters (float, or BFloat16 under mixed precision): what every strategy's
-// rank job ends with.
+// rank job ends with. The trainee's gradients are the runner's to poison (add_gradients).
 template <template <class> class Rank, class... Args>
 void run_rank(StepRunner& runner, Trainee& trainee, Args&&... args) {
   with_buffers(trainee.store(), [&](auto params, auto grads) {
     using T = typename decltype(grads)::value_type;
+    runner.add_gradients(grads);
     Rank<T> rank(args..., params, grads);
     runner.run(rank);
   });

@@ -1,9 +1,9 @@
 // What a rank of a (dp, tp) or (dp, ep) mesh strategy holds whatever its model parallelism:
 // its config, mesh, Trainee, timeline, phase hooks and parameter/gradient views, and the
 // data-parallel parts of a step (its replica's micro-batches, fed with gradients that carry
-// 1/B so that sums over dp are global means; zeroed gradients; forward and backward with the
-// phase hooks). TpRank (tensor_parallel.cc) and EpRank (expert_parallel.cc) derive from it.
-// Thread safety: one per rank, used only by that rank's thread.
+// 1/B so that sums over dp are global means, the first writing the gradients; forward and
+// backward with the phase hooks). TpRank (tensor_parallel.cc) and EpRank (expert_parallel.cc)
+// derive from it. Thread safety: one per rank, used only by that rank's thread.
 #pragma once
 
 #include <span>
@@ -30,12 +30,12 @@ class MeshRank : public RankStrategy {
         params_(params),
         grads_(grads) {}
 
-  // Replica d takes data-parallel rank d's samples; gradients carry 1/B (the global mean).
+  // Replica d takes data-parallel rank d's samples; gradients carry 1/B (the global mean);
+  // micro-batch 0 writes them.
   std::vector<MicroBatch> micro_batches() const override {
     return data_parallel_micro_batches(config_, mesh_.shape().dp, mesh_.coord().dp,
                                        1.0f / static_cast<float>(config_.global_batch));
   }
-  void begin_step() override { trainee_.store().zero_grad(); }
   float forward_backward(int step, const MicroBatch& mb) override {
     return forward_backward(step, mb, hooks_);
   }
@@ -43,7 +43,8 @@ class MeshRank : public RankStrategy {
 
  protected:
   float forward_backward(int step, const MicroBatch& mb, PhaseHooks& hooks) {
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks);
+    const float loss =
+        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks, mb.write_grads);
     hooks.finish();
     return loss;
   }

@@ -1,13 +1,15 @@
 // The references every strategy is checked against, on one rank and without communication.
 //
-// run_single: plain training on the whole global batch B per step: zero_grad, forward and
-// backward with grad_scale 1/B (the gradient of the mean loss), one optimizer step.
+// run_single: plain training on the whole global batch B per step: forward and backward
+// with grad_scale 1/B (the gradient of the mean loss), writing the gradients (bitwise
+// zero_grad then backward), one optimizer step.
 //
 // run_accum: single-rank gradient accumulation arranged exactly as data-parallel training
 // with R = config.ranks ranks and M = config.micro_batches micro-batches per rank would
 // arrange it. The global batch is cut into R groups of M micro-batches of B/(R*M) samples;
-// group g's micro-batches are accumulated into zeroed gradients with grad_scale 1/(B/R) (the
-// mean over the group, as a DDP rank computes it), the group gradients are summed in group
+// group g's micro-batches are accumulated with grad_scale 1/(B/R) (the mean over the group,
+// as a DDP rank computes it; the first writes the gradients, bitwise accumulating into
+// zeroed ones), the group gradients are summed in group
 // order (fp32, or bf16 rounded after each add, as the runtime's deterministic reduction
 // does), then divided by R. With R = 1 this is textbook accumulation over M micro-batches.
 // DDP under Algo::kDeterministic does the same float operations in the same order, so the
@@ -42,7 +44,8 @@ class SoloRank : public RankStrategy {
         hooks_(&runner.timeline()) {}
 
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
+    const float loss =
+        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_, mb.write_grads);
     hooks_.finish();
     return loss;
   }
@@ -67,16 +70,19 @@ class SingleRank : public SoloRank<T> {
              std::span<T> grads)
       : SoloRank<T>(config, trainee, runner, params, grads), batch_(config.global_batch) {}
   std::vector<MicroBatch> micro_batches() const override {
-    return {{0, batch_, 1.0f / static_cast<float>(batch_)}};
+    return {{.first = 0,
+             .size = batch_,
+             .grad_scale = 1.0f / static_cast<float>(batch_),
+             .write_grads = true}};
   }
-  void begin_step() override { this->trainee_.store().zero_grad(); }
 
  private:
   int batch_;
 };
 
-// run_accum: groups x micro-batches; each group accumulates into zeroed gradients, the group
-// gradients are summed in group order into `sum_`, then divided by the number of groups.
+// run_accum: groups x micro-batches; each group's first micro-batch writes the gradients and
+// the rest accumulate, the group gradients are summed in group order into `sum_`, then
+// divided by the number of groups.
 template <class T>
 class AccumRank : public SoloRank<T> {
  public:
@@ -92,16 +98,16 @@ class AccumRank : public SoloRank<T> {
       const int g = config.reverse_accumulation ? groups_ - 1 - i : i;
       for (int j = 0; j < micro_; ++j) {
         const int m = config.reverse_accumulation ? micro_ - 1 - j : j;
-        batches_.push_back({(g * micro_ + m) * size, size, scale, g});
+        batches_.push_back({.first = (g * micro_ + m) * size,
+                            .size = size,
+                            .grad_scale = scale,
+                            .loss_slot = g,
+                            .write_grads = j == 0});  // a group starts
       }
     }
   }
 
   std::vector<MicroBatch> micro_batches() const override { return batches_; }
-  void begin_step() override {}
-  void before_micro_batch(int index) override {
-    if (index % micro_ == 0) this->trainee_.store().zero_grad();  // a group starts
-  }
   void after_micro_batch(int index) override {
     if (index % micro_ != micro_ - 1) return;  // the group's last micro-batch
     if (index / micro_ == 0) {

@@ -1,6 +1,8 @@
 #include "train/step_runner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace dtsim::train {
 
@@ -9,7 +11,12 @@ std::vector<MicroBatch> data_parallel_micro_batches(const TrainConfig& config, i
   const int count = config.micro_batches, size = config.global_batch / (ranks * count);
   if (grad_scale == 0) grad_scale = 1.0f / static_cast<float>(count * size);
   std::vector<MicroBatch> out;
-  for (int m = 0; m < count; ++m) out.push_back({(rank * count + m) * size, size, grad_scale});
+  for (int m = 0; m < count; ++m) {
+    out.push_back({.first = (rank * count + m) * size,
+                   .size = size,
+                   .grad_scale = grad_scale,
+                   .write_grads = m == 0});
+  }
   return out;
 }
 
@@ -28,6 +35,7 @@ void StepRunner::run(RankStrategy& s) {
   for (int step = 0; step < config_.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     std::fill(sums.begin(), sums.end(), 0.0);
+    if (config_.poison_gradients) poison_gradients();
     s.begin_step();
     losses.assign(micro.size(), 0.0f);
     if (!s.run_micro_batches(step, micro, &losses)) {
@@ -65,6 +73,12 @@ double StepRunner::step_loss(std::vector<double>& sums) {
   double total = 0;  // rank order, then slot order
   for (double s : *all) total += s;
   return total / config_.global_batch;
+}
+
+void StepRunner::poison_gradients() {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::span<float> g : grads_fp32_) std::fill(g.begin(), g.end(), nan);
+  for (std::span<BFloat16> g : grads_bf16_) std::fill(g.begin(), g.end(), BFloat16(nan));
 }
 
 RankOutcome StepRunner::take_outcome() { return std::move(outcome_); }

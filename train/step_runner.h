@@ -1,9 +1,11 @@
 // The training step, written once for every strategy and both references:
 //
-//   for step:  begin_step (zero gradients)
+//   for step:  begin_step
 //              for micro-batch: forward and backward, with the strategy's hooks
 //                (or the strategy runs all of the step's micro-batches in an order of its
-//                own, run_micro_batches: a pipeline stage's schedule)
+//                own, run_micro_batches: a pipeline stage's schedule); the first backward
+//                writes the gradients, the others add to them (MicroBatch::write_grads):
+//                no zero_grad pass
 //              sync_gradients; optimizer_step ("optimizer" on the timeline); sync_params
 //              peak memory; step time; the step's global mean loss; on_step(step, loss)
 //
@@ -22,8 +24,10 @@
 // Thread safety: a StepRunner and its RankStrategy belong to one rank thread.
 #pragma once
 
+#include <span>
 #include <vector>
 
+#include "common/bf16.h"
 #include "train/accounting.h"
 #include "train/config.h"
 #include "train/rank_outcome.h"
@@ -34,17 +38,22 @@ namespace dtsim::train {
 // One micro-batch of a step on one rank: samples [first, first + size) of the step's global
 // batch, gradients scaled by grad_scale, loss added to slot loss_slot unless !reports_loss
 // (a rank whose loss another rank of its group already reports, as in tensor parallelism).
+// write_grads: its backward OVERWRITES the model's gradients (model::BackwardScale), bitwise
+// zero_grad then accumulate; set on the first micro-batch of whatever the gradients sum
+// (the step, an accumulation group), so no strategy zeroes the gradients first.
 struct MicroBatch {
   int first = 0;
   int size = 0;
   float grad_scale = 0;
   int loss_slot = 0;
   bool reports_loss = true;
+  bool write_grads = false;
 };
 
 // Data-parallel rank r's M micro-batches of a step: micro-batch m takes samples
 // [(r M + m) b, (r M + m + 1) b) with b = B / (ranks M), the same slices run_accum's group r
-// uses, and grad_scale = 1 / (M b) (the mean over the rank's samples) unless given.
+// uses, and grad_scale = 1 / (M b) (the mean over the rank's samples) unless given;
+// micro-batch 0 writes the gradients, the others accumulate.
 std::vector<MicroBatch> data_parallel_micro_batches(const TrainConfig& config, int ranks, int rank,
                                                     float grad_scale = 0);
 
@@ -54,8 +63,9 @@ class RankStrategy {
   virtual ~RankStrategy() = default;
   // The micro-batches of every step, in the order they run.
   virtual std::vector<MicroBatch> micro_batches() const = 0;
-  // Before the first micro-batch (zero the gradients the step accumulates into).
-  virtual void begin_step() = 0;
+  // Before the first micro-batch: reset what the step accumulates into that no micro-batch
+  // writes (the gradients are written by MicroBatch::write_grads, not zeroed here).
+  virtual void begin_step() {}
   virtual void before_micro_batch(int /*index*/) {}
   // Forward and backward of one micro-batch with the strategy's hooks; returns its mean loss.
   virtual float forward_backward(int step, const MicroBatch& mb) = 0;
@@ -93,6 +103,12 @@ class StepRunner {
   // For the strategy's hooks, before run().
   RankTimeline& timeline() { return timeline_; }
   PeakMemory& peak() { return peak_; }
+  // Gradient buffers a step must write before it reads them (a model's, a ZeRO-3 shard's);
+  // before run(), and they must outlive it. Under config.poison_gradients the runner fills
+  // them with NaN before every step, so a strategy that reads a gradient left from the
+  // previous step (instead of writing it) ends in NaN.
+  void add_gradients(std::span<float> grads) { grads_fp32_.push_back(grads); }
+  void add_gradients(std::span<BFloat16> grads) { grads_bf16_.push_back(grads); }
 
   // Runs config.steps steps of `strategy`, then takes its final params.
   void run(RankStrategy& strategy);
@@ -101,6 +117,7 @@ class StepRunner {
 
  private:
   double step_loss(std::vector<double>& sums);
+  void poison_gradients();
 
   const TrainConfig& config_;
   ReportChannel* channel_;
@@ -109,6 +126,8 @@ class StepRunner {
   RankTimeline timeline_;
   PeakMemory peak_;
   std::vector<double> gathered_;  // every rank's slot sums of the step
+  std::vector<std::span<float>> grads_fp32_;
+  std::vector<std::span<BFloat16>> grads_bf16_;
 };
 
 }  // namespace dtsim::train

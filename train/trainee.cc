@@ -58,12 +58,12 @@ std::span<const float> Trainee::load_batch(int64_t step, int first, int count) {
 }
 
 float Trainee::forward_backward(int64_t step, int first, int count, float grad_scale,
-                                model::LayerHooks* hooks) {
+                                model::LayerHooks* hooks, bool write_grads) {
   std::span<const float> x = load_batch(step, first, count);
   std::span<const float> y = stack_.forward(0, x, count, hooks);
   std::span<float> dy = stack_.loss_grad(count);
   const float loss = loss_->forward_backward(y, targets(), count, grad_scale, dy);
-  stack_.backward(0, dy, {grad_scale, count}, hooks);
+  stack_.backward(0, dy, {grad_scale, count, write_grads}, hooks);
   return loss;
 }
 

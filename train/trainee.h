@@ -44,9 +44,10 @@ class Trainee {
   model::MemoryLedger& memory() { return stack_.memory(); }
 
   // Forward and backward on samples [first, first + count) of step `step`; gradients
-  // accumulate grad_scale * d(sum of per-sample losses). Returns the mean loss of the slice.
+  // accumulate grad_scale * d(sum of per-sample losses), or are overwritten with it when
+  // `write_grads` (bitwise zero_grad then accumulate). Returns the mean loss of the slice.
   float forward_backward(int64_t step, int first, int count, float grad_scale,
-                         model::LayerHooks* hooks = nullptr);
+                         model::LayerHooks* hooks = nullptr, bool write_grads = false);
 
   // Generates samples [first, first + count) of step `step`: returns their inputs (count,
   // D_in), valid until the next call; targets() holds their targets.

@@ -4,6 +4,7 @@
 // bytes of the formula; each chunk holds exactly its schedule's peak in-flight passes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -22,7 +23,8 @@ constexpr int kDim = 5, kBatch = 3, kLayersPerChunk = 2;
 
 // kLayersPerChunk layers y = tanh(w * x + 0.1), elementwise with one weight per feature.
 // A pass keeps its input and every layer's output, (kBatch, kDim) floats each; a split
-// backward (`split`) also keeps every layer's pre-activation gradient from B to W.
+// backward (`split`) also keeps every layer's pre-activation gradient from B to W. Its
+// gradients start as NaN: a run must write them before it adds to them.
 class ToyChunk : public StageChunk {
  public:
   ToyChunk(int chunk, model::MemoryLedger* ledger, bool split = true)
@@ -30,7 +32,7 @@ class ToyChunk : public StageChunk {
     for (int l = 0; l < kLayersPerChunk; ++l) {
       for (int d = 0; d < kDim; ++d) w_.push_back(0.5f + 0.1f * chunk + 0.03f * l + 0.07f * d);
     }
-    grad_.assign(w_.size(), 0.0f);
+    grad_.assign(w_.size(), NAN);
   }
   int in_dim() const override { return kDim; }
   int out_dim() const override { return kDim; }
@@ -52,7 +54,8 @@ class ToyChunk : public StageChunk {
   }
 
   std::span<const float> backward(int pass, std::span<float> dy, int batch, float /*grad_scale*/,
-                                  bool input_grad) override {
+                                  bool input_grad, bool write_grads) override {
+    if (write_grads) std::fill(grad_.begin(), grad_.end(), 0.0f);
     return run_backward(pass, dy, batch, input_grad, nullptr);
   }
   bool splits_backward() const override { return split_; }
@@ -66,7 +69,8 @@ class ToyChunk : public StageChunk {
     }
     return run_backward(pass, dy, batch, input_grad, &s.g);
   }
-  void backward_weight(int pass, int batch, float /*grad_scale*/) override {
+  void backward_weight(int pass, int batch, float /*grad_scale*/, bool write_grads) override {
+    if (write_grads) std::fill(grad_.begin(), grad_.end(), 0.0f);
     Pass& s = *passes_.at(pass);
     for (int l = kLayersPerChunk - 1; l >= 0; --l) {
       const float* prev = l > 0 ? s.out[l - 1].data() : s.in.data();
@@ -168,7 +172,7 @@ Result sequential(int chunks, int m) {
     std::span<float> g = dy;
     std::vector<float> next;
     for (int k = chunks - 1; k >= 0; --k) {
-      std::span<const float> dx = c[k]->backward(0, g, kBatch, scale, k > 0);
+      std::span<const float> dx = c[k]->backward(0, g, kBatch, scale, k > 0, i == 0);
       next.assign(dx.begin(), dx.end());
       g = next;
     }

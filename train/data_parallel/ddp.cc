@@ -105,12 +105,14 @@ class DdpRank : public RankStrategy {
                ddp_buckets(trainee.store().layout(), sizeof(T), config.bucket_bytes), grads),
         micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {}
 
+  // Micro-batch 0 writes the gradients (no zero_grad); a bucket's hook runs after its
+  // layers' backward has written or added their gradients, so it reduces the final sums.
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
-  void begin_step() override { trainee_.store().zero_grad(); }
   // Only the last micro-batch of a step synchronises (no_sync before it).
   void before_micro_batch(int i) override { hooks_.set_sync(i == int(micro_.size()) - 1); }
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
+    const float loss =
+        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_, mb.write_grads);
     hooks_.finish();
     return loss;
   }

@@ -21,8 +21,10 @@
 // reduce-scattered into the owner's shard and freed: per layer, two all-gathers and one
 // reduce-scatter per micro-batch. The model's ParamStore is a full-size buffer, so "freed"
 // is made honest: the elements a rank does not own are overwritten with NaN whenever the
-// layer is not gathered, so any read of an absent parameter poisons the loss. Memory is
-// accounted in the strategy's own ledger (shard plus the gathered layer), not the model's.
+// layer is not gathered, so any read of an absent parameter poisons the loss; a layer's
+// gradients become NaN once reduce-scattered, and each micro-batch's backward writes them.
+// Memory is accounted in the strategy's own ledger (shard plus the gathered layer), not the
+// model's.
 #include <memory>
 #include <vector>
 
@@ -55,10 +57,12 @@ class Zero12Rank : public RankStrategy {
               /*divide=*/config.pitfall != Pitfall::kForgetDivide, params, grads),
         micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {}
 
+  // Micro-batch 0 writes the full gradient buffer, the others add; the reduce-scatter
+  // reads it once backward has ended.
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
-  void begin_step() override { trainee_.store().zero_grad(); }
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_);
+    const float loss =
+        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_, mb.write_grads);
     hooks_.finish();
     return loss;
   }
@@ -92,15 +96,18 @@ class Zero3Rank : public RankStrategy {
         comm_(comm),
         trainee_(trainee),
         shard_(config, comm, trainee, runner, layout, params, grads),
-        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {}
+        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {
+    // Each micro-batch's gradients are reduce-scattered layer by layer into the shard, which
+    // frees them: every micro-batch writes them anew.
+    for (MicroBatch& mb : micro_) mb.write_grads = true;
+  }
 
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
-  void begin_step() override { shard_.zero_grads(); }
-  // Each micro-batch's gradients are reduce-scattered layer by layer into the shard.
-  void before_micro_batch(int /*index*/) override { trainee_.store().zero_grad(); }
+  // Micro-batch 0's reduce-scatters write the shard's gradients, the others add.
+  void before_micro_batch(int index) override { shard_.hooks().set_write_shard(index == 0); }
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss =
-        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &shard_.hooks());
+    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale,
+                                                 &shard_.hooks(), mb.write_grads);
     shard_.hooks().finish();
     return loss;
   }

@@ -149,6 +149,9 @@ class Zero3Hooks : public PhaseHooks {
     reduce_scatter(layer);
     release(layer);
   }
+  // Whether the next backward's reduce-scattered gradients overwrite the shard's (the step's
+  // first micro-batch) or add into them.
+  void set_write_shard(bool write) { write_shard_ = write; }
 
  private:
   // All-gathers layer l's shards into a buffer of the padded layer and copies the real
@@ -171,8 +174,9 @@ class Zero3Hooks : public PhaseHooks {
     gathered_ = model::TrackedBuffer<T>();
   }
 
-  // Reduce-scatters layer l's gradients (padded) and adds rank's part to its shard grads;
-  // the full layer gradient is then freed (zeroed in the model's buffer).
+  // Reduce-scatters layer l's gradients (padded) and adds rank's part to its shard grads (or
+  // writes it: set_write_shard); the full layer gradient is then freed: NaN in the model's
+  // buffer, which the next micro-batch's backward overwrites (BackwardScale::write_grads).
   void reduce_scatter(int l) {
     const Zero3Layout& z = *ctx_.layout;
     const model::ParamRange r = z.range(l);
@@ -184,14 +188,21 @@ class Zero3Hooks : public PhaseHooks {
       ctx_.comm->reduce_scatter(std::span<const T>(staged.span()), std::span<T>(part_),
                                 ReduceOp::kSum, reduce_scatter_algo(ctx_.config->algo));
     });
-    add_into(shard_grads_.subspan(z.shard_offset(l), z.shard(l)), std::span<const T>(part_));
-    std::fill(grads_.begin() + r.begin, grads_.begin() + r.end, T(0.0f));
+    const std::span<T> to = shard_grads_.subspan(z.shard_offset(l), z.shard(l));
+    if (write_shard_) {
+      write_into(to, std::span<const T>(part_));
+    } else {
+      add_into(to, std::span<const T>(part_));
+    }
+    std::fill(grads_.begin() + r.begin, grads_.begin() + r.end,
+              T(std::numeric_limits<float>::quiet_NaN()));
   }
 
   Zero3Context ctx_;
   std::span<T> params_, grads_, shard_params_, shard_grads_;
   model::TrackedBuffer<T> gathered_;
   std::vector<T> part_;  // (s_l) this rank's summed chunk of the layer being reduce-scattered
+  bool write_shard_ = false;
 };
 
 }  // namespace dtsim::train

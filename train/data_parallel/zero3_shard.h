@@ -32,6 +32,7 @@ class Zero3Shard {
         shard_grads_(&ledger_, model::MemoryCategory::kGradients, layout.shard_size()) {
     layout.take_shard(group.rank(), std::span<const T>(params), shard_params_.span());
     layout.poison_all(group.rank(), params);
+    runner.add_gradients(shard_grads_.span());
     opt_ = make_slice_optimizer(config, shard_params_.span(), &ledger_);
     hooks_ =
         std::make_unique<Zero3Hooks<T>>(Zero3Context{&runner.timeline(), &group, &config, &layout,
@@ -42,9 +43,9 @@ class Zero3Shard {
   Zero3Shard& operator=(const Zero3Shard&) = delete;
 
   Zero3Hooks<T>& hooks() { return *hooks_; }
-  // The shard's summed gradients (the hooks reduce-scatter every micro-batch into them).
+  // The shard's summed gradients: the hooks reduce-scatter every micro-batch into them, the
+  // step's first writing them (Zero3Hooks::set_write_shard).
   std::span<T> grads() { return shard_grads_.span(); }
-  void zero_grads() { std::fill(grads().begin(), grads().end(), T(0.0f)); }
   void optimizer_step() { opt_->step(shard_params_.span(), grads()); }
   // The shards and gathered layers, beside the model's own ledger (activations).
   void observe_memory(PeakMemory& peak, const model::MemoryLedger& model_memory) const {

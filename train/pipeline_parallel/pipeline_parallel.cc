@@ -39,16 +39,16 @@ class LayerStackChunk : public StageChunk {
     return stack_.forward(pass, x, batch);
   }
   std::span<const float> backward(int pass, std::span<float> dy, int batch, float grad_scale,
-                                  bool input_grad) override {
-    return stack_.backward(pass, dy, {grad_scale, batch}, nullptr, input_grad);
+                                  bool input_grad, bool write_grads) override {
+    return stack_.backward(pass, dy, {grad_scale, batch, write_grads}, nullptr, input_grad);
   }
   bool splits_backward() const override { return stack_.splits_backward(); }
   std::span<const float> backward_input(int pass, std::span<float> dy, int batch, float grad_scale,
                                         bool input_grad) override {
     return stack_.backward_input(pass, dy, {grad_scale, batch}, input_grad);
   }
-  void backward_weight(int pass, int batch, float grad_scale) override {
-    stack_.backward_weight(pass, {grad_scale, batch});
+  void backward_weight(int pass, int batch, float grad_scale, bool write_grads) override {
+    stack_.backward_weight(pass, {grad_scale, batch, write_grads});
   }
 
  private:
@@ -152,11 +152,9 @@ class PipelineRank : public RankStrategy {
     }
   }
 
-  // The replica's M micro-batches, run in the schedule's order by run_micro_batches.
+  // The replica's M micro-batches, run in the schedule's order by run_micro_batches; each
+  // chunk's first weight-gradient action writes its gradients (PipelineStage::run).
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
-  void begin_step() override {
-    for (auto& t : chunks_) t->store().zero_grad();
-  }
   float forward_backward(int, const MicroBatch&) override {
     throw std::logic_error("PipelineRank runs its micro-batches in run_micro_batches");
   }
@@ -447,6 +445,7 @@ void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
   std::vector<std::unique_ptr<Trainee>> chunks;
   for (int c = stage; c < p * spec.virtual_stages; c += p) {
     chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c, at)));
+    with_buffers(chunks.back()->store(), [&](auto, auto grads) { runner.add_gradients(grads); });
   }
   auto run = [&](auto tag) {
     PipelineRank<decltype(tag)> rank(config, spec, groups, at.tp_rank == 0, runner, chunks,

@@ -19,7 +19,7 @@ std::span<const float> StageChunk::backward_input(int, std::span<float>, int, fl
   throw std::logic_error("StageChunk: no split backward (splits_backward() is false)");
 }
 
-void StageChunk::backward_weight(int, int, float) {
+void StageChunk::backward_weight(int, int, float, bool) {
   throw std::logic_error("StageChunk: no split backward (splits_backward() is false)");
 }
 
@@ -105,6 +105,13 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
   const OpCounters send_before = counters[OpKind::kSend];
   const OpCounters recv_before = counters[OpKind::kRecv];
   const int v = s.virtual_stages, last = chunks_total_ - 1;
+  written_.assign(v, 0);
+  // The first weight-gradient action of local chunk j in this run writes, the rest add.
+  auto first_write = [&](int j) {
+    const bool first = written_[j] == 0;
+    written_[j] = 1;
+    return first;
+  };
   for (const Action& a : schedule_.ranks[stage_]) {
     const int i = a.micro_batch, batch = mbs[i].batch;
     switch (a.op) {
@@ -153,7 +160,7 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
         const int pass = pass_of_[j][i];
         input_grads_[key] =
             a.op == Op::kBackward
-                ? chunk.backward(pass, dy, batch, mbs[i].grad_scale, a.chunk > 0)
+                ? chunk.backward(pass, dy, batch, mbs[i].grad_scale, a.chunk > 0, first_write(j))
                 : chunk.backward_input(pass, dy, batch, mbs[i].grad_scale, a.chunk > 0);
         give_back(from, key);
         if (a.op == Op::kBackward) release_pass(j, i);  // else the pass waits for its W
@@ -163,7 +170,7 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
       case Op::kBackwardWeight: {
         const int j = a.chunk / p_;
         if (timeline_) timeline_->open(label(a, p_, v).c_str());
-        chunks_[j]->backward_weight(pass_of_[j][i], batch, mbs[i].grad_scale);
+        chunks_[j]->backward_weight(pass_of_[j][i], batch, mbs[i].grad_scale, first_write(j));
         release_pass(j, i);
         if (timeline_) timeline_->close();
         break;

@@ -7,7 +7,8 @@
 // gradients on tag 1 of the pipeline group, each matched in order per (peer, tag): the
 // checker proved the order agrees on both sides. Weight gradients accumulate in each chunk
 // in micro-batch order, as single-rank gradient accumulation does, so a pipeline is bitwise
-// equal to it.
+// equal to it; a chunk's first weight-gradient action of a run writes its gradients (no
+// zero_grad before the step), the later ones add.
 //
 // ZB-H1 splits each backward into B (kBackwardInput: the input gradient the previous stage
 // waits for) and W (kBackwardWeight: the weight gradients), W of each chunk in micro-batch
@@ -45,18 +46,19 @@ class StageChunk {
   // until the pass's next forward.
   virtual std::span<const float> forward(int pass, std::span<const float> x, int batch) = 0;
   // Backward of pass `pass` from dy (batch, out_dim), which it may overwrite; weight
-  // gradients accumulate; returns the input gradient (batch, in_dim) when `input_grad`,
-  // valid until the next backward.
+  // gradients accumulate, or are overwritten when `write_grads` (bitwise accumulating into
+  // zeros); returns the input gradient (batch, in_dim) when `input_grad`, valid until the
+  // next backward.
   virtual std::span<const float> backward(int pass, std::span<float> dy, int batch,
-                                          float grad_scale, bool input_grad) = 0;
+                                          float grad_scale, bool input_grad, bool write_grads) = 0;
   // ZB-H1's split of backward, when splits_backward(): backward_input is backward without
   // the weight gradients (same arguments and result; the pass keeps what the weight half
-  // needs), backward_weight then accumulates the pass's weight gradients. Input then weight
-  // is bitwise backward. The defaults throw std::logic_error.
+  // needs), backward_weight then accumulates (or, `write_grads`, writes) the pass's weight
+  // gradients. Input then weight is bitwise backward. The defaults throw std::logic_error.
   virtual bool splits_backward() const { return false; }
   virtual std::span<const float> backward_input(int pass, std::span<float> dy, int batch,
                                                 float grad_scale, bool input_grad);
-  virtual void backward_weight(int pass, int batch, float grad_scale);
+  virtual void backward_weight(int pass, int batch, float grad_scale, bool write_grads);
 };
 
 // One micro-batch of the step: its samples and its loss gradient's scale.
@@ -94,7 +96,8 @@ class PipelineStage {
   PipelineStage(const PipelineStage&) = delete;
   PipelineStage& operator=(const PipelineStage&) = delete;
 
-  // Runs the stage's actions for one step over `mbs` (m of them). On the last chunk's rank
+  // Runs the stage's actions for one step over `mbs` (m of them): each chunk's weight
+  // gradients end as the step's sum, whatever they held before. On the last chunk's rank
   // (*losses)[i] becomes micro-batch i's mean loss (losses may be null).
   void run(const std::vector<StageMicroBatch>& mbs, const StageData& data,
            std::vector<float>* losses);
@@ -128,6 +131,7 @@ class PipelineStage {
   // Per local chunk j: the pass each micro-batch holds (-1: none) and the free passes.
   std::vector<std::vector<int>> pass_of_;
   std::vector<std::vector<int>> free_passes_;
+  std::vector<char> written_;  // per local chunk: its weight gradients written in this run
   Pool activations_, gradients_, loss_grads_;
   // Per key: the forward's output and the backward's input gradient, until they are sent.
   std::vector<std::span<const float>> outputs_, input_grads_;

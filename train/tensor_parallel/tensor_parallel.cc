@@ -61,19 +61,20 @@ class TpRank : public MeshRank<T> {
     }
   }
 
-  // Every rank of a TP group computes the same loss: its rank 0 reports it.
+  // Every rank of a TP group computes the same loss: its rank 0 reports it. Under ZeRO-3
+  // every micro-batch writes the gradients (the hooks free them after reduce-scattering).
   std::vector<MicroBatch> micro_batches() const override {
     std::vector<MicroBatch> micro = Base::micro_batches();
-    for (MicroBatch& mb : micro) mb.reports_loss = mesh_.coord().tp == 0;
+    for (MicroBatch& mb : micro) {
+      mb.reports_loss = mesh_.coord().tp == 0;
+      if (zero3_) mb.write_grads = true;
+    }
     return micro;
   }
-  void begin_step() override {
-    if (zero3_) return zero3_->zero_grads();
-    Base::begin_step();
-  }
-  // ZeRO-3 reduce-scatters each micro-batch's layer gradients into the shard.
-  void before_micro_batch(int /*index*/) override {
-    if (zero3_) trainee_.store().zero_grad();
+  // ZeRO-3 reduce-scatters each micro-batch's layer gradients into the shard, micro-batch 0
+  // writing the shard's.
+  void before_micro_batch(int index) override {
+    if (zero3_) zero3_->hooks().set_write_shard(index == 0);
   }
   float forward_backward(int step, const MicroBatch& mb) override {
     if (zero3_) return Base::forward_backward(step, mb, zero3_->hooks());

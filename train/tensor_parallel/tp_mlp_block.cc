@@ -53,42 +53,53 @@ void TpMlpBlock::forward(std::span<const float> p, std::span<const float> x, int
   }
 }
 
-// The parts of backward, as in model::MlpBlock: input_part gives dpre (B, H/T) through the
-// local W2 columns and GELU; weight_part the local weight gradients and the replicated b2's
-// (dy, the block output's gradient, is replicated); finish_dx the all-reduced input gradient
-// on top of the residual's (workspace slot 2).
+namespace {
+
+// The weight and bias gradients dy^T x and sum_rows dy, added into (dw, db) or, under
+// BackwardScale::write_grads, written (as model::MlpBlock's).
+void weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
+                  std::span<float> dw, std::span<float> db, int batch, int in, int out) {
+  if (write) {
+    model::linear_weight_grad(dy, x, dw, db, batch, in, out);
+  } else {
+    model::linear_backward(dy, x, {}, {}, dw, db, batch, in, out);
+  }
+}
+
+}  // namespace
+
+// The parts of backward, as in model::MlpBlock: input_part writes dpre (B, H/T) through the
+// local W2 columns and GELU (dh: a (B, H/T) scratch it overwrites); weight_part the local
+// weight gradients and the replicated b2's (dy, the block output's gradient, is replicated);
+// finish_dx the all-reduced input gradient on top of the residual's (workspace slot 2).
 void TpMlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
                             const model::MlpBlockState& s, int batch, std::span<float> dh,
                             std::span<float> dpre) const {
   const int D = dim_, H = local_hidden_;
   const model::MlpBlockOffsets o(D, H);
-  std::fill(dh.begin(), dh.end(), 0.0f);
-  std::fill(dpre.begin(), dpre.end(), 0.0f);
-  model::linear_backward(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), dh, {}, {}, batch, H, D);
-  model::gelu_backward(s.pre.span(), dh, dpre);
+  model::linear_input_grad(dy, p.subspan(o.w2, size_t(D) * H), dh, batch, H, D);
+  model::gelu_grad(s.pre.span(), dh, dpre);
 }
 
 void TpMlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
                              std::span<const float> dpre, const model::MlpBlockState& s, int batch,
-                             std::span<float> g) const {
+                             bool write, std::span<float> g) const {
   const int D = dim_, H = local_hidden_;
   const model::MlpBlockOffsets o(D, H);
-  model::linear_backward(dy, s.hid.span(), {}, {}, g.subspan(o.w2, size_t(D) * H),
-                         g.subspan(o.b2, D), batch, H, D);
-  model::linear_backward(dpre, x, {}, {}, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch,
-                         D, H);
+  weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch,
+               H, D);
+  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
 }
 
-void TpMlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,
-                           std::span<const float> dy, std::span<const float> dpre, int batch,
-                           std::span<float> dx, model::Workspace& ws) const {
+void TpMlpBlock::finish_dx(std::span<const float> p, std::span<const float> dy,
+                           std::span<const float> dpre, int batch, std::span<float> dx,
+                           model::Workspace& ws) const {
   if (dx.empty()) return;  // no input gradient, no all_reduce
   const int D = dim_, H = local_hidden_;
   const model::MlpBlockOffsets o(D, H);
   const size_t bd = size_t(batch) * D;
   std::span<float> dxp = ws.take(2, bd);
-  std::fill(dxp.begin(), dxp.end(), 0.0f);
-  model::linear_backward(dpre, x, p.subspan(o.w1, size_t(H) * D), dxp, {}, {}, batch, D, H);
+  model::linear_input_grad(dpre, p.subspan(o.w1, size_t(H) * D), dxp, batch, D, H);
   tp_->all_reduce(dxp);  // f's backward: sum the partial input gradients
   if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());
   for (size_t i = 0; i < bd; ++i) dx[i] += dxp[i];  // on top of the residual's
@@ -103,11 +114,12 @@ void TpMlpBlock::backward(std::span<const float> p, std::span<const float> x,
   const size_t bh = size_t(batch) * local_hidden_;
   std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
   input_part(p, dy, s, batch, dh, dpre);
-  weight_part(x, dy, dpre, s, batch, g);  // reads dy before dx (which may alias it) is written
-  finish_dx(p, x, dy, dpre, batch, dx, ws);
+  // Reads dy before dx (which may alias it) is written.
+  weight_part(x, dy, dpre, s, batch, scale.write_grads, g);
+  finish_dx(p, dy, dpre, batch, dx, ws);
 }
 
-void TpMlpBlock::backward_input(std::span<const float> p, std::span<const float> x,
+void TpMlpBlock::backward_input(std::span<const float> p, std::span<const float> /*x*/,
                                 std::span<const float> dy, const model::BackwardScale& scale,
                                 std::span<float> dx, model::LayerState& state,
                                 model::Workspace& ws) {
@@ -118,14 +130,14 @@ void TpMlpBlock::backward_input(std::span<const float> p, std::span<const float>
   model::ensure_size(s.dpre, s.ledger, bh);
   std::copy(dy.begin(), dy.end(), s.dy.data());
   input_part(p, s.dy.span(), s, batch, ws.take(0, bh), s.dpre.span());
-  finish_dx(p, x, s.dy.span(), s.dpre.span(), batch, dx, ws);
+  finish_dx(p, s.dy.span(), s.dpre.span(), batch, dx, ws);
 }
 
 void TpMlpBlock::backward_weight(std::span<const float> x, const model::BackwardScale& scale,
                                  std::span<float> g, model::LayerState& state,
                                  model::Workspace& /*ws*/) {
   const auto& s = static_cast<model::MlpBlockState&>(state);
-  weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, g);
+  weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, scale.write_grads, g);
 }
 
 model::Layers tp_mlp_layers(const model::MlpConfig& c, int tp_rank, int tp_size, TracedComm* tp) {

@@ -34,6 +34,8 @@ class TpMlpBlock : public model::Layer {
   int in_dim() const override { return dim_; }
   int out_dim() const override { return dim_; }
   bool backward_in_place() const override { return true; }
+  // backward and backward_weight honour BackwardScale::write_grads.
+  bool writes_grads() const override { return true; }
   std::unique_ptr<model::LayerState> make_state(model::MemoryLedger* ledger) const override;
   // One all_reduce of the (B, D) output.
   void forward(std::span<const float> params, std::span<const float> x, int batch,
@@ -59,10 +61,9 @@ class TpMlpBlock : public model::Layer {
                   const model::MlpBlockState& s, int batch, std::span<float> dh,
                   std::span<float> dpre) const;
   void weight_part(std::span<const float> x, std::span<const float> dy, std::span<const float> dpre,
-                   const model::MlpBlockState& s, int batch, std::span<float> g) const;
-  void finish_dx(std::span<const float> p, std::span<const float> x, std::span<const float> dy,
-                 std::span<const float> dpre, int batch, std::span<float> dx,
-                 model::Workspace& ws) const;
+                   const model::MlpBlockState& s, int batch, bool write, std::span<float> g) const;
+  void finish_dx(std::span<const float> p, std::span<const float> dy, std::span<const float> dpre,
+                 int batch, std::span<float> dx, model::Workspace& ws) const;
 
   std::string name_;
   int dim_, hidden_, local_hidden_, tp_rank_;
