@@ -184,8 +184,10 @@ TEST(Reliability, ACollectiveThatCannotFitTheBudgetFailsNamingIt) {
 
 TEST(Reliability, AReceiverThatTimesOutFirstNamesTheBudgetASenderWaitsFor) {
   // Rank 1's second 1 MiB send cannot fit the 1 MiB budget while its first (tag 1) sits
-  // unreceived; rank 0 began waiting for tag 2 earlier, so its deadline fires first.
-  WorldOptions o = with_timeout(milliseconds(500));
+  // unreceived; rank 0 began waiting for tag 2 half a timeout earlier, so its deadline fires
+  // first. Two races, each with half a timeout of margin (500 ms): rank 1 must be waiting
+  // for the budget when rank 0's deadline fires, and rank 0's must fire before rank 1's.
+  WorldOptions o = with_timeout(milliseconds(1000));
   o.max_bytes_in_flight = size_t{1} << 20;
   o.lend_bytes = SIZE_MAX;
   World w(2, o);
@@ -194,7 +196,7 @@ TEST(Reliability, AReceiverThatTimesOutFirstNamesTheBudgetASenderWaitsFor) {
     if (c.rank() == 0) {
       c.recv(std::span<float>(x), 1, 2);
     } else {
-      std::this_thread::sleep_for(milliseconds(100));
+      std::this_thread::sleep_for(milliseconds(500));
       c.send(std::span<const float>(x), 0, 1);
       c.send(std::span<const float>(x), 0, 2);
     }
