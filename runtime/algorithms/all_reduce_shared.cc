@@ -9,7 +9,7 @@
 // Bitwise the sequential sum, like `deterministic`, which runs instead where the ranks do
 // not share memory (MPI processes) or the buffer is below WorldOptions::lend_bytes.
 #include <algorithm>
-#include <cstring>
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 
@@ -18,9 +18,6 @@
 
 namespace dtsim {
 namespace {
-
-// The temporary a block is summed into: small enough to stay in L1 beside the inputs.
-constexpr size_t kBlockBytes = 8 << 10;
 
 // The peers' buffers this rank holds; released when the call ends, normally or not, so no
 // peer's settle() waits on a rank that failed midway.
@@ -61,22 +58,20 @@ void all_reduce_shared(Exchange& ex, void* data, size_t count, const Reducer& re
   for (int p = 0; p < n; ++p) {
     if (p != r) ex.lend_shared(p, 0, data, count, p);
   }
-  // Scratch (reused across calls): the N messages, N buffer pointers, N flags, the block.
+  // Scratch (reused across calls): the N messages, N buffer pointers, N flags.
   const size_t un = static_cast<size_t>(n);
   const size_t msgs_bytes = (un * sizeof(Message) + 63) / 64 * 64;
-  const size_t ptrs_bytes = (un * sizeof(std::byte*) + 63) / 64 * 64;
-  const size_t flags_bytes = (un + 63) / 64 * 64;
-  std::byte* s = ex.scratch(msgs_bytes + ptrs_bytes + flags_bytes + kBlockBytes + 64);
+  const size_t ptrs_bytes = (un * sizeof(void*) + 63) / 64 * 64;
+  std::byte* s = ex.scratch(msgs_bytes + ptrs_bytes + un + 64);
   s = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(s) + 63) / 64 * 64);
   auto* msgs = reinterpret_cast<Message*>(s);
-  auto* bufs = reinterpret_cast<std::byte**>(s + msgs_bytes);
+  auto* bufs = reinterpret_cast<void**>(s + msgs_bytes);
   auto* taken = reinterpret_cast<bool*>(s + msgs_bytes + ptrs_bytes);
-  std::byte* tmp = s + msgs_bytes + ptrs_bytes + flags_bytes;
   {
     Held held(ex, msgs, taken);
     for (int p = 0; p < n; ++p) {
       if (p == r) {
-        bufs[p] = static_cast<std::byte*>(data);
+        bufs[p] = data;
         continue;
       }
       const Message& m = held.take(p, count);
@@ -84,17 +79,7 @@ void all_reduce_shared(Exchange& ex, void* data, size_t count, const Reducer& re
       bufs[p] = m.data;
     }
     const Chunks ch{count, un};
-    const size_t es = ex.esize();
-    const size_t off = ch.offset(r) * es;
-    const size_t len = ch.size(r) * es;
-    const size_t block = kBlockBytes / es * es;
-    for (size_t i = 0; i < len; i += block) {
-      const size_t bytes = std::min(block, len - i);
-      const size_t at = off + i;
-      red.reduce3(tmp, bufs[0] + at, bufs[1] + at, bytes / es);
-      for (int p = 2; p < n; ++p) red.reduce(tmp, bufs[p] + at, bytes / es);
-      for (int p = 0; p < n; ++p) std::memcpy(bufs[p] + at, tmp, bytes);
-    }
+    red.reduce_all(bufs, n, ch.offset(r), ch.size(r));
   }  // releases the peers' buffers: they may return once all are released
   ex.settle();
   ex.snapshot(data, count);

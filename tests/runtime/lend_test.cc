@@ -266,6 +266,40 @@ TEST(Lend, SharedAllReduceEqualsTheRankOrderSumBitwise) {
   }
 }
 
+// The same where the ranks' buffers sit at different alignments (rank r's starts r mod 8
+// floats into its allocation), so that the vector strips of reduce_all line up with some
+// buffers and straddle cache lines in others, and the ranks peel different heads: still
+// bitwise the rank-order sum, and nothing outside the buffers is written.
+TEST(Lend, SharedAllReduceAtMixedAlignmentsEqualsTheRankOrderSumBitwise) {
+  for (int n : {2, 3, 4, 8, 16}) {
+    World w(n, lend_everything());
+    for (size_t len : {size_t{1}, size_t{33}, size_t{1000}, size_t{4099}, kLargeOdd}) {
+      SCOPED_TRACE(describe_case(n, len, "all_reduce shared, mixed alignment"));
+      const Ranks<float> xs = float_data<float>(n, len, 11 * n + len);
+      Ranks<float> shared(n), ordered = xs;
+      for (int r = 0; r < n; ++r) {
+        shared[r].assign(len + 16, -1.0f);
+        std::copy(xs[r].begin(), xs[r].end(), shared[r].begin() + r % 8);
+      }
+      w.run([&](Communicator& c) {
+        const int r = c.rank();
+        c.all_reduce(std::span<float>(shared[r].data() + r % 8, len), ReduceOp::kSum,
+                     Algo::kShared);
+        c.all_reduce(std::span<float>(ordered[r]), ReduceOp::kSum, Algo::kDeterministic);
+      });
+      for (int r = 0; r < n; ++r) {
+        const std::vector<float> mine(shared[r].begin() + r % 8, shared[r].begin() + r % 8 + len);
+        ASSERT_TRUE(bitwise_equal(Ranks<float>{mine}, Ranks<float>{ordered[0]})) << "rank " << r;
+        for (size_t i = 0; i < shared[r].size(); ++i) {
+          if (i < size_t(r % 8) || i >= r % 8 + len) {
+            ASSERT_EQ(shared[r][i], -1.0f) << "rank " << r << " wrote outside at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // lend_shared hands the receiver the lender's own bytes, writable, and the lender sees
 // the receiver's writes once settle() returns; a plain lend stays read-only.
 TEST(Lend, ASharedLendIsWritableAndTheLenderSeesTheWritesAfterSettle) {
