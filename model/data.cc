@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/check.h"
+#include "model/gemm.h"
 #include "model/kernels.h"
 #include "model/rng.h"
 
@@ -34,10 +35,36 @@ Teacher::Teacher(int in, int hidden, int out, uint64_t seed) : in_(in), hidden_(
 
 void Teacher::apply(std::span<const float> x, std::span<float> hid, std::span<float> y) const {
   DTSIM_CHECK(hid.size() == size_t(hidden_));
-  linear_forward(x, a1_, c1_, hid, 1, in_, hidden_);
-  for (float& v : hid) v = std::tanh(v);
-  linear_forward(hid, a2_, c2_, y, 1, hidden_, out_);
+  apply_batch(x, hid, y, 1);
 }
+
+void Teacher::apply_batch(std::span<const float> x, std::span<float> hid, std::span<float> y,
+                          int count) const {
+  DTSIM_CHECK(x.size() == size_t(count) * in_ && hid.size() == size_t(count) * hidden_ &&
+              y.size() == size_t(count) * out_);
+  linear_forward(x, a1_, c1_, hid, count, in_, hidden_);
+  for (float& v : hid) v = std::tanh(v);
+  linear_forward(hid, a2_, c2_, y, count, hidden_, out_);
+}
+
+namespace {
+
+// y (count, O) = teacher(x (count, D)): one batched pass where the GEMM's bits do not depend
+// on its shape (the same bits as sample by sample, without packing A1 per sample), else
+// sample by sample. hid is (count, hidden) or, sample by sample, at least (hidden).
+void apply_teacher(const Teacher& t, std::span<const float> x, std::span<float> hid,
+                   std::span<float> y, int count) {
+  const size_t D = t.in(), H = t.hidden(), O = t.out();
+  if (gemm_bits_shape_independent()) {
+    t.apply_batch(x.first(count * D), hid.first(count * H), y.first(count * O), count);
+    return;
+  }
+  for (int i = 0; i < count; ++i) {
+    t.apply(x.subspan(i * D, D), hid.first(H), y.subspan(i * O, O));
+  }
+}
+
+}  // namespace
 
 RegressionTask::RegressionTask(int input_dim, int output_dim, uint64_t seed, int teacher_hidden)
     : seed_(seed), teacher_(input_dim, teacher_hidden, output_dim, seed) {}
@@ -46,12 +73,9 @@ void RegressionTask::batch(int64_t step, int first, int count, std::span<float> 
                            std::span<float> y) const {
   const size_t D = teacher_.in(), O = teacher_.out();
   DTSIM_CHECK(x.size() >= count * D && y.size() >= count * O);
-  std::vector<float> hid(teacher_.hidden());  // (hidden)
-  for (int i = 0; i < count; ++i) {
-    auto xi = x.subspan(i * D, D);
-    fill_input(seed_, step, first + i, xi);
-    teacher_.apply(xi, hid, y.subspan(i * O, O));
-  }
+  std::vector<float> hid(size_t(count) * teacher_.hidden());  // (count, hidden)
+  for (int i = 0; i < count; ++i) fill_input(seed_, step, first + i, x.subspan(i * D, D));
+  apply_teacher(teacher_, x, hid, y, count);
 }
 
 ClassificationTask::ClassificationTask(int input_dim, int num_classes, uint64_t seed,
@@ -62,14 +86,13 @@ void ClassificationTask::batch(int64_t step, int first, int count, std::span<flo
                                std::span<int32_t> labels) const {
   const size_t D = teacher_.in(), C = teacher_.out();
   DTSIM_CHECK(x.size() >= count * D && labels.size() >= size_t(count));
-  std::vector<float> hid(teacher_.hidden());  // (hidden)
-  std::vector<float> logits(C);               // (C)
+  std::vector<float> hid(size_t(count) * teacher_.hidden());  // (count, hidden)
+  std::vector<float> logits(size_t(count) * C);               // (count, C)
+  for (int i = 0; i < count; ++i) fill_input(seed_, step, first + i, x.subspan(i * D, D));
+  apply_teacher(teacher_, x, hid, logits, count);
   for (int i = 0; i < count; ++i) {
-    auto xi = x.subspan(i * D, D);
-    fill_input(seed_, step, first + i, xi);
-    teacher_.apply(xi, hid, logits);
-    labels[i] =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const float* row = logits.data() + i * C;
+    labels[i] = static_cast<int32_t>(std::max_element(row, row + C) - row);
   }
 }
 

@@ -16,9 +16,14 @@ namespace dtsim::model {
 class Teacher {
  public:
   Teacher(int in, int hidden, int out, uint64_t seed);
-  // y (out) = A2 tanh(A1 x (in) + c1) + c2, one sample at a time (no batch-shape effects);
-  // hid (hidden) is the caller's workspace, so a batch loop does not allocate per sample.
+  // y (out) = A2 tanh(A1 x (in) + c1) + c2 for one sample; hid (hidden) is the caller's
+  // workspace. Thread safety: const, any number of threads.
   void apply(std::span<const float> x, std::span<float> hid, std::span<float> y) const;
+  // apply over `count` samples: x (count, in), hid (count, hidden), y (count, out). The
+  // same bits as apply sample by sample only where gemm_bits_shape_independent(); the tasks
+  // below use it there and loop over apply elsewhere.
+  void apply_batch(std::span<const float> x, std::span<float> hid, std::span<float> y,
+                   int count) const;
   int in() const { return in_; }
   int hidden() const { return hidden_; }
   int out() const { return out_; }

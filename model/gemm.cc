@@ -47,6 +47,20 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
   blas_sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
+void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                const float* bias, float* c, int ldc) {
+#if DTSIM_GEMM_AVX2
+  if (m > 0 && n > 0 && k > 0) {
+    avx2::sgemm_bias(trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+    return;
+  }
+#endif
+  for (int i = 0; i < m; ++i) std::copy(bias, bias + n, c + size_t(i) * ldc);
+  sgemm(false, trans_b, m, n, k, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 const char* gemm_backend() { return DTSIM_GEMM_AVX2 ? "avx2-fma" : "openblas"; }
+
+bool gemm_bits_shape_independent() { return DTSIM_GEMM_AVX2 != 0; }
 
 }  // namespace dtsim::model

@@ -19,7 +19,18 @@ namespace dtsim::model {
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc);
 
+// C (m, n) = bias + A (m, k) * op(B) (k, n), bias (n) added to every row: bitwise sgemm
+// with beta 1 onto C's rows set to the bias, without writing and reading them. Contract,
+// thread safety and allocation as sgemm.
+void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                const float* bias, float* c, int ldc);
+
 // "avx2-fma" (dtsim's kernel) or "openblas": what this build's GEMMs run.
 const char* gemm_backend();
+
+// True when every C element's bits depend only on its row of op(A), its column of op(B) and
+// its old value (not on m, n or how C is cut into calls), for all but A^T * B^T: dtsim's
+// kernel promises it, OpenBLAS does not (it may take other paths for other shapes).
+bool gemm_bits_shape_independent();
 
 }  // namespace dtsim::model

@@ -126,10 +126,9 @@ void pack_panels(const float* src, ptrdiff_t ld, int k, int j0, int cols, float*
   }
 }
 
-// The 8 x 8 block at src (row stride ld) transposed into dst (row stride kNr).
-void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
-  __m256 r[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+// r[i] = column i of the 8 x 8 block whose rows r[0 .. 7] were.
+inline void transpose8(__m256 r[8]) {
+  __m256 u[8];
   for (int i = 0; i < 8; i += 2) {
     u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -141,9 +140,18 @@ void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
     r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xee);
   }
   for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * kNr, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    u[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+    u[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
   }
+  for (int i = 0; i < 8; ++i) r[i] = u[i];
+}
+
+// The 8 x 8 block at src (row stride ld) transposed into dst (row stride kNr).
+void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  transpose8(r);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * kNr, r[i]);
 }
 
 // The same panels as pack_panels from a transposed source: Q(k, j) = src[j * ld + k], so
@@ -178,15 +186,38 @@ void pack_panels_transposed(const float* src, ptrdiff_t ld, int k, int j0, int c
 
 // A stored (k, m) (P = A^T, P(r, k) = a[k * lda + r]) as kMr-row tiles of k steps of kMr
 // floats, zero beyond m: P(r, k) lands at out[(r / kMr) * kMr * k + k * kMr + r % kMr].
+// A is read kRows rows at a time along the rows (its rows lie up to 4 KiB apart: read down
+// a column, 64 of them would share one L1 set), each tile's share written as one run.
+// A step's kMr floats are one load (masked where 8 would pass row m) and one 8-float store
+// whose last two lanes the next step overwrites (at the last step, kMr floats exactly: the
+// next tile's first step is already written).
 const float* pack_tiles(const float* a, int lda, int m, int k) {
-  const int tiles = (m + kMr - 1) / kMr;
-  float* out = scratch(1, size_t(tiles) * kMr * k);
-  for (int t = 0; t < tiles; ++t) {
-    const int r0 = t * kMr, mr = std::min(kMr, m - r0);
-    float* tile = out + size_t(t) * kMr * k;
-    for (int kk = 0; kk < k; ++kk) {
-      const float* in = a + ptrdiff_t(kk) * lda + r0;
-      for (int r = 0; r < kMr; ++r) tile[kk * kMr + r] = r < mr ? in[r] : 0.0f;
+  static_assert(kMr == 6);
+  constexpr int kRows = 4;
+  const int tiles = (m + kMr - 1) / kMr, wide = m >= 8 ? (m - 8) / kMr + 1 : 0;
+  const size_t tile_len = size_t(kMr) * k;
+  float* out = scratch(1, tiles * tile_len);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  auto step = [&](const float* in, int r0, bool masked, bool last, float* dst) {
+    const __m256 v =
+        masked ? _mm256_maskload_ps(in, _mm256_cmpgt_epi32(_mm256_set1_epi32(m - r0), lane))
+               : _mm256_loadu_ps(in);
+    if (!last) {
+      _mm256_storeu_ps(dst, v);
+    } else {
+      _mm_storeu_ps(dst, _mm256_castps256_ps128(v));
+      _mm_storel_pi(reinterpret_cast<__m64*>(dst + 4), _mm256_extractf128_ps(v, 1));
+    }
+  };
+  for (int k0 = 0; k0 < k; k0 += kRows) {
+    const int k1 = std::min(k, k0 + kRows);
+    for (int t = 0; t < tiles; ++t) {
+      const int r0 = t * kMr;
+      float* dst = out + t * tile_len + size_t(k0) * kMr;
+      const float* in = a + ptrdiff_t(k0) * lda + r0;
+      for (int kk = k0; kk < k1; ++kk, in += lda, dst += kMr) {
+        step(in, r0, t >= wide, kk + 1 == k, dst);
+      }
     }
   }
   return out;
@@ -199,6 +230,36 @@ struct QSource {
   ptrdiff_t ld;
   bool transposed;
 };
+
+// Fetches the line at p (kWrite: for ownership, about to be written). In asm: built with
+// _mm_prefetch, GCC 12 -O2 left no prefetch instruction in this file (objdump).
+template <bool kWrite>
+inline void prefetch_line(const float* p) {
+  if constexpr (kWrite) {
+    asm volatile("prefetchw %0" : : "m"(*reinterpret_cast<const char*>(p)));
+  } else {
+    asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+  }
+}
+
+// Prefetches the kNr floats at p + r * ld for r < rows (two lines: p may be unaligned).
+template <bool kWrite>
+void prefetch_rows(const float* p, ptrdiff_t ld, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    prefetch_line<kWrite>(p + r * ld);
+    prefetch_line<kWrite>(p + r * ld + kNr - 1);
+  }
+}
+
+// Prefetches rows r0 .. r0 + rows - 1 of a unit-k P (the next tile's, read where it lies:
+// a weight's rows, from L3) while the current tile's products run.
+void prefetch_tile_rows(const Operands& o, int r0, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = o.p + ptrdiff_t(r0 + r) * o.prs;
+    for (int kk = 0; kk < o.k; kk += 16) prefetch_line<false>(row + kk);
+    prefetch_line<false>(row + o.k - 1);
+  }
+}
 
 // Runs every tile of P (rows, K) * Q (K, cols) and hands it to epi(r0, rows, j0, cols, t),
 // after epi.prefetch(r0, rows, j0) before the tile's product; an Epi with kDirect takes
@@ -240,6 +301,7 @@ void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_
     o.q = panels - ptrdiff_t(c0 / kNr) * o.q_panel;  // panel of column j0 at (j0 / kNr)
     if (rows_outer) {
       for (int r0 = 0; r0 < rows; r0 += kMr) {
+        if constexpr (kUnitK) prefetch_tile_rows(o, r0 + kMr, std::min(kMr, rows - r0 - kMr));
         for (int j0 = c0; j0 < c1; j0 += kNr) tile(r0, j0);
       }
     } else {
@@ -254,14 +316,6 @@ void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_
 // least.
 int column_chunk(int k) { return std::max(1, (32 * 1024) / (kNr * std::max(k, 1))); }
 
-// Prefetches the kNr floats at p + r * ld for r < rows (two lines: p may be unaligned).
-void prefetch_rows(const float* p, ptrdiff_t ld, int rows) {
-  for (int r = 0; r < rows; ++r) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + r * ld), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(p + r * ld + kNr - 1), _MM_HINT_T1);
-  }
-}
-
 // C = beta * C + t on the tile, C row-major with leading dimension ldc.
 struct StoreEpi {
   static constexpr bool kDirect = true;
@@ -269,7 +323,11 @@ struct StoreEpi {
   int ldc;
   float beta;
   void prefetch(int r0, int rows, int j0) const {
-    if (beta != 0.0f) prefetch_rows(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+    if (beta != 0.0f) {
+      prefetch_rows<false>(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+    } else {  // written only: fetched for ownership while the tile computes
+      prefetch_rows<true>(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+    }
   }
   void direct(int row, int j0, __m256 lo, __m256 hi) const {
     float* dst = c + ptrdiff_t(row) * ldc + j0;
@@ -299,13 +357,119 @@ struct StoreEpi {
   }
 };
 
+// C = bias + t on the tile, bias (cols) added to every row: bitwise StoreEpi with beta 1 onto
+// rows that hold the bias, without writing them first and reading them back.
+struct BiasEpi {
+  static constexpr bool kDirect = true;
+  float* c;
+  int ldc;
+  const float* bias;
+  void prefetch(int r0, int rows, int j0) const {
+    prefetch_rows<true>(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+  }
+  void direct(int row, int j0, __m256 lo, __m256 hi) const {
+    float* dst = c + ptrdiff_t(row) * ldc + j0;
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(bias + j0), lo));
+    _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_loadu_ps(bias + j0 + 8), hi));
+  }
+  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
+    for (int r = 0; r < rows; ++r) {
+      float* dst = c + ptrdiff_t(r0 + r) * ldc + j0;
+      for (int j = 0; j < cols; ++j) dst[j] = bias[j0 + j] + t[r * kNr + j];
+    }
+  }
+};
+
+// The tile of C^T = op(B) A^T handed over as t (row r of the tile: column r0 + r of C;
+// lane i: row j0 + i) written to C(j0 + i, r0 + r) = base + t[r][i], base = bias[r0 + r]
+// (bias not null), else beta * C (nothing when beta is 0). A whole tile goes through two
+// 8 x 8 register transposes and is written as runs of 6 floats, one per C row.
+struct TransposedEpi {
+  static constexpr bool kDirect = false;
+  float* c;
+  int ldc;
+  float beta;
+  const float* bias;
+  void prefetch(int, int, int) const {}
+  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
+    if (rows == kMr && cols == kNr) {
+      alignas(16) float bias6[8] = {};
+      if (bias != nullptr) std::copy(bias + r0, bias + r0 + kMr, bias6);
+      const __m128 b_lo = _mm_load_ps(bias6), b_hi = _mm_load_ps(bias6 + 4);
+      const __m128 bb = _mm_set1_ps(beta);
+      for (int h = 0; h < kNr; h += 8) {
+        __m256 v[8];
+        for (int r = 0; r < kMr; ++r) v[r] = _mm256_load_ps(t + r * kNr + h);
+        for (int r = kMr; r < 8; ++r) v[r] = _mm256_setzero_ps();
+        transpose8(v);
+        for (int i = 0; i < 8; ++i) {
+          float* dst = c + ptrdiff_t(j0 + h + i) * ldc + r0;
+          __m128 lo = _mm256_castps256_ps128(v[i]), hi = _mm256_extractf128_ps(v[i], 1);
+          if (bias != nullptr) {
+            lo = _mm_add_ps(b_lo, lo);
+            hi = _mm_add_ps(b_hi, hi);
+          } else if (beta != 0.0f) {
+            __m128 d_lo = _mm_loadu_ps(dst);
+            __m128 d_hi = _mm_loadl_pi(_mm_setzero_ps(), reinterpret_cast<const __m64*>(dst + 4));
+            if (beta != 1.0f) {
+              d_lo = _mm_mul_ps(bb, d_lo);
+              d_hi = _mm_mul_ps(bb, d_hi);
+            }
+            lo = _mm_add_ps(d_lo, lo);
+            hi = _mm_add_ps(d_hi, hi);
+          }
+          _mm_storeu_ps(dst, lo);
+          _mm_storel_pi(reinterpret_cast<__m64*>(dst + 4), hi);
+        }
+      }
+      return;
+    }
+    for (int i = 0; i < cols; ++i) {
+      float* dst = c + ptrdiff_t(j0 + i) * ldc + r0;
+      for (int r = 0; r < rows; ++r) {
+        const float v = t[r * kNr + i];
+        if (bias != nullptr) {
+          dst[r] = bias[r0 + r] + v;
+        } else if (beta == 0.0f) {
+          dst[r] = v;
+        } else if (beta == 1.0f) {
+          dst[r] = dst[r] + v;
+        } else {
+          dst[r] = beta * dst[r] + v;
+        }
+      }
+    }
+  }
+};
+
+// Floats of packed x^T per chunk in the transposed product: 256 KiB, half of L2.
+constexpr int kTransposedChunkFloats = 64 * 1024;
+
+// x W^T with few rows x as C^T = W x^T: P = W (n, k) read where it lies (its rows run along
+// k; the next tile's rows prefetched), Q = x^T packed (the small operand), C written
+// transposed. Each C element is the same in-order FMA chain as the direct product's.
+void transposed_product(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                        const TransposedEpi& epi) {
+  const int chunk = std::max(1, kTransposedChunkFloats / (kNr * k));
+  run<true>({b, ldb, 1, nullptr, 0, k}, n, m, {a, lda, true}, chunk, true, epi);
+}
+
 }  // namespace
+
+void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                const float* bias, float* c, int ldc) {
+  if (trans_b && m <= n) return transposed_product(m, n, k, a, lda, b, ldb, {c, ldc, 1.0f, bias});
+  run<true>({a, lda, 1, nullptr, 0, k}, m, n, {b, ldb, trans_b}, column_chunk(k), false,
+            BiasEpi{c, ldc, bias});
+}
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
   const StoreEpi store{c, ldc, beta};
   const QSource q{b, ldb, trans_b};
-  if (!trans_a) {  // P = A (m, k) where it lies
+  if (!trans_a && trans_b && m <= n) {
+    transposed_product(m, n, k, a, lda, b, ldb, {c, ldc, beta, nullptr});
+  } else if (!trans_a) {  // P = A (m, k) where it lies
     run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, store);
   } else {  // P = A^T, A stored (k, m): packed into tiles; C a weight gradient, rows outer
     run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true,

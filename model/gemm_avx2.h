@@ -10,10 +10,12 @@
 //
 // A (the broadcast side, a batch of rows) is read where it lies; A^T of A^T * B (the
 // batch-long gradient side of a weight gradient) is copied into 6-row tiles. B is copied
-// into 16-column panels (transposed in 8 x 8 register blocks for B^T, the weight of an
-// x W^T), a few at a time, into a per-thread buffer (grown once, kept). C is written in
-// row-major order; no product is transposed on the way out. Thread safety: any number of
-// threads may call concurrently on disjoint outputs.
+// into 16-column panels (transposed in 8 x 8 register blocks for B^T), a few at a time,
+// into a per-thread buffer (grown once, kept). An x W^T with no more rows of x than of W
+// (the forward) runs as C^T = W x^T instead: W, the broadcast side, read where it lies
+// with the next tile's rows prefetched, x^T packed, and the C^T tile transposed in
+// registers on the way out. Thread safety: any number of threads may call concurrently
+// on disjoint outputs.
 #pragma once
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(DTSIM_NO_OWN_GEMM)
@@ -28,5 +30,8 @@ namespace dtsim::model::avx2 {
 // C (m, n) = beta * C + op(A) * op(B), as model::sgemm; not for trans_a && trans_b.
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc);
+// C (m, n) = bias + A * op(B), as model::sgemm_bias.
+void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                const float* bias, float* c, int ldc);
 }  // namespace dtsim::model::avx2
 #endif

@@ -78,19 +78,17 @@ void linear_forward(std::span<const float> x, std::span<const float> w, std::spa
                     std::span<float> y, int batch, int in, int out) {
   DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   DTSIM_CHECK(y.size() >= size_t(batch) * out && (b.empty() || b.size() == size_t(out)));
-  // Bias fused: y starts as the broadcast bias and the GEMM accumulates onto it.
+  // Bias fused: added to each product as it is stored (bitwise the bias then beta 1).
   const int64_t work = int64_t{batch} * in * out;
   for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int c0, int c1) {
-    float beta = 0.0f;
-    if (!b.empty()) {
-      for (int r = 0; r < batch; ++r) {
-        std::copy(b.data() + c0, b.data() + c1, y.data() + size_t(r) * out + c0);
-      }
-      beta = 1.0f;
+    // y[:, c0:c1] (B, c) = b[c0:c1] + x (B, in) * w[c0:c1, :]^T
+    if (b.empty()) {
+      sgemm(false, true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in, 0.0f,
+            y.data() + c0, out);
+    } else {
+      sgemm_bias(true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in,
+                 b.data() + c0, y.data() + c0, out);
     }
-    // y[:, c0:c1] (B, c) = x (B, in) * w[c0:c1, :]^T
-    sgemm(false, true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in, beta,
-          y.data() + c0, out);
   });
 }
 
@@ -173,6 +171,15 @@ void gelu_forward(std::span<const float> x, std::span<float> y) {
 
 namespace {
 
+// gelu'(v) from e = gelu_exp(v).
+[[gnu::always_inline]] inline Pack gelu_derivative(const Pack& v, const Pack& e) {
+  const Pack s = 1.0f / (1.0f + e);
+  const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
+  // e is inf below x ~ -10.4, where the formula's e * s is inf * 0: gelu' is 0 there.
+  return (e < std::numeric_limits<float>::infinity())
+      .select(s + v * du * (e * s) * s, Pack::Zero());
+}
+
 // dx = base + dy * gelu'(x), base = dx (kAccumulate) or +0 (so a -0 product reads +0, as
 // it would added into zeros).
 template <bool kAccumulate>
@@ -180,12 +187,7 @@ void gelu_backward_impl(std::span<const float> x, std::span<const float> dy, std
   DTSIM_CHECK(dy.size() >= x.size() && dx.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {
     const Pack v = load(x.data() + i, n), g = load(dy.data() + i, n);
-    const Pack e = gelu_exp(v);
-    const Pack s = 1.0f / (1.0f + e);
-    const Pack du = (2.0f * kSqrt2OverPi) * (1.0f + (3.0f * kGeluC) * v.square());
-    // e is inf below x ~ -10.4, where the formula's e * s is inf * 0: gelu' is 0 there.
-    const Pack d =
-        (e < std::numeric_limits<float>::infinity()).select(s + v * du * (e * s) * s, Pack::Zero());
+    const Pack d = gelu_derivative(v, gelu_exp(v));
     const Pack base = kAccumulate ? load(dx.data() + i, n) : Pack::Zero();
     const Pack out = base + g * d;
     store(out, dx.data() + i, n);
@@ -201,6 +203,91 @@ void gelu_backward(std::span<const float> x, std::span<const float> dy, std::spa
 void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<float> dx) {
   gelu_backward_impl<false>(x, dy, dx);
 }
+
+#ifdef EIGEN_VECTORIZE_AVX  // (Eigen/Core brings immintrin.h)
+namespace {
+
+// gelu_exp, gelu_forward's quotient and gelu_derivative on one AVX register, op for op
+// (Eigen's own pexp; with fp contraction off every other op rounds as the Array
+// expressions do), without the Arrays' round trips through the stack.
+using P8 = Eigen::internal::Packet8f;
+
+struct Gelu8 {
+  P8 y, d;
+};
+
+Gelu8 gelu8(P8 v) {
+  using namespace Eigen::internal;
+  const P8 one = pset1<P8>(1.0f);
+  const P8 cube = pmul(pmul(v, v), v);
+  const P8 e = pexp(pmul(pset1<P8>(-2.0f * kSqrt2OverPi), padd(v, pmul(pset1<P8>(kGeluC), cube))));
+  const P8 s = pdiv(one, padd(one, e));
+  const P8 du =
+      pmul(pset1<P8>(2.0f * kSqrt2OverPi), padd(one, pmul(pset1<P8>(3.0f * kGeluC), pmul(v, v))));
+  const P8 d = padd(s, pmul(pmul(pmul(v, du), pmul(e, s)), s));
+  const P8 finite = _mm256_cmp_ps(e, pset1<P8>(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
+  return {pdiv(v, padd(one, e)), _mm256_and_ps(finite, d)};
+}
+
+// Calls fn(i, n) for the 8-float groups of [0, n), n = 8 except for the tail.
+template <class Fn>
+void for_eights(size_t n, Fn&& fn) {
+  for_elements(n, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i += 8) fn(i, static_cast<int>(std::min<size_t>(8, i1 - i)));
+  });
+}
+
+P8 load8(const float* p, int n) {
+  if (n == 8) return _mm256_loadu_ps(p);
+  alignas(32) float v[8] = {};
+  std::copy(p, p + n, v);
+  return _mm256_load_ps(v);
+}
+
+void store8(P8 v, float* p, int n) {
+  if (n == 8) return _mm256_storeu_ps(p, v);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  std::copy(t, t + n, p);
+}
+
+}  // namespace
+
+void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d) {
+  DTSIM_CHECK(y.size() >= x.size() && d.size() >= x.size());
+  for_eights(x.size(), [&](size_t i, int n) {
+    const Gelu8 g = gelu8(load8(x.data() + i, n));  // x read before d, which may alias it
+    store8(g.y, y.data() + i, n);
+    store8(g.d, d.data() + i, n);
+  });
+}
+
+void gelu_grad_from_kept(std::span<const float> d, std::span<const float> dy, std::span<float> dx) {
+  DTSIM_CHECK(dy.size() >= d.size() && dx.size() >= d.size());
+  for_eights(d.size(), [&](size_t i, int n) {
+    const P8 prod = _mm256_mul_ps(load8(dy.data() + i, n), load8(d.data() + i, n));
+    store8(_mm256_add_ps(_mm256_setzero_ps(), prod), dx.data() + i, n);
+  });
+}
+#else
+void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d) {
+  DTSIM_CHECK(y.size() >= x.size() && d.size() >= x.size());
+  for_packs(x.size(), [&](size_t i, int n) {
+    const Pack v = load(x.data() + i, n);  // read before d, which may alias x, is written
+    const Pack e = gelu_exp(v);
+    store(v / (1.0f + e), y.data() + i, n);
+    store(gelu_derivative(v, e), d.data() + i, n);
+  });
+}
+
+void gelu_grad_from_kept(std::span<const float> d, std::span<const float> dy, std::span<float> dx) {
+  DTSIM_CHECK(dy.size() >= d.size() && dx.size() >= d.size());
+  for_packs(d.size(), [&](size_t i, int n) {
+    const Pack out = Pack::Zero() + load(dy.data() + i, n) * load(d.data() + i, n);
+    store(out, dx.data() + i, n);
+  });
+}
+#endif
 
 void relu_forward(std::span<const float> x, std::span<float> y) {
   DTSIM_CHECK(y.size() >= x.size());

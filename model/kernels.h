@@ -41,6 +41,12 @@ void gelu_forward(std::span<const float> x, std::span<float> y);
 void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx);
 // dx = dy * gelu'(x) elementwise, WRITTEN: bitwise gelu_backward into a zero-filled dx.
 void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<float> dx);
+// y = gelu(x) and d = gelu'(x) elementwise from one exp per element: y bitwise
+// gelu_forward's, d bitwise the factor gelu_grad multiplies dy by. d may be x itself (the
+// pre-activations replaced by the derivative, which is all a backward needs of them).
+void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d);
+// dx = dy * d elementwise, WRITTEN, d from gelu_forward_keep_grad: bitwise gelu_grad(x, dy, dx).
+void gelu_grad_from_kept(std::span<const float> d, std::span<const float> dy, std::span<float> dx);
 
 // y = max(x, 0) elementwise.
 void relu_forward(std::span<const float> x, std::span<float> y);

@@ -83,7 +83,7 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
   auto& s = static_cast<MlpBlockState&>(state);
   s.ensure(size_t(batch) * H);
   linear_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(), batch, D, H);
-  gelu_forward(s.pre.span(), s.hid.span());
+  gelu_forward_keep_grad(s.pre.span(), s.hid.span(), s.pre.span());  // pre := gelu'(pre)
   linear_forward(s.hid.span(), p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), y, batch, H, D);
   const size_t bd = size_t(batch) * D;
   for (size_t i = 0; i < bd; ++i) y[i] += x[i];  // residual
@@ -100,7 +100,7 @@ void MlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
   linear_input_grad(dy, p.subspan(o.w2, size_t(D) * H), dh, batch, H, D);
-  gelu_grad(s.pre.span(), dh, dpre);
+  gelu_grad_from_kept(s.pre.span(), dh, dpre);
 }
 
 void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
@@ -108,9 +108,10 @@ void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
                            bool write, std::span<float> g) const {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
+  // W1's first, while dpre (just written) is in L2; the two are independent.
+  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
   weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch,
                H, D);
-  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
 }
 
 void MlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,

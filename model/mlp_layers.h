@@ -55,8 +55,8 @@ class Linear : public Layer {
 };
 
 // A residual Linear-GELU-Linear block "<name>.w1" (H, D), ".b1" (H), ".w2" (D, H), ".b2" (D).
-// Saves pre = W1 x + b1 and hid = gelu(pre), (B, H) each; backward uses workspace slots 0
-// and 1 (B, H) and may run in place (dx aliasing dy).
+// Saves gelu'(pre) (in MlpBlockState::pre) and hid = gelu(pre), pre = W1 x + b1, (B, H)
+// each; backward uses workspace slots 0 and 1 (B, H) and may run in place (dx aliasing dy).
 class MlpBlock : public Layer {
  public:
   MlpBlock(std::string name, int dim, int hidden)
@@ -105,9 +105,10 @@ struct LinearState : LayerState {
   TrackedBuffer<float> dy;  // allocated by the first backward_input
 };
 
-// What a block saves per micro-batch: (B, H) pre-activations and GELU outputs; for a split
-// backward also its output gradient dy (B, D) and pre-activation gradient dpre (B, H),
-// allocated by the first backward_input.
+// What a block saves per micro-batch: (B, H) pre-activations (MlpBlock replaces them by
+// their GELU derivative, gelu_forward_keep_grad: all its backward reads of them) and GELU
+// outputs; for a split backward also its output gradient dy (B, D) and pre-activation
+// gradient dpre (B, H), allocated by the first backward_input.
 struct MlpBlockState : LayerState {
   explicit MlpBlockState(MemoryLedger* ledger) : ledger(ledger) {}
   // Sizes pre and hid for n elements each.

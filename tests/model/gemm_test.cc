@@ -3,7 +3,9 @@
 // for the four transpose cases and beta 0, 1 and 0.5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -116,6 +118,22 @@ TEST_P(GemmTest, Avx2KernelIsOneInOrderFmaChainPerElement) {
   }
 }
 
+// sgemm_bias is sgemm with beta 1 onto rows set to the bias, bitwise, edges included.
+TEST_P(GemmTest, BiasVariantEqualsBetaOneOntoTheBias) {
+  const GemmCase c = GetParam();
+  if (c.ta) GTEST_SKIP() << "sgemm_bias takes A untransposed";
+  const Operands o(c);
+  std::vector<float> bias = testing::random_vector(c.n, 14);
+  bias[0] = -0.0f;  // -0 + a +0 chain is +0 either way
+  std::vector<float> want = o.c0, got = o.c0;
+  for (int i = 0; i < c.m; ++i)
+    std::copy(bias.begin(), bias.end(), want.begin() + size_t(i) * o.ldc);
+  sgemm(false, c.tb, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, 1.0f, want.data(), o.ldc);
+  sgemm_bias(c.tb, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, bias.data(), got.data(),
+             o.ldc);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmTest,
     ::testing::Values(GemmCase{false, false, 1, 1, 1}, GemmCase{false, false, 5, 7, 3},
@@ -123,9 +141,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{false, false, 13, 33, 65}, GemmCase{false, false, 64, 130, 256},
                       GemmCase{true, false, 1, 1, 1}, GemmCase{true, false, 5, 7, 3},
                       GemmCase{true, false, 7, 17, 9}, GemmCase{true, false, 130, 40, 64},
-                      GemmCase{true, false, 19, 1030, 16}, GemmCase{false, true, 1, 1, 1},
-                      GemmCase{false, true, 5, 7, 3}, GemmCase{false, true, 17, 7, 9},
-                      GemmCase{false, true, 64, 70, 256}, GemmCase{false, true, 33, 6, 1030},
+                      GemmCase{true, false, 19, 1030, 16}, GemmCase{true, false, 12, 16, 5},
+                      GemmCase{false, true, 1, 1, 1}, GemmCase{false, true, 5, 7, 3},
+                      GemmCase{false, true, 17, 7, 9}, GemmCase{false, true, 64, 70, 256},
+                      GemmCase{false, true, 17, 40, 33}, GemmCase{false, true, 3, 1030, 5},
+                      GemmCase{false, true, 16, 18, 8}, GemmCase{false, true, 33, 6, 1030},
                       GemmCase{true, true, 5, 7, 3}, GemmCase{true, true, 17, 16, 9}),
     case_name);
 

@@ -3,6 +3,7 @@
 // ZeRO-style shard ledger that holds only 12 * Psi / N of optimizer state.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "model/memory.h"
@@ -102,6 +103,23 @@ TEST(MemoryTest, TrackedBufferReleasesOnDestruction) {
     EXPECT_EQ(ledger.bytes(MC::kAdamM), 20);
   }
   EXPECT_EQ(ledger.total_bytes(), 0);
+}
+
+// Buffers of 2 MiB and more start on a 2 MiB boundary (so they can be huge pages), hold
+// their initial value everywhere and count their logical size only; smaller ones as before.
+TEST(MemoryTest, LargeTrackedBuffersAreHugePageAlignedAndCountedByTheirSize) {
+  MemoryLedger ledger;
+  const size_t big = (size_t{2} << 20) / sizeof(float) + 5, small = 1000;
+  TrackedBuffer<float> a(&ledger, MC::kWeights, big, 1.5f);
+  TrackedBuffer<float> b(&ledger, MC::kGradients, small, 2.5f);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(ledger.bytes(MC::kWeights), static_cast<int64_t>(big * sizeof(float)));
+  EXPECT_EQ(a[0], 1.5f);
+  EXPECT_EQ(a[big - 1], 1.5f);
+  EXPECT_EQ(b[small - 1], 2.5f);
+  a.resize(small);  // shrinks below the threshold: the same contents, released through free
+  EXPECT_EQ(a[small - 1], 1.5f);
+  EXPECT_EQ(ledger.bytes(MC::kWeights), static_cast<int64_t>(small * sizeof(float)));
 }
 
 }  // namespace
