@@ -42,8 +42,11 @@ if [ "$sig" = KILL ]; then
   grep -q "process rank $rank .*exited on signal 9" "$out" || { echo "FAIL: no line names the lost rank"; exit 1; }
 else
   # A rank waiting in a ring names its own predecessor, which may itself wait on the stopped
-  # rank; the end-of-run check that follows names the stopped one, on the same line.
-  grep -qE "waiting for rank [0-9].*lost process $rank \(rank $rank\)" "$out" ||
+  # rank; the end-of-run check that follows names the stopped one, on the same line. When
+  # the stop lands between an iteration's last collective and the stopped process's
+  # end-of-run message, the others are in no collective and that check's line alone names
+  # it ("rank R: lost process R (rank R): no end-of-run message within 8.0 s").
+  grep -qE "lost process $rank \(rank $rank\): no end-of-run message" "$out" ||
     { echo "FAIL: no line names the lost rank"; exit 1; }
 fi
 for p in "${pids[@]}"; do
