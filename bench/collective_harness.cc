@@ -23,11 +23,6 @@ float contribution(int r, size_t i) {
 float sum_of(int n, size_t i) {
   return static_cast<float>(n * (n + 1) / 2) + static_cast<float>(n) * static_cast<float>(i % 7);
 }
-// From this size on, timed calls are separated by a barrier. It predates the mailboxes'
-// byte budget (mailbox.h), when a rank running ahead in a direct algorithm could park
-// 32 x 64 MiB per channel (the N = 8 matrix once needed 24 GB); it stays so that each large
-// call is timed alone, as in RESULTS.md. The barrier costs < 1% of a call this large.
-constexpr size_t kFenceBytes = size_t{4} << 20;
 
 float pattern(size_t i) { return static_cast<float>(i % 1000) + 1.0f; }
 
@@ -265,7 +260,6 @@ CollResult CollectiveHarness::run(const CollCase& c, int64_t iters, int trials, 
   const size_t n = static_cast<size_t>(c.ranks);
   std::vector<int64_t> wrong(n, 0);
   std::vector<std::vector<Clock::time_point>> start(n), stop(n);
-  const bool fenced = c.size_bytes() >= kFenceBytes;
   w.run([&](Communicator& comm) {
     const int r = comm.rank();
     RankBuffers& b = buffers_[static_cast<size_t>(r)];
@@ -282,7 +276,6 @@ CollResult CollectiveHarness::run(const CollCase& c, int64_t iters, int trials, 
       start[static_cast<size_t>(r)].push_back(Clock::now());
       for (int64_t i = 0; i < iters; ++i) {
         call(comm, c, b.in, b.out);
-        if (fenced) comm.barrier();
       }
       stop[static_cast<size_t>(r)].push_back(Clock::now());
     }

@@ -5,7 +5,9 @@
 // at a barrier and runs `iters` back-to-back calls. A trial's time is wall clock from the
 // first rank leaving the barrier to the last rank finishing (max over ranks), divided by
 // `iters`, so the wake-up of World::run itself is never part of a collective's time.
-// Calls of 4 MiB and more are separated by a barrier (collective_harness.cc says why).
+// Every size runs back to back, as nccl-tests and bench/mpi_allreduce.cc do (until 2026-12-01
+// calls of 4 MiB and more were separated by a barrier, a relic of the days before the byte
+// budget; bench/RESULTS.md says which rows were measured with it).
 //
 // Sizes follow nccl-tests: `bytes` is the whole buffer (all_reduce, broadcast, reduce),
 // the reduce_scatter input, the all_gather output, the all_to_all input of one rank.
