@@ -37,7 +37,12 @@
 
 #include <immintrin.h>
 
+#include "bench/collective_harness.h"
+
 namespace {
+
+using dtsim::bench::median;
+using dtsim::bench::parse_bytes;
 
 using Clock = std::chrono::steady_clock;
 // Eight floats: one AVX register, or two SSE halves in a portable build. V8u is the
@@ -181,21 +186,6 @@ struct Options {
                "plain|unrolled|wide|prefetch|blocked|stream] [-v]\n",
                why);
   std::exit(2);
-}
-
-bool parse_bytes(const std::string& s, size_t* out) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (end == s.c_str()) return false;
-  const std::string suffix = end;
-  const unsigned long long mult = suffix.empty() || suffix == "B" ? 1
-                                  : suffix == "K"                 ? 1ull << 10
-                                  : suffix == "M"                 ? 1ull << 20
-                                  : suffix == "G"                 ? 1ull << 30
-                                                                  : 0;
-  if (mult == 0) return false;
-  *out = static_cast<size_t>(v * mult);
-  return true;
 }
 
 Options parse(int argc, char** argv) {
@@ -370,12 +360,6 @@ struct Variant {
   int64_t iters;
   std::vector<double> seconds;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 }  // namespace
 
