@@ -9,6 +9,7 @@
 # minimum over rounds of each binary's per-run median step CPU time (bench/mlp_step.cc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/stats.sh
 rounds=${1:-16}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || {
   echo "usage: bench/gemm_ab.sh [rounds >= 1] (got '$rounds')" >&2
@@ -33,7 +34,5 @@ done
 for dir in build-blas build; do
   name="own-avx2"
   [[ $dir == build-blas ]] && name=openblas
-  tr ' ' '\n' <<<"${runs[$dir]}" | grep -v '^$' | sort -g | awk -v n="$name" -v r="$rounds" \
-    '{a[NR] = $1} END {printf "%-9s step cpu ms over %d rounds: q1 %.3f median %.3f min %.3f\n",
-      n, r, a[int(NR / 4) + 1], (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2, a[1]}'
+  step_summary 9 "$name" "$rounds" <<<"${runs[$dir]}"
 done

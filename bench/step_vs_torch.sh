@@ -12,6 +12,7 @@
 # (scripts/quickstart.sh does not install it: bench/torch_compare.sh says how).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/stats.sh
 rounds=${1:-11}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || {
   echo "usage: bench/step_vs_torch.sh [rounds >= 1] (got '$rounds')" >&2
@@ -34,9 +35,7 @@ for ((r = 1; r <= rounds; r++)); do
   runs[3]+="$(taskset -c 0 /usr/bin/python3 bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}') "
 done
 for i in 0 1 2 3; do
-  tr ' ' '\n' <<<"${runs[$i]}" | grep -v '^$' | sort -g | awk -v n="${names[$i]}" -v r="$rounds" \
-    '{a[NR] = $1} END {printf "%-33s step cpu ms over %d rounds: q1 %.3f median %.3f min %.3f\n",
-      n, r, a[int(NR / 4) + 1], (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2, a[1]}'
+  step_summary 33 "${names[$i]}" "$rounds" <<<"${runs[$i]}"
 done
 taskset -c 0 build/bench/fma_floor | tail -1
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -18,6 +18,7 @@
 # as in the Quick start) if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/stats.sh
 
 rounds=${1:-5}
 steps=${2:-50}
@@ -76,7 +77,6 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$floor"
 floor_ms=$(awk '/floor/ {for (i = 1; i <= NF; i++) if ($i == "floor") print $(i + 1)}' <<<"$floor")
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 echo
 echo "MLP D 256 H 1024, 1 block, global batch 64, SGD fp32, $steps steps; medians of $rounds rounds"
 printf '%6s %14s %14s %14s %16s\n' ranks "torch ms" "dtsim ms" "torch/dtsim" "dtsim/FMA floor"

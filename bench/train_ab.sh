@@ -9,8 +9,9 @@
 # seconds_per_step, the median over its steps after the first (wall time). Prints the
 # machine and load before and after, then per strategy each binary's median over the
 # rounds and the median of the per-round NEW/BASE ratios. Run it from a shell that did
-# `echo -10 > /proc/self/autogroup` on a shared machine (BRIEF: measuring).
+# `echo -10 > /proc/self/autogroup` on a shared machine, so other programs wait first.
 set -euo pipefail
+. "$(dirname "$0")/stats.sh"
 usage() {
   echo "usage: bench/train_ab.sh BASE_DTSIM NEW_DTSIM [rounds >= 1] [steps >= 2]" >&2
   exit 2
@@ -42,12 +43,10 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 echo "uptime after: $(uptime)"
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR] = $1}
-  END {printf "%.3f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 for strategy in single ddp; do
   b=${runs[$strategy.base]} n=${runs[$strategy.new]}
   ratios=$(paste -d' ' <(tr ' ' '\n' <<<"$b" | grep -v '^$') <(tr ' ' '\n' <<<"$n" | grep -v '^$') |
     awk '{printf "%.4f ", $2 / $1}')
-  printf "%-6s base median %s ms  new median %s ms  new/base per-round median %s  (%d rounds of %d steps)\n" \
+  printf "%-6s base median %.3f ms  new median %.3f ms  new/base per-round median %.3f  (%d rounds of %d steps)\n" \
     "$strategy" "$(median <<<"$b")" "$(median <<<"$n")" "$(median <<<"$ratios")" "$rounds" "$steps"
 done
