@@ -160,6 +160,11 @@ void linear_weight_grad(std::span<const float> dy, std::span<const float> x, std
   weight_grad(dy, x, dw, db, batch, in, out, 0.0f);
 }
 
+void linear_weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
+                         std::span<float> dw, std::span<float> db, int batch, int in, int out) {
+  weight_grad(dy, x, dw, db, batch, in, out, write ? 0.0f : 1.0f);
+}
+
 void gelu_forward(std::span<const float> x, std::span<float> y) {
   DTSIM_CHECK(y.size() >= x.size());
   for_packs(x.size(), [&](size_t i, int n) {

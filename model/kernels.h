@@ -34,6 +34,10 @@ void linear_input_grad(std::span<const float> dy, std::span<const float> w, std:
 // WRITTEN, not added (db empty: none). Bitwise what linear_backward adds into zeros.
 void linear_weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,
                         std::span<float> db, int batch, int in, int out);
+// The same weight gradients written when `write` (linear_weight_grad), else added into (dw, db)
+// (linear_backward's): a layer's backward under BackwardScale::write_grads or not.
+void linear_weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
+                         std::span<float> dw, std::span<float> db, int batch, int in, int out);
 
 // y = gelu(x) elementwise, tanh approximation (as GPT-2 / torch approximate="tanh").
 void gelu_forward(std::span<const float> x, std::span<float> y);

@@ -6,21 +6,6 @@
 #include "model/kernels.h"
 
 namespace dtsim::model {
-namespace {
-
-// The weight and bias gradients dy^T x and sum_rows dy, added into (dw, db) or, under
-// BackwardScale::write_grads, written.
-void weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
-                  std::span<float> dw, std::span<float> db, int batch, int in, int out) {
-  if (write) {
-    linear_weight_grad(dy, x, dw, db, batch, in, out);
-  } else {
-    linear_backward(dy, x, {}, {}, dw, db, batch, in, out);
-  }
-}
-
-}  // namespace
-
 void Linear::add_params(ParamLayout& layout) const {
   layout.begin_layer(name_);
   layout.add(name_ + ".w", out_, in_);
@@ -41,8 +26,8 @@ void Linear::backward(std::span<const float> p, std::span<const float> x, std::s
                       const BackwardScale& scale, std::span<float> g, std::span<float> dx,
                       LayerState& /*state*/, Workspace& /*ws*/) {
   if (!dx.empty()) linear_input_grad(dy, p.first(size_t(out_) * in_), dx, scale.batch, in_, out_);
-  weight_grads(scale.write_grads, dy, x, g.first(size_t(out_) * in_),
-               g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
+  linear_weight_grads(scale.write_grads, dy, x, g.first(size_t(out_) * in_),
+                      g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
 void Linear::backward_input(std::span<const float> p, std::span<const float> /*x*/,
@@ -60,8 +45,8 @@ void Linear::backward_weight(std::span<const float> x, const BackwardScale& scal
                              std::span<float> g, LayerState& state, Workspace& /*ws*/) {
   const auto& s = static_cast<LinearState&>(state);
   // The weight (dy^T x) and bias (sum of dy) products of backward; w itself is not read.
-  weight_grads(scale.write_grads, s.dy.span(), x, g.first(size_t(out_) * in_),
-               g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
+  linear_weight_grads(scale.write_grads, s.dy.span(), x, g.first(size_t(out_) * in_),
+                      g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
 void MlpBlock::add_params(ParamLayout& layout) const {
@@ -109,9 +94,10 @@ void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
   // W1's first, while dpre (just written) is in L2; the two are independent.
-  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
-  weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch,
-               H, D);
+  linear_weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D,
+                      H);
+  linear_weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D),
+                      batch, H, D);
 }
 
 void MlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,

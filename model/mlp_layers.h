@@ -105,10 +105,11 @@ struct LinearState : LayerState {
   TrackedBuffer<float> dy;  // allocated by the first backward_input
 };
 
-// What a block saves per micro-batch: (B, H) pre-activations (MlpBlock replaces them by
-// their GELU derivative, gelu_forward_keep_grad: all its backward reads of them) and GELU
-// outputs; for a split backward also its output gradient dy (B, D) and pre-activation
-// gradient dpre (B, H), allocated by the first backward_input.
+// What a block saves per micro-batch: (B, H) GELU derivatives at the pre-activations (the
+// forward writes them over the pre-activations, gelu_forward_keep_grad: all a backward reads
+// of them; MlpBlock and train/'s TpMlpBlock alike) and GELU outputs; for a split backward also its
+// output gradient dy (B, D) and pre-activation gradient dpre (B, H), allocated by the first
+// backward_input.
 struct MlpBlockState : LayerState {
   explicit MlpBlockState(MemoryLedger* ledger) : ledger(ledger) {}
   // Sizes pre and hid for n elements each.

@@ -42,7 +42,7 @@ void TpMlpBlock::forward(std::span<const float> p, std::span<const float> x, int
   // Column-parallel W1 (+ local b1), local GELU, row-parallel W2 without its bias.
   model::linear_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(), batch,
                         D, H);
-  model::gelu_forward(s.pre.span(), s.hid.span());
+  model::gelu_forward_keep_grad(s.pre.span(), s.hid.span(), s.pre.span());  // pre := gelu'(pre)
   model::linear_forward(s.hid.span(), p.subspan(o.w2, size_t(D) * H), {}, y, batch, H, D);
   tp_->all_reduce(y);  // g: sum the partial block outputs
   std::span<const float> b2 = p.subspan(o.b2, D);
@@ -52,21 +52,6 @@ void TpMlpBlock::forward(std::span<const float> p, std::span<const float> x, int
     for (int d = 0; d < D; ++d) row[d] = row[d] + b2[d] + in[d];  // b2 once, then residual
   }
 }
-
-namespace {
-
-// The weight and bias gradients dy^T x and sum_rows dy, added into (dw, db) or, under
-// BackwardScale::write_grads, written (as model::MlpBlock's).
-void weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
-                  std::span<float> dw, std::span<float> db, int batch, int in, int out) {
-  if (write) {
-    model::linear_weight_grad(dy, x, dw, db, batch, in, out);
-  } else {
-    model::linear_backward(dy, x, {}, {}, dw, db, batch, in, out);
-  }
-}
-
-}  // namespace
 
 // The parts of backward, as in model::MlpBlock: input_part writes dpre (B, H/T) through the
 // local W2 columns and GELU (dh: a (B, H/T) scratch it overwrites); weight_part the local
@@ -78,7 +63,7 @@ void TpMlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
   const int D = dim_, H = local_hidden_;
   const model::MlpBlockOffsets o(D, H);
   model::linear_input_grad(dy, p.subspan(o.w2, size_t(D) * H), dh, batch, H, D);
-  model::gelu_grad(s.pre.span(), dh, dpre);
+  model::gelu_grad_from_kept(s.pre.span(), dh, dpre);
 }
 
 void TpMlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
@@ -86,9 +71,10 @@ void TpMlpBlock::weight_part(std::span<const float> x, std::span<const float> dy
                              bool write, std::span<float> g) const {
   const int D = dim_, H = local_hidden_;
   const model::MlpBlockOffsets o(D, H);
-  weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H), g.subspan(o.b2, D), batch,
-               H, D);
-  weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H), batch, D, H);
+  model::linear_weight_grads(write, dy, s.hid.span(), g.subspan(o.w2, size_t(D) * H),
+                             g.subspan(o.b2, D), batch, H, D);
+  model::linear_weight_grads(write, dpre, x, g.subspan(o.w1, size_t(H) * D), g.subspan(o.b1, H),
+                             batch, D, H);
 }
 
 void TpMlpBlock::finish_dx(std::span<const float> p, std::span<const float> dy,
