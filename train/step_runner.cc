@@ -36,7 +36,6 @@ void StepRunner::run(RankStrategy& s) {
     const auto start = std::chrono::steady_clock::now();
     std::fill(sums.begin(), sums.end(), 0.0);
     if (config_.poison_gradients) poison_gradients();
-    s.begin_step();
     losses.assign(micro.size(), 0.0f);
     if (!s.run_micro_batches(step, micro, &losses)) {
       for (size_t i = 0; i < micro.size(); ++i) {

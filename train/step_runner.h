@@ -1,7 +1,6 @@
 // The training step, written once for every strategy and both references:
 //
-//   for step:  begin_step
-//              for micro-batch: forward and backward, with the strategy's hooks
+//   for step:  for micro-batch: forward and backward, with the strategy's hooks
 //                (or the strategy runs all of the step's micro-batches in an order of its
 //                own, run_micro_batches: a pipeline stage's schedule); the first backward
 //                writes the gradients, the others add to them (MicroBatch::write_grads):
@@ -63,9 +62,6 @@ class RankStrategy {
   virtual ~RankStrategy() = default;
   // The micro-batches of every step, in the order they run.
   virtual std::vector<MicroBatch> micro_batches() const = 0;
-  // Before the first micro-batch: reset what the step accumulates into that no micro-batch
-  // writes (the gradients are written by MicroBatch::write_grads, not zeroed here).
-  virtual void begin_step() {}
   virtual void before_micro_batch(int /*index*/) {}
   // Forward and backward of one micro-batch with the strategy's hooks; returns its mean loss.
   virtual float forward_backward(int step, const MicroBatch& mb) = 0;
