@@ -80,8 +80,13 @@ std::span<const float> ParamStore::layer_params(int layer) {
 std::span<float> ParamStore::begin_layer_grads(int layer, bool write) {
   const ParamRange r = layout_.layer_range(layer);
   if (precision_ == Precision::kFp32) return grads_.span().subspan(r.begin, r.size());
-  if (write) std::fill(grads_bf16_.data() + r.begin, grads_bf16_.data() + r.end, BFloat16());
-  std::fill(work_grads_.data(), work_grads_.data() + r.size(), 0.0f);
+  // Writing: the layer writes the fp32 staging (or LayerStack zero-fills it for a layer that
+  // cannot write), so only the bf16 sums it is added into start from zero.
+  if (write) {
+    std::fill(grads_bf16_.data() + r.begin, grads_bf16_.data() + r.end, BFloat16());
+  } else {
+    std::fill(work_grads_.data(), work_grads_.data() + r.size(), 0.0f);
+  }
   return work_grads_.span().first(r.size());
 }
 

@@ -48,9 +48,10 @@ class ParamStore {
   // fp32 view of layer `layer`'s parameters for compute: the buffer itself (fp32) or the
   // widened bf16 weights in a workspace valid until the next call (mixed).
   std::span<const float> layer_params(int layer);
-  // fp32 gradient target for layer `layer`: the buffer itself (fp32) or a zeroed workspace
-  // (mixed) that end_layer_grads() adds into the bf16 grads. `write`: the caller overwrites
-  // the layer's grads (the bf16 grads of the layer are zeroed here; fp32 are left as they are).
+  // fp32 gradient target for layer `layer`: the buffer itself (fp32) or a workspace (mixed)
+  // that end_layer_grads() adds into the bf16 grads, zeroed here unless `write`. `write`: the
+  // caller overwrites every element of the target (the bf16 grads of the layer are zeroed
+  // here instead; fp32 are left as they are).
   std::span<float> begin_layer_grads(int layer, bool write = false);
   // Finishes layer `layer`'s backward (mixed: bf16_grad = rne(bf16_grad + workspace)).
   void end_layer_grads(int layer);

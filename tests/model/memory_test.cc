@@ -117,7 +117,7 @@ TEST(MemoryTest, LargeTrackedBuffersAreHugePageAlignedAndCountedByTheirSize) {
   EXPECT_EQ(a[0], 1.5f);
   EXPECT_EQ(a[big - 1], 1.5f);
   EXPECT_EQ(b[small - 1], 2.5f);
-  a.resize(small);  // shrinks below the threshold: the same contents, released through free
+  a.resize(small);  // shrinks in place (a vector keeps its block): the ledger follows the size
   EXPECT_EQ(a[small - 1], 1.5f);
   EXPECT_EQ(ledger.bytes(MC::kWeights), static_cast<int64_t>(small * sizeof(float)));
 }
