@@ -1,9 +1,9 @@
 // Shared-memory all-reduce: every rank lends its whole buffer to every other, writable
 // (Exchange::lend_shared). Rank r owns chunk r (tensor_split): it sums chunk r of the N
-// buffers in rank order 0..N-1, a block at a time into a small temporary, and writes the
-// sum into chunk r of all N buffers. Only rank r touches chunk r of any buffer, so no two
-// ranks touch the same bytes; each rank's settle() waits until every peer has released
-// (written) its buffer. Per rank N reads and N writes of S/N bytes, 2S in all against the
+// buffers in rank order 0..N-1, a strip at a time in registers (Reducer::reduce_all), and
+// stores each strip's sum straight into chunk r of all N buffers. Only rank r touches chunk r of
+// any buffer, so no two ranks touch the same bytes; each rank's settle() waits until every peer has
+// released (written) its buffer. Per rank N reads and N writes of S/N bytes, 2S in all against the
 // ring's 5(N-1)/N S, and two synchronisations instead of 2(N-1) steps.
 //
 // Bitwise the sequential sum, like `deterministic`, which runs instead where the ranks do
