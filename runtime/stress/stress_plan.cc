@@ -174,8 +174,8 @@ Plan make_plan(uint64_t seed, int iteration, int n, int calls, size_t max_numel)
         rng.pick({ReduceOp::kSum, ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin});
     s.root = static_cast<int>(rng.below(g));
     s.numel = pick_numel(rng, g, max_numel);
-    // Any algorithm the registry lists for the op (that the thread world runs), or the
-    // op's baseline (in the draw's first slot, where kAuto once was).
+    // Any algorithm the registry lists for the op (that the thread world runs) but `shared`
+    // (drawn below), or the op's baseline (in the draw's first slot, where kAuto once was).
     std::vector<Algo> algos = {Algo::kAuto};
     for (const AlgoRow* row : algorithms_of(s.op)) {
       if (row->needs == kWorldBasic && row->algo != Algo::kShared) algos.push_back(row->algo);

@@ -77,19 +77,15 @@ TEST_P(MutantFound, WithinBudgetAndReplays) {
   EXPECT_LE(r.record.preemptions(), r.preemptions_found);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Mutants, MutantFound,
-    ::testing::Combine(::testing::Values(Mutant::kLendOverwrite, Mutant::kMissingSettle,
-                                         Mutant::kRingWrongChunk, Mutant::kSplitOffByOne,
-                                         Mutant::kRecvWrongStep, Mutant::kLendClaimRace,
-                                         Mutant::kSharedEarlyRelease),
-                       ::testing::Values("pct", "random")),
-    [](const auto& info) {
-      std::string name =
-          std::string(mutant_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
-      for (char& c : name) c = c == '-' ? '_' : c;
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Mutants, MutantFound,
+                         ::testing::Combine(::testing::ValuesIn(kAllMutants),
+                                            ::testing::Values("pct", "random")),
+                         [](const auto& info) {
+                           std::string name = std::string(mutant_name(std::get<0>(info.param))) +
+                                              "_" + std::get<1>(info.param);
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 // The budgets above hold whatever auto's rule (registry.cc) picks: every plan names each
 // call's algorithm, and group creation (every plan's failing lender makes a group) runs no
