@@ -209,50 +209,55 @@ void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<fl
   gelu_backward_impl<false>(x, dy, dx);
 }
 
-#ifdef EIGEN_VECTORIZE_AVX  // (Eigen/Core brings immintrin.h)
+#ifdef EIGEN_VECTORIZE
 namespace {
 
-// gelu_exp, gelu_forward's quotient and gelu_derivative on one AVX register, op for op
-// (Eigen's own pexp; with fp contraction off every other op rounds as the Array
-// expressions do), without the Arrays' round trips through the stack.
-using P8 = Eigen::internal::Packet8f;
+// gelu_exp, gelu_forward's quotient and gelu_derivative on one register of Eigen's widest
+// float packet (the one the Pack expressions above are made of: Packet8f under AVX,
+// Packet16f under AVX-512), op for op (Eigen's own pexp; with fp contraction off every
+// other op rounds as the Array expressions do), without the Arrays' round trips through
+// the stack. The same packet type keeps the bits equal: Eigen's pexp differs by type.
+using P = Eigen::internal::packet_traits<float>::type;
+constexpr int kLanes = sizeof(P) / sizeof(float);
+static_assert(kPack % kLanes == 0);
 
-struct Gelu8 {
-  P8 y, d;
+struct GeluP {
+  P y, d;
 };
 
-Gelu8 gelu8(P8 v) {
+GeluP gelu_packet(P v) {
   using namespace Eigen::internal;
-  const P8 one = pset1<P8>(1.0f);
-  const P8 cube = pmul(pmul(v, v), v);
-  const P8 e = pexp(pmul(pset1<P8>(-2.0f * kSqrt2OverPi), padd(v, pmul(pset1<P8>(kGeluC), cube))));
-  const P8 s = pdiv(one, padd(one, e));
-  const P8 du =
-      pmul(pset1<P8>(2.0f * kSqrt2OverPi), padd(one, pmul(pset1<P8>(3.0f * kGeluC), pmul(v, v))));
-  const P8 d = padd(s, pmul(pmul(pmul(v, du), pmul(e, s)), s));
-  const P8 finite = _mm256_cmp_ps(e, pset1<P8>(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
-  return {pdiv(v, padd(one, e)), _mm256_and_ps(finite, d)};
+  const P one = pset1<P>(1.0f);
+  const P cube = pmul(pmul(v, v), v);
+  const P e = pexp(pmul(pset1<P>(-2.0f * kSqrt2OverPi), padd(v, pmul(pset1<P>(kGeluC), cube))));
+  const P s = pdiv(one, padd(one, e));
+  const P du =
+      pmul(pset1<P>(2.0f * kSqrt2OverPi), padd(one, pmul(pset1<P>(3.0f * kGeluC), pmul(v, v))));
+  const P d = padd(s, pmul(pmul(pmul(v, du), pmul(e, s)), s));
+  const P finite = pcmp_lt(e, pset1<P>(std::numeric_limits<float>::infinity()));
+  return {pdiv(v, padd(one, e)), pand(finite, d)};
 }
 
-// Calls fn(i, n) for the 8-float groups of [0, n), n = 8 except for the tail.
+// Calls fn(i, n) for the kLanes-float groups of [0, n), n = kLanes except for the tail.
 template <class Fn>
-void for_eights(size_t n, Fn&& fn) {
+void for_lanes(size_t n, Fn&& fn) {
   for_elements(n, [&](size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; i += 8) fn(i, static_cast<int>(std::min<size_t>(8, i1 - i)));
+    for (size_t i = i0; i < i1; i += kLanes)
+      fn(i, static_cast<int>(std::min<size_t>(kLanes, i1 - i)));
   });
 }
 
-P8 load8(const float* p, int n) {
-  if (n == 8) return _mm256_loadu_ps(p);
-  alignas(32) float v[8] = {};
+P load_p(const float* p, int n) {
+  if (n == kLanes) return Eigen::internal::ploadu<P>(p);
+  alignas(64) float v[kLanes] = {};
   std::copy(p, p + n, v);
-  return _mm256_load_ps(v);
+  return Eigen::internal::pload<P>(v);
 }
 
-void store8(P8 v, float* p, int n) {
-  if (n == 8) return _mm256_storeu_ps(p, v);
-  alignas(32) float t[8];
-  _mm256_store_ps(t, v);
+void store_p(P v, float* p, int n) {
+  if (n == kLanes) return Eigen::internal::pstoreu(p, v);
+  alignas(64) float t[kLanes];
+  Eigen::internal::pstore(t, v);
   std::copy(t, t + n, p);
 }
 
@@ -260,18 +265,19 @@ void store8(P8 v, float* p, int n) {
 
 void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d) {
   DTSIM_CHECK(y.size() >= x.size() && d.size() >= x.size());
-  for_eights(x.size(), [&](size_t i, int n) {
-    const Gelu8 g = gelu8(load8(x.data() + i, n));  // x read before d, which may alias it
-    store8(g.y, y.data() + i, n);
-    store8(g.d, d.data() + i, n);
+  for_lanes(x.size(), [&](size_t i, int n) {
+    const GeluP g = gelu_packet(load_p(x.data() + i, n));  // x read before d, which may alias it
+    store_p(g.y, y.data() + i, n);
+    store_p(g.d, d.data() + i, n);
   });
 }
 
 void gelu_grad_from_kept(std::span<const float> d, std::span<const float> dy, std::span<float> dx) {
+  using namespace Eigen::internal;
   DTSIM_CHECK(dy.size() >= d.size() && dx.size() >= d.size());
-  for_eights(d.size(), [&](size_t i, int n) {
-    const P8 prod = _mm256_mul_ps(load8(dy.data() + i, n), load8(d.data() + i, n));
-    store8(_mm256_add_ps(_mm256_setzero_ps(), prod), dx.data() + i, n);
+  for_lanes(d.size(), [&](size_t i, int n) {
+    const P prod = pmul(load_p(dy.data() + i, n), load_p(d.data() + i, n));
+    store_p(padd(pset1<P>(0.0f), prod), dx.data() + i, n);
   });
 }
 #else
