@@ -1,7 +1,7 @@
 // The one-core FMA floor: the fp32 FLOP/s one thread reaches on independent fused
-// multiply-adds held in registers (the widest vectors this build has: AVX2/FMA with
-// DTSIM_NATIVE on this machine, SSE2 mul + add otherwise), and the time the MLP step of
-// bench/torch_compare.sh would take at that rate.
+// multiply-adds held in registers, for each vector width this build has (AVX-512 and AVX2
+// FMA with DTSIM_NATIVE on a machine that has them, SSE2 mul + add otherwise), and the
+// time the MLP step of bench/torch_compare.sh would take at the fastest one's rate.
 //
 //   fma_floor [--dim D] [--hidden H] [--out O] [--batch B]
 //
@@ -14,37 +14,50 @@
 #include <ctime>
 #include <string>
 
-#if defined(__FMA__) && defined(__AVX__)
 #include <immintrin.h>
-using Vec = __m256;
-constexpr int kLanes = 8;
-constexpr int kFlopPerOp = 2;
-constexpr const char* kIsa = "AVX2 FMA (8 lanes)";
-inline Vec vset(float v) { return _mm256_set1_ps(v); }
-inline Vec vop(Vec acc, Vec a, Vec b) { return _mm256_fmadd_ps(a, b, acc); }
-inline float vsum(Vec v) {
-  alignas(32) float f[8];
-  _mm256_store_ps(f, v);
-  float s = 0;
-  for (float x : f) s += x;
-  return s;
-}
-#else
-#include <emmintrin.h>
-using Vec = __m128;
-constexpr int kLanes = 4;
-constexpr int kFlopPerOp = 2;  // a multiply and an add
-constexpr const char* kIsa = "SSE2 mul+add (4 lanes)";
-inline Vec vset(float v) { return _mm_set1_ps(v); }
-inline Vec vop(Vec acc, Vec a, Vec b) { return _mm_add_ps(acc, _mm_mul_ps(a, b)); }
-inline float vsum(Vec v) {
-  alignas(16) float f[4];
-  _mm_store_ps(f, v);
-  return f[0] + f[1] + f[2] + f[3];
-}
-#endif
 
 namespace {
+
+// One instruction set's vector: kLanes floats, kFlopPerOp FLOP per op (FMA: 2; SSE2's
+// multiply and add: 2 in two instructions).
+#if defined(__AVX512F__)
+struct Avx512 {
+  using Vec = __m512;
+  static constexpr int kLanes = 16, kFlopPerOp = 2;
+  static constexpr const char* kName = "AVX-512 FMA (16 lanes)";
+  static Vec set(float v) { return _mm512_set1_ps(v); }
+  static Vec op(Vec acc, Vec a, Vec b) { return _mm512_fmadd_ps(a, b, acc); }
+  static float sum(Vec v) { return _mm512_reduce_add_ps(v); }
+};
+#endif
+#if defined(__FMA__) && defined(__AVX__)
+struct Avx2 {
+  using Vec = __m256;
+  static constexpr int kLanes = 8, kFlopPerOp = 2;
+  static constexpr const char* kName = "AVX2 FMA (8 lanes)";
+  static Vec set(float v) { return _mm256_set1_ps(v); }
+  static Vec op(Vec acc, Vec a, Vec b) { return _mm256_fmadd_ps(a, b, acc); }
+  static float sum(Vec v) {
+    alignas(32) float f[8];
+    _mm256_store_ps(f, v);
+    float s = 0;
+    for (float x : f) s += x;
+    return s;
+  }
+};
+#endif
+struct Sse2 {
+  using Vec = __m128;
+  static constexpr int kLanes = 4, kFlopPerOp = 2;  // a multiply and an add
+  static constexpr const char* kName = "SSE2 mul+add (4 lanes)";
+  static Vec set(float v) { return _mm_set1_ps(v); }
+  static Vec op(Vec acc, Vec a, Vec b) { return _mm_add_ps(acc, _mm_mul_ps(a, b)); }
+  static float sum(Vec v) {
+    alignas(16) float f[4];
+    _mm_store_ps(f, v);
+    return f[0] + f[1] + f[2] + f[3];
+  }
+};
 
 constexpr int kAcc = 12;  // independent chains: covers 4-5 cycle latency x 2 pipes
 
@@ -56,21 +69,32 @@ double thread_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Runs `iters` rounds of kAcc vector FMAs; returns seconds.
+// Runs `iters` rounds of kAcc vector ops; returns seconds.
+template <class Isa>
 double run(long iters, float* sink) {
+  using Vec = typename Isa::Vec;
   Vec acc[kAcc];
-  for (int i = 0; i < kAcc; ++i) acc[i] = vset(float(i) * 1e-3f);
-  const Vec a = vset(0.999999f), b = vset(1e-7f);
+  for (int i = 0; i < kAcc; ++i) acc[i] = Isa::set(float(i) * 1e-3f);
+  const Vec a = Isa::set(0.999999f), b = Isa::set(1e-7f);
   const double t0 = thread_seconds();
   for (long it = 0; it < iters; ++it) {
-    for (int i = 0; i < kAcc; ++i) acc[i] = vop(acc[i], a, b);
-    asm volatile("" : "+x"(acc[0]), "+x"(acc[5]), "+x"(acc[11]));
+    for (int i = 0; i < kAcc; ++i) acc[i] = Isa::op(acc[i], a, b);
+    asm volatile("" : "+v"(acc[0]), "+v"(acc[5]), "+v"(acc[11]));
   }
   const double t1 = thread_seconds();
   float s = 0;
-  for (int i = 0; i < kAcc; ++i) s += vsum(acc[i]);
-  *sink = s;
+  for (int i = 0; i < kAcc; ++i) s += Isa::sum(acc[i]);
+  *sink += s;
   return t1 - t0;
+}
+
+// GFLOP/s of Isa's ops on one thread, best of 7 runs.
+template <class Isa>
+double gflops(float* sink) {
+  const long iters = 20'000'000 * 8 / Isa::kLanes;
+  double best = 1e30;
+  for (int rep = 0; rep < 7; ++rep) best = std::min(best, run<Isa>(iters, sink));
+  return double(iters) * kAcc * Isa::kLanes * Isa::kFlopPerOp / best / 1e9;
 }
 
 }  // namespace
@@ -90,17 +114,28 @@ int main(int argc, char** argv) {
     }
     *p = std::atol(argv[i + 1]);
   }
+  // Every instruction set the build has: the widest is not always the fastest (a core
+  // with one 512-bit FMA pipe at a lower clock runs AVX-512 slower than two AVX2 pipes).
   float sink = 0;
-  const long iters = 20'000'000;
-  double best = 1e30;
-  for (int rep = 0; rep < 7; ++rep) best = std::min(best, run(iters, &sink));
-  const double flop = double(iters) * kAcc * kLanes * kFlopPerOp;
-  const double gflops = flop / best / 1e9;
+  double best = 0;
+  const char* best_isa = "";
+  auto measure = [&](const char* name, double g) {
+    std::printf("fma_floor: %.1f GFLOP/s on one thread, %s (thread CPU time, best of 7)\n", g,
+                name);
+    if (g > best) best = g, best_isa = name;
+  };
+#if defined(__AVX512F__)
+  measure(Avx512::kName, gflops<Avx512>(&sink));
+#endif
+#if defined(__FMA__) && defined(__AVX__)
+  measure(Avx2::kName, gflops<Avx2>(&sink));
+#else
+  measure(Sse2::kName, gflops<Sse2>(&sink));
+#endif
   const double step_flop = double(batch) * (10.0 * dim * hidden + 6.0 * dim * out);
-  std::printf(
-      "fma_floor: %.1f GFLOP/s on one thread, %s (thread CPU time, best of 7, checksum %.3g)\n",
-      gflops, kIsa, double(sink));
-  std::printf("fma_floor: MLP step D %ld H %ld O %ld B %ld = %.1f MFLOP -> floor %.3f ms\n", dim,
-              hidden, out, batch, step_flop / 1e6, step_flop / (gflops * 1e9) * 1e3);
+  std::printf("fma_floor: MLP step D %ld H %ld O %ld B %ld = %.1f MFLOP -> floor %.3f ms (%s, "
+              "checksum %.3g)\n",
+              dim, hidden, out, batch, step_flop / 1e6, step_flop / (best * 1e9) * 1e3, best_isa,
+              double(sink));
   return 0;
 }
