@@ -66,6 +66,9 @@ Communicator::Communicator(RankContext* ctx, uint64_t id, std::vector<int> ranks
   sent_.resize(ranks_.size());
   received_.resize(ranks_.size());
   lent_.resize(ranks_.size());
+  shares_memory_ = std::all_of(ranks_.begin(), ranks_.end(), [&](int g) {
+    return g == ctx_->transport->rank() || ctx_->transport->shares_memory(g);
+  });
   traffic_ = ctx_->counters.groups.size();
   ctx_->counters.groups.push_back(
       GroupTraffic{name_, ranks_, std::vector<PeerTraffic>(ranks_.size())});
@@ -83,7 +86,11 @@ void Communicator::check_peer(int peer, const char* what) const {
 }
 
 const AlgoRow& Communicator::pick(OpKind op, Algo algo, size_t bytes) {
-  const AlgoRow& row = algorithm_for(op, algo, bytes, size(), ctx_->world_features);
+  const AlgoRow* picked = &algorithm_for(op, algo, bytes, size(), ctx_->world_features);
+  if (picked->algo == Algo::kShared && (bytes < ctx_->lend_bytes || !shares_memory_)) {
+    picked = &algorithm_for(op, Algo::kDeterministic, bytes, size(), ctx_->world_features);
+  }
+  const AlgoRow& row = *picked;
   OpCounters& c = ctx_->counters[op];
   c.algo_calls[static_cast<int>(row.algo)] += 1;
   if (algo == Algo::kAuto) c.auto_calls[static_cast<int>(row.algo)] += 1;

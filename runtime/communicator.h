@@ -147,7 +147,9 @@ class Communicator {
 
  private:
   friend class Exchange;
-  // The registry's row for (op, algo) at this size; notes it in the counters.
+  // The registry's row of the algorithm that runs for (op, algo) at this size (all_reduce
+  // `shared` where it cannot lend, below WorldOptions::lend_bytes or across processes, runs
+  // as `deterministic`, its bitwise twin); notes it in the counters.
   const AlgoRow& pick(OpKind op, Algo algo, size_t bytes);
   uint64_t& p2p_counter(std::vector<std::vector<std::pair<int, uint64_t>>>& table, int peer,
                         int tag);
@@ -168,6 +170,7 @@ class Communicator {
   uint64_t seq_ = 0;
   uint64_t groups_made_ = 0;
   size_t traffic_ = 0;              // index of this communicator in ctx_->counters.groups
+  bool shares_memory_ = false;      // every peer shares memory with this rank (Exchange)
   std::string broken_;              // the call that failed on this rank, or ""
   std::vector<std::byte> scratch_;  // reused temporaries of the algorithms
   std::vector<size_t> counts_;      // all_to_all split sizes, reused

@@ -53,12 +53,7 @@ void Exchange::settle_lends(bool unwinding) {
   lent_ = false;
 }
 
-bool Exchange::shares_memory() const {
-  for (int g : comm_.ranks_) {
-    if (g != ctx_.transport->rank() && !ctx_.transport->shares_memory(g)) return false;
-  }
-  return true;
-}
+bool Exchange::shares_memory() const { return comm_.shares_memory_; }
 
 void Exchange::post(int peer, int step, const void* data, size_t count, int chunk, Post how) {
   note_step(step);

@@ -120,5 +120,23 @@ TEST(Registry, CountersSayWhatAutoPicked) {
   EXPECT_EQ(c.auto_calls[static_cast<int>(Algo::kTree)], 0u);
 }
 
+// `shared` lends whole buffers; below WorldOptions::lend_bytes (64 KiB) it runs as its
+// bitwise twin `deterministic`, and the counters say so, asked for by name or by auto.
+TEST(Registry, CountersSayDeterministicWhereSharedCannotLend) {
+  World w(4);
+  w.run([](Communicator& c) {
+    std::vector<float> mid(12 << 10, 1.0f), large(16 << 10, 1.0f);  // 48 and 64 KiB
+    c.all_reduce(std::span<float>(mid));
+    c.all_reduce(std::span<float>(mid), ReduceOp::kSum, Algo::kShared);
+    c.all_reduce(std::span<float>(large), ReduceOp::kSum, Algo::kShared);
+    EXPECT_EQ(mid[0], 16.0f);
+  });
+  const OpCounters& c = w.counters(0)[OpKind::kAllReduce];
+  EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kDeterministic)], 2u);
+  EXPECT_EQ(c.auto_calls[static_cast<int>(Algo::kDeterministic)], 1u);
+  EXPECT_EQ(c.algo_calls[static_cast<int>(Algo::kShared)], 1u);
+  EXPECT_EQ(c.auto_calls[static_cast<int>(Algo::kShared)], 0u);
+}
+
 }  // namespace
 }  // namespace dtsim::testing

@@ -231,10 +231,21 @@ int run_walk(const WalkFlags& f) {
   World world(p.n, opts);
   std::vector<Vec> results(p.n);
   world.run([&](Communicator& c) { results[c.rank()] = run_one(p, c); });
+  // What ran, from the counters: `shared` below the lend size runs as `deterministic`.
+  const Algo asked = p.resolved;
+  const OpCounters& ran = world.counters(0)[op];
+  for (int a = 0; a < static_cast<int>(ran.algo_calls.size()); ++a) {
+    if (ran.algo_calls[a] > 0) p.resolved = static_cast<Algo>(a);
+  }
 
   const size_t n = static_cast<size_t>(p.n);
-  std::printf("%s, algo %s%s, %d ranks, %zu elements per rank (chunks of", p.op.c_str(),
-              to_string(p.resolved), p.algo == Algo::kAuto ? " (auto)" : "", p.n, p.numel);
+  const std::string as = asked == p.resolved
+                             ? ""
+                             : fmt::format(" ({} runs as it below the {} KiB lend size)",
+                                           to_string(asked), opts.lend_bytes >> 10);
+  std::printf("%s, algo %s%s%s, %d ranks, %zu elements per rank (chunks of", p.op.c_str(),
+              to_string(p.resolved), p.algo == Algo::kAuto ? " (auto)" : "", as.c_str(), p.n,
+              p.numel);
   for (size_t i = 0; i < n; ++i) std::printf(" %zu", split_size(p.numel, n, i));
   std::printf(")\n\ninputs\n");
   for (int r = 0; r < p.n; ++r) {
