@@ -9,10 +9,12 @@
 # bench/torch_mlp.py with zero_grad(set_to_none=False) and with set_to_none=True. Prints
 # each one's first quartile, median and minimum over the rounds of its per-run median step
 # CPU time, then build/bench/fma_floor's floor for the same step. Needs python3-torch
-# (scripts/quickstart.sh does not install it: bench/torch_compare.sh says how).
+# (scripts/quickstart.sh does not install it: bench/torch_compare.sh says how). Torch's
+# OpenBLAS runs its fastest kernel for this CPU (bench/torch_blas.sh; the header says which).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/stats.sh
+. bench/torch_blas.sh
 rounds=${1:-11}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || {
   echo "usage: bench/step_vs_torch.sh [rounds >= 1] (got '$rounds')" >&2
@@ -23,16 +25,19 @@ rounds=${1:-11}
   exit 2
 }
 cmake --build build --target mlp_step fma_floor >/dev/null
+python=/usr/bin/python3
+torch_blas_core
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u '+%F %H:%M UTC');" \
   "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$TORCH_BLAS_NOTE"
 names=("dtsim zero_grad + accumulate" "dtsim forward_backward_overwrite"
   "torch set_to_none=False" "torch set_to_none=True")
 declare -a runs=("" "" "" "")
 for ((r = 1; r <= rounds; r++)); do
   runs[0]+="$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 0 | awk '{print $5}') "
   runs[1]+="$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 1 | awk '{print $5}') "
-  runs[2]+="$(taskset -c 0 /usr/bin/python3 bench/torch_mlp.py --steps 50 | awk '{print $7}') "
-  runs[3]+="$(taskset -c 0 /usr/bin/python3 bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}') "
+  runs[2]+="$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 | awk '{print $7}') "
+  runs[3]+="$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}') "
 done
 for i in 0 1 2 3; do
   step_summary 33 "${names[$i]}" "$rounds" <<<"${runs[$i]}"

@@ -13,12 +13,14 @@
 # thread; dtsim's bench/mlp_step.cc on one thread): on a shared machine wall time also
 # counts the waits for the core, CPU time only the step's own work.
 #
-# Installs python3-torch and libopenblas0-pthread (Debian, apt-get) if missing: PyTorch is
+# Torch's OpenBLAS runs its fastest kernel for this CPU (bench/torch_blas.sh; the header
+# says which). Installs python3-torch and libopenblas0-pthread (Debian, apt-get) if missing: PyTorch is
 # a yardstick here only, never a dependency of dtsim or its tests. Builds build/ (configured
 # as in the Quick start) if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/stats.sh
+. bench/torch_blas.sh
 
 rounds=${1:-5}
 steps=${2:-50}
@@ -38,6 +40,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 python=/usr/bin/python3 # Debian's python3, where python3-torch lives
+torch_blas_core
 
 if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -49,6 +52,7 @@ declare -A torch_ms dtsim_ms
 torch_cpu="" dtsim_cpu=""
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u '+%F %H:%M UTC');" \
   "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
+echo "$TORCH_BLAS_NOTE"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; r++)); do
   for n in 1 2 4; do
