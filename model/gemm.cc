@@ -59,7 +59,9 @@ void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, cons
   sgemm(false, trans_b, m, n, k, a, lda, b, ldb, 1.0f, c, ldc);
 }
 
-const char* gemm_backend() { return DTSIM_GEMM_AVX2 ? "avx2-fma" : "openblas"; }
+const char* gemm_backend() {
+  return DTSIM_GEMM_AVX512 ? "avx512-fma" : DTSIM_GEMM_AVX2 ? "avx2-fma" : "openblas";
+}
 
 bool gemm_bits_shape_independent() { return DTSIM_GEMM_AVX2 != 0; }
 

@@ -25,7 +25,8 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
 void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                 const float* bias, float* c, int ldc);
 
-// "avx2-fma" (dtsim's kernel) or "openblas": what this build's GEMMs run.
+// "avx512-fma" or "avx2-fma" (dtsim's kernel, the same bits) or "openblas": what this
+// build's GEMMs run.
 const char* gemm_backend();
 
 // True when every C element's bits depend only on its row of op(A), its column of op(B) and

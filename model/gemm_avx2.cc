@@ -87,6 +87,76 @@ void micro_tile(const Operands& o, int r0, int rows, int j0, Out&& out) {
   }
 }
 
+#if DTSIM_GEMM_AVX512
+// Two adjacent panels at once (columns j0 .. j0 + 31) on AVX-512: MR rows by two 16-lane
+// registers, one load per panel and MR broadcasts per k step; the same in-order FMA chain
+// per element as micro(), so the same bits. out(r, h, lo, hi) gets row r of panel h.
+constexpr bool kPairs = true;
+
+template <int MR, bool kUnitK, class Out>
+void micro_pair(const Operands& o, int r0, int j0, Out&& out) {
+  const __m512 z = _mm512_setzero_ps();
+  __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
+  __m512 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
+  const float* q = o.q + ptrdiff_t(j0 / kNr) * o.q_panel;
+  const ptrdiff_t q2 = o.q_panel, pks = o.pks, prs = o.prs;
+  const float* p = o.p + ptrdiff_t(r0) * prs;
+  const int kend = o.k;
+  for (int k = 0; k < kend; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(q), b1 = _mm512_loadu_ps(q + q2);
+    const float* pk = kUnitK ? p + k : p;
+#define DTSIM_GEMM_ROW(r)                                      \
+  if constexpr (MR > r) {                                      \
+    const __m512 a = _mm512_set1_ps(pk[kUnitK ? r * prs : r]); \
+    c##r##0 = _mm512_fmadd_ps(a, b0, c##r##0);                 \
+    c##r##1 = _mm512_fmadd_ps(a, b1, c##r##1);                 \
+  }
+    DTSIM_GEMM_ROW(0)
+    DTSIM_GEMM_ROW(1)
+    DTSIM_GEMM_ROW(2)
+    DTSIM_GEMM_ROW(3)
+    DTSIM_GEMM_ROW(4)
+    DTSIM_GEMM_ROW(5)
+#undef DTSIM_GEMM_ROW
+    q += kNr;
+    if (!kUnitK) p += pks;
+  }
+  auto put = [&](int r, __m512 v0, __m512 v1) {
+    out(r, 0, _mm512_castps512_ps256(v0), _mm512_extractf32x8_ps(v0, 1));
+    out(r, 1, _mm512_castps512_ps256(v1), _mm512_extractf32x8_ps(v1, 1));
+  };
+  put(0, c00, c01);
+  if constexpr (MR > 1) put(1, c10, c11);
+  if constexpr (MR > 2) put(2, c20, c21);
+  if constexpr (MR > 3) put(3, c30, c31);
+  if constexpr (MR > 4) put(4, c40, c41);
+  if constexpr (MR > 5) put(5, c50, c51);
+}
+
+template <bool kUnitK, class Out>
+void micro_tile_pair(const Operands& o, int r0, int rows, int j0, Out&& out) {
+  switch (rows) {
+    case 6:
+      return micro_pair<6, kUnitK>(o, r0, j0, out);
+    case 5:
+      return micro_pair<5, kUnitK>(o, r0, j0, out);
+    case 4:
+      return micro_pair<4, kUnitK>(o, r0, j0, out);
+    case 3:
+      return micro_pair<3, kUnitK>(o, r0, j0, out);
+    case 2:
+      return micro_pair<2, kUnitK>(o, r0, j0, out);
+    default:
+      return micro_pair<1, kUnitK>(o, r0, j0, out);
+  }
+}
+#else
+constexpr bool kPairs = false;
+
+template <bool kUnitK, class Out>
+void micro_tile_pair(const Operands&, int, int, int, Out&&) {}
+#endif
+
 // A per-thread buffer of at least n floats, 64-byte aligned; `slot` tells the buffers of
 // one call apart. Grown when a larger shape comes, never shrunk.
 float* scratch(int slot, size_t n) {
@@ -288,6 +358,28 @@ void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_
     });
     epi(r0, mr, j0, nc, t);
   };
+  // Panels j0 and j0 + kNr (both packed; the second may be partial) in one pass.
+  alignas(64) float t2[kMr * kNr];
+  auto tile_pair = [&](int r0, int j0) {
+    const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0 - kNr);
+    epi.prefetch(r0, mr, j0);
+    epi.prefetch(r0, mr, j0 + kNr);
+    if constexpr (std::remove_cvref_t<Epi>::kDirect) {
+      if (nc == kNr) {
+        micro_tile_pair<kUnitK>(o, r0, mr, j0, [&](int r, int h, __m256 lo, __m256 hi) {
+          epi.direct(r0 + r, j0 + h * kNr, lo, hi);
+        });
+        return;
+      }
+    }
+    micro_tile_pair<kUnitK>(o, r0, mr, j0, [&](int r, int h, __m256 lo, __m256 hi) {
+      float* dst = (h == 0 ? t : t2) + r * kNr;
+      _mm256_store_ps(dst, lo);
+      _mm256_store_ps(dst + 8, hi);
+    });
+    epi(r0, mr, j0, kNr, t);
+    epi(r0, mr, j0 + kNr, nc, t2);
+  };
   const int width = chunk * kNr;
   float* panels = scratch(0, size_t(width) * o.k);
   o.q_panel = ptrdiff_t(kNr) * o.k;
@@ -299,14 +391,28 @@ void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_
       pack_panels(q.src, q.ld, o.k, c0, c1 - c0, panels);
     }
     o.q = panels - ptrdiff_t(c0 / kNr) * o.q_panel;  // panel of column j0 at (j0 / kNr)
+    // With kPairs, two panels at a time while two are left.
+    const int step = kPairs ? 2 * kNr : kNr;
     if (rows_outer) {
       for (int r0 = 0; r0 < rows; r0 += kMr) {
         if constexpr (kUnitK) prefetch_tile_rows(o, r0 + kMr, std::min(kMr, rows - r0 - kMr));
-        for (int j0 = c0; j0 < c1; j0 += kNr) tile(r0, j0);
+        for (int j0 = c0; j0 < c1; j0 += step) {
+          if (kPairs && j0 + kNr < c1) {
+            tile_pair(r0, j0);
+          } else {
+            tile(r0, j0);
+          }
+        }
       }
     } else {
-      for (int j0 = c0; j0 < c1; j0 += kNr) {
-        for (int r0 = 0; r0 < rows; r0 += kMr) tile(r0, j0);
+      for (int j0 = c0; j0 < c1; j0 += step) {
+        for (int r0 = 0; r0 < rows; r0 += kMr) {
+          if (kPairs && j0 + kNr < c1) {
+            tile_pair(r0, j0);
+          } else {
+            tile(r0, j0);
+          }
+        }
       }
     }
   }

@@ -1,6 +1,6 @@
 // The register-blocked AVX2/FMA GEMM behind model/gemm.h, compiled when the compiler
 // targets AVX2 and FMA (DTSIM_NATIVE=ON on such a machine: -march=native) unless CMake's
-// DTSIM_OWN_GEMM is OFF; DTSIM_GEMM_AVX2 then is 1.
+// DTSIM_OWN_GEMM is OFF; DTSIM_GEMM_AVX2 then is 1 (and DTSIM_GEMM_AVX512 with AVX-512).
 //
 // Every C element is one chain of fused multiply-adds over k = 0, 1, ..., K-1 in order,
 // started from zero, in one SIMD lane: its bits depend on its row of op(A) and column of
@@ -22,6 +22,13 @@
 #define DTSIM_GEMM_AVX2 1
 #else
 #define DTSIM_GEMM_AVX2 0
+#endif
+// Where the compiler targets AVX-512 (F and DQ) too, the kernel computes two 16-column
+// panels at once in 16-lane registers: the same FMA chains, so the same bits.
+#if DTSIM_GEMM_AVX2 && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define DTSIM_GEMM_AVX512 1
+#else
+#define DTSIM_GEMM_AVX512 0
 #endif
 
 #if DTSIM_GEMM_AVX2
