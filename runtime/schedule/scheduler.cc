@@ -18,6 +18,7 @@ void Scheduler::begin_run(WorldState* state, std::chrono::milliseconds turn_time
   free_running_ = false;
   states_.assign(n, State::kAbsent);
   waits_.assign(n, Wait{});
+  abort_turns_.assign(n, 0);
   if (static_cast<int>(turn_.size()) != n) {
     turn_.clear();
     for (int r = 0; r < n; ++r) turn_.push_back(std::make_unique<std::binary_semaphore>(0));
@@ -76,6 +77,7 @@ void Scheduler::block(int rank, const Wait& wait) {
 }
 
 int Scheduler::pick(int current) {
+  bool woken_for_abort = false;  // c is a blocked rank whose wait does not hold
   for (;;) {
     runnable_.clear();
     bool blocked = false;
@@ -85,7 +87,7 @@ int Scheduler::pick(int current) {
       if (states_[r] == State::kRunnable) {
         runnable_.push_back(r);
       } else if (states_[r] == State::kBlocked) {
-        if (aborted || (*waits_[r].ready)()) {
+        if ((*waits_[r].ready)()) {
           runnable_.push_back(r);
         } else {
           blocked = true;
@@ -94,10 +96,25 @@ int Scheduler::pick(int current) {
     }
     if (!runnable_.empty()) break;
     if (!blocked) return -1;
+    if (aborted) {
+      // Every blocked rank must get to see the failure, but only once no rank can run: a
+      // wait that outlasts it (a withdrawal waits for its readers) would otherwise take
+      // every turn from the reader that ends it. One such turn per rank per round, so a
+      // rank that wakes and blocks again cannot starve the others.
+      for (int pass = 0; pass < 2 && runnable_.empty(); ++pass) {
+        for (int r = 0; r < static_cast<int>(states_.size()); ++r) {
+          if (states_[r] == State::kBlocked && !abort_turns_[r]) runnable_.push_back(r);
+        }
+        if (runnable_.empty()) std::fill(abort_turns_.begin(), abort_turns_.end(), 0);
+      }
+      woken_for_abort = true;
+      break;
+    }
     fail_stuck();
   }
   int c = strategy_->choose(runnable_, current, record_.choices.size());
   if (!std::binary_search(runnable_.begin(), runnable_.end(), c)) c = runnable_.front();
+  if (woken_for_abort) abort_turns_[c] = 1;
   record_.choices.push_back(c);
   record_.runnable_hash.push_back(hash_runnable(runnable_));
   record_.preempted.push_back(current >= 0 && c != current);

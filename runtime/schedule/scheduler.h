@@ -109,6 +109,8 @@ class Scheduler {
   std::vector<Wait> waits_;
   std::vector<std::unique_ptr<std::binary_semaphore>> turn_;
   std::vector<int> runnable_;  // scratch for pick()
+  // In a failed world: whether blocked rank r had its turn to see the failure this round.
+  std::vector<uint8_t> abort_turns_;
   Record record_;
   int64_t failed_step_ = -1;   // the step at which the world was first seen failed
   bool free_running_ = false;  // a rank missed its turn deadline: control is given up
