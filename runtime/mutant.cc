@@ -20,6 +20,8 @@ const char* mutant_name(Mutant m) {
       return "lend-claim-race";
     case Mutant::kSharedEarlyRelease:
       return "shared-early-release";
+    case Mutant::kSharedReleaseBeforeSum:
+      return "shared-release-before-sum";
   }
   return "?";
 }

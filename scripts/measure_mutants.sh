@@ -13,7 +13,7 @@ BUDGET=${BUDGET:-200}
 RANKS=${RANKS:-4}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-MUTANTS=${MUTANTS:-"lend-overwrite missing-settle ring-wrong-chunk split-off-by-one recv-wrong-step lend-claim-race shared-early-release"}
+MUTANTS=${MUTANTS:-"lend-overwrite missing-settle ring-wrong-chunk split-off-by-one recv-wrong-step lend-claim-race shared-early-release shared-release-before-sum"}
 MODES="jitter random pct1 pct2 pct3"
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "-"; else print a[int((NR + 1) / 2)]}'; }

@@ -33,6 +33,14 @@ class Held {
   }
   Held(const Held&) = delete;
   Held& operator=(const Held&) = delete;
+  // Releases every buffer held (the planted shared-release-before-sum mutant, before the
+  // sum): once all peers released a rank's buffer it may return and reuse it.
+  void release_all() {
+    for (int p = 0; p < ex_.size(); ++p) {
+      if (taken_[p]) ex_.release(p, msgs_[p]);
+      taken_[p] = false;
+    }
+  }
   // Peer p's buffer. `release_now` (the planted shared-early-release mutant) releases it at
   // once: p may then return and reuse it while this rank still sums and writes chunk r.
   void* take(int p, size_t count, bool release_now) {
@@ -77,6 +85,7 @@ void all_reduce_shared(Exchange& ex, void* data, size_t count, const Reducer& re
     Held held(ex, msgs, taken);
     const bool early = ex.mutant() == Mutant::kSharedEarlyRelease;
     for (int p = 0; p < n; ++p) bufs[p] = p == r ? data : held.take(p, count, early);
+    if (ex.mutant() == Mutant::kSharedReleaseBeforeSum) held.release_all();
     const Chunks ch{count, un};
     red.reduce_all(bufs, n, ch.offset(r), ch.size(r));
   }  // releases the peers' buffers: they may return once all are released

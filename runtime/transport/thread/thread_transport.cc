@@ -407,6 +407,9 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
 
 void ThreadTransport::release(int src, Message& msg) {
   if (msg.lent) {
+    // A scheduling point: the lender may return once its lends are released, so what a
+    // receiver does before and after this release can race with the lender's next use.
+    if (sched_) sched_->yield(rank_, schedule::Point::kRelease);
     finish_lend(state_->channel(src, rank_), src);
     msg.lent = false;
     msg.writable = false;
