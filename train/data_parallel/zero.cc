@@ -96,15 +96,11 @@ class Zero3Rank : public RankStrategy {
         comm_(comm),
         trainee_(trainee),
         shard_(config, comm, trainee, runner, layout, params, grads),
-        micro_(data_parallel_micro_batches(config, comm.size(), comm.rank())) {
-    // Each micro-batch's gradients are reduce-scattered layer by layer into the shard, which
-    // frees them: every micro-batch writes them anew.
-    for (MicroBatch& mb : micro_) mb.write_grads = true;
-  }
+        micro_(Zero3Shard<T>::micro_batches(
+            data_parallel_micro_batches(config, comm.size(), comm.rank()))) {}
 
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
-  // Micro-batch 0's reduce-scatters write the shard's gradients, the others add.
-  void before_micro_batch(int index) override { shard_.hooks().set_write_shard(index == 0); }
+  void before_micro_batch(int index) override { shard_.before_micro_batch(index); }
   float forward_backward(int step, const MicroBatch& mb) override {
     const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale,
                                                  &shard_.hooks(), mb.write_grads);

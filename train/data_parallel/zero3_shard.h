@@ -43,8 +43,22 @@ class Zero3Shard {
   Zero3Shard& operator=(const Zero3Shard&) = delete;
 
   Zero3Hooks<T>& hooks() { return *hooks_; }
+  // ZeRO-3's gradient-writing rule, in one place for every strategy that holds a shard: its
+  // RankStrategy's micro_batches() passes its micro-batches through micro_batches(), and its
+  // before_micro_batch() calls before_micro_batch(). micro_batches() is a pure function;
+  // before_micro_batch() only on the rank's thread, like the rest of the class.
+  // The hooks free each layer's gradients once reduce-scattered, so every micro-batch's
+  // backward writes the model's gradients (MicroBatch::write_grads): returns `micro` with it
+  // set on all of them.
+  static std::vector<MicroBatch> micro_batches(std::vector<MicroBatch> micro) {
+    for (MicroBatch& mb : micro) mb.write_grads = true;
+    return micro;
+  }
+  // Before micro-batch `index` of the step: the first one's reduce-scatters write the shard's
+  // gradients, the others add into them.
+  void before_micro_batch(int index) { hooks_->set_write_shard(index == 0); }
   // The shard's summed gradients: the hooks reduce-scatter every micro-batch into them, the
-  // step's first writing them (Zero3Hooks::set_write_shard).
+  // step's first writing them (before_micro_batch).
   std::span<T> grads() { return shard_grads_.span(); }
   void optimizer_step() { opt_->step(shard_params_.span(), grads()); }
   // The shards and gathered layers, beside the model's own ledger (activations).

@@ -179,6 +179,9 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
   const bool mixed = accumulation_.precision == model::Precision::kMixedBf16;
   // fp32 with one micro-batch: the other sources' gradients are added right away.
   const bool at_once = !mixed && accumulation_.micro_batches == 1;
+  // Whether sources 1..N-1 go to contributions_, scratch zeroed every backward, instead of
+  // accumulating in the fp32 partials.
+  const bool rest_is_scratch = mixed || at_once;
   if (targets_.empty()) {  // the first backward: the buffers, recorded in the stack's ledger
     const size_t n = size_t(ep_size_ - 1) * local;
     if (mixed) {
@@ -187,7 +190,7 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
     } else if (!at_once) {
       partials_ = model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kGradients, n);
     }
-    if (mixed || at_once) {
+    if (rest_is_scratch) {
       contributions_ =
           model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kActivations, n);
     }
@@ -198,8 +201,8 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
   // one micro-batch) or rounded into the bf16 partials (mixed).
   const std::span<float> mine = g.subspan(rs);
   targets_[0] = mine;
-  std::span<float> rest = partials_.size() > 0 ? partials_.span() : contributions_.span();
-  if (rest.data() == contributions_.data()) std::fill(rest.begin(), rest.end(), 0.0f);
+  std::span<float> rest = rest_is_scratch ? contributions_.span() : partials_.span();
+  if (rest_is_scratch) std::fill(rest.begin(), rest.end(), 0.0f);
   for (int i = 1; i < ep_size_; ++i) targets_[i] = rest.subspan(size_t(i - 1) * local, local);
   if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
   std::fill(dx.begin(), dx.end(), 0.0f);

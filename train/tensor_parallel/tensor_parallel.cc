@@ -61,20 +61,15 @@ class TpRank : public MeshRank<T> {
     }
   }
 
-  // Every rank of a TP group computes the same loss: its rank 0 reports it. Under ZeRO-3
-  // every micro-batch writes the gradients (the hooks free them after reduce-scattering).
+  // Every rank of a TP group computes the same loss: its rank 0 reports it.
   std::vector<MicroBatch> micro_batches() const override {
     std::vector<MicroBatch> micro = Base::micro_batches();
-    for (MicroBatch& mb : micro) {
-      mb.reports_loss = mesh_.coord().tp == 0;
-      if (zero3_) mb.write_grads = true;
-    }
+    for (MicroBatch& mb : micro) mb.reports_loss = mesh_.coord().tp == 0;
+    if (zero3_) return Zero3Shard<T>::micro_batches(std::move(micro));
     return micro;
   }
-  // ZeRO-3 reduce-scatters each micro-batch's layer gradients into the shard, micro-batch 0
-  // writing the shard's.
   void before_micro_batch(int index) override {
-    if (zero3_) zero3_->hooks().set_write_shard(index == 0);
+    if (zero3_) zero3_->before_micro_batch(index);
   }
   float forward_backward(int step, const MicroBatch& mb) override {
     if (zero3_) return Base::forward_backward(step, mb, zero3_->hooks());
