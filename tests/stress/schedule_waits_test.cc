@@ -3,15 +3,18 @@
 // waits for whom and the schedule; sends beyond the world-wide budget wait under the
 // scheduler (a side-effect-free room check) and one collective that cannot fit is a
 // deadlock on the budget; the turn deadline is on lack of progress, not on duration; a
-// caught error leaves the communicator unusable and the run goes on under the scheduler.
+// caught error leaves the communicator unusable and the run goes on under the scheduler;
+// in a failed world a wait that outlasts the failure does not starve the rank that ends it.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/communicator.h"
+#include "runtime/exchange.h"
 #include "runtime/schedule/scheduler.h"
 #include "runtime/world.h"
 #include "runtime_test_util.h"
@@ -180,6 +183,59 @@ TEST(ScheduleWaits, TheDesyncReportEndsWithTheSchedule) {
     if (comm.rank() == 0) report = c.world->desync_report();
   });
   EXPECT_TRUE(has(report, "controlled schedule (random walk, run seed 0x7, step ")) << report;
+}
+
+// Always the lowest runnable rank, as PCT with rank 0 on top and no change point. Past
+// kLimit turns (a run below takes a few dozen) it records that it was starved and picks the
+// highest instead, so that a livelock fails the test rather than hanging it.
+class LowestFirst : public schedule::Strategy {
+ public:
+  static constexpr uint64_t kLimit = 10000;
+  void begin(int, uint64_t) override {}
+  int choose(const std::vector<int>& runnable, int, uint64_t step) override {
+    if (step < kLimit) return runnable.front();
+    starved = true;
+    return runnable.back();
+  }
+  std::string name() const override { return "lowest first"; }
+  bool starved = false;
+};
+
+// Rank 0 lends to rank 2 and waits for a message from it; rank 1 fails as soon as rank 2's
+// message reaches it; rank 2 reads the lend, sends, then releases it (a scheduling point).
+// Rank 1's failure fails the world while rank 2 still holds its read, so rank 0's wait
+// ends in AbortedError, and unwinding it withdraws the lend, which waits for rank 2's read
+// to end whether or not the world failed. There the scheduler must run rank 2 (runnable)
+// before waking rank 0 again: woken first, rank 0 finds its reader still there and blocks
+// again, at every turn, for ever (the lowest-first strategy always prefers it).
+TEST(ScheduleWaits, AWaitThatOutlastsAFailureDoesNotStarveTheRankThatEndsIt) {
+  auto owned = std::make_unique<LowestFirst>();
+  LowestFirst* strategy = owned.get();
+  WorldOptions o;
+  o.lend_bytes = 0;
+  Controlled c(3, std::move(owned), o);
+  const Signature sig{OpKind::kSend, DType::kInt32};
+  int lent[4] = {1, 2, 3, 4};
+  int got = 0;
+  const std::string failure = c.failure_of([&](Communicator& comm) {
+    Exchange ex(comm, sig);
+    int x = 0;
+    if (comm.rank() == 0) {
+      ex.send_or_lend(2, 0, lent, 4);
+      ex.recv_copy(2, 1, &x, 1);  // never sent: ends when the world fails
+    } else if (comm.rank() == 1) {
+      ex.recv_copy(2, 0, &x, 1);
+      throw Error("rank 1 fails");
+    } else {
+      Message m = ex.recv(0, 0, 4);
+      std::memcpy(&got, m.data + 3 * sizeof(int), sizeof got);
+      ex.send(1, 0, lent, 1);
+      ex.release(0, m);
+    }
+  });
+  EXPECT_FALSE(strategy->starved) << "livelock: over " << LowestFirst::kLimit << " turns";
+  EXPECT_TRUE(has(failure, "rank 1 fails")) << failure;
+  EXPECT_EQ(got, 4);
 }
 
 }  // namespace
