@@ -12,6 +12,10 @@
 // scheduler; a long run that keeps stepping never times out. Transport waits have no
 // deadline here. A rank that catches an error goes on under the scheduler; its
 // communicator is unusable (communicator.h) and throws before reaching the transport.
+// Once the world failed every rank runs to its end: the ranks that can run go first, then
+// each blocked rank whose wait does not hold gets one turn per round to see the failure,
+// so a wait that outlasts the failure (a withdrawal waiting for its readers) cannot take
+// every turn from the rank that would end it.
 //
 // One thread at a time hides weak-memory reorderings: the scheduler explores
 // interleavings only; TSan covers the memory model.
