@@ -59,9 +59,11 @@ void Scheduler::yield(int rank, Point /*point*/) {
 }
 
 void Scheduler::block(int rank, const Wait& wait) {
+  bool free_running = false;  // read under the lock: wait_turn() sets it under the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!free_running_) {
+    free_running = free_running_;
+    if (!free_running) {
       states_[rank] = State::kBlocked;
       waits_[rank] = wait;
       const int next = pick(-1);
@@ -69,7 +71,7 @@ void Scheduler::block(int rank, const Wait& wait) {
       hand_to(next);
     }
   }
-  if (free_running_) {  // only after a lost turn (wait_turn): poll gently until the end
+  if (free_running) {  // only after a lost turn (wait_turn): poll gently until the end
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }

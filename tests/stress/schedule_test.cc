@@ -58,8 +58,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ScheduleClean,
                                   std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
-// Budgets: every mutant below was found within 22 schedules at seed 1 (README table);
-// the budget leaves room without making the assertion vacuous.
+// Budgets: at seed 1 every mutant below is found within 9 schedules but lend-claim-race
+// under PCT d=2, at schedule 143 since a lend's release is a scheduling point (README
+// table): a new scheduling point can move it past the budget, so re-measure then.
 constexpr int kBudget = 200;
 
 class MutantFound : public ::testing::TestWithParam<std::tuple<Mutant, std::string>> {};

@@ -201,19 +201,24 @@ class LowestFirst : public schedule::Strategy {
   bool starved = false;
 };
 
-// Rank 0 lends to rank 2 and waits for a message from it; rank 1 fails as soon as rank 2's
-// message reaches it; rank 2 reads the lend, sends, then releases it (a scheduling point).
-// Rank 1's failure fails the world while rank 2 still holds its read, so rank 0's wait
-// ends in AbortedError, and unwinding it withdraws the lend, which waits for rank 2's read
-// to end whether or not the world failed. There the scheduler must run rank 2 (runnable)
-// before waking rank 0 again: woken first, rank 0 finds its reader still there and blocks
-// again, at every turn, for ever (the lowest-first strategy always prefers it).
-TEST(ScheduleWaits, AWaitThatOutlastsAFailureDoesNotStarveTheRankThatEndsIt) {
+// Rank 0 lends to rank 2 and waits for a message from it that never comes; rank 2 reads the
+// lend; rank 1 fails once a message reaches it, from rank 2 (which then releases the lend,
+// a scheduling point: rank 2 is runnable, holding its read, when the world fails) or from
+// rank 3 (which the lowest-first strategy runs last: rank 2 is then blocked, holding its
+// read, in a receive from rank 0 that never comes). Rank 0's wait ends in AbortedError, and
+// unwinding it withdraws the lend, which waits for rank 2's read to end whether or not the
+// world failed. The strategy always prefers rank 0; woken at every turn, it finds its reader
+// still there and blocks again for ever. Rank 2 must get its turn: as a runnable rank before
+// the blocked ones, or, blocked, in its round after rank 0's.
+class FailedWorldWaits : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FailedWorldWaits, AWaitThatOutlastsAFailureDoesNotStarveTheRankThatEndsIt) {
+  const bool reader_blocked = GetParam();
   auto owned = std::make_unique<LowestFirst>();
   LowestFirst* strategy = owned.get();
   WorldOptions o;
   o.lend_bytes = 0;
-  Controlled c(3, std::move(owned), o);
+  Controlled c(reader_blocked ? 4 : 3, std::move(owned), o);
   const Signature sig{OpKind::kSend, DType::kInt32};
   int lent[4] = {1, 2, 3, 4};
   int got = 0;
@@ -224,19 +229,30 @@ TEST(ScheduleWaits, AWaitThatOutlastsAFailureDoesNotStarveTheRankThatEndsIt) {
       ex.send_or_lend(2, 0, lent, 4);
       ex.recv_copy(2, 1, &x, 1);  // never sent: ends when the world fails
     } else if (comm.rank() == 1) {
-      ex.recv_copy(2, 0, &x, 1);
+      ex.recv_copy(reader_blocked ? 3 : 2, 0, &x, 1);
       throw Error("rank 1 fails");
-    } else {
+    } else if (comm.rank() == 2) {
       Message m = ex.recv(0, 0, 4);
       std::memcpy(&got, m.data + 3 * sizeof(int), sizeof got);
-      ex.send(1, 0, lent, 1);
+      if (reader_blocked) {
+        ex.recv_copy(0, 2, &x, 1);  // never sent: ends when the world fails
+      } else {
+        ex.send(1, 0, lent, 1);
+      }
       ex.release(0, m);
+    } else {
+      ex.send(1, 0, lent, 1);
     }
   });
   EXPECT_FALSE(strategy->starved) << "livelock: over " << LowestFirst::kLimit << " turns";
   EXPECT_TRUE(has(failure, "rank 1 fails")) << failure;
   EXPECT_EQ(got, 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(ScheduleWaits, FailedWorldWaits, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "ReaderBlocked" : "ReaderRunnable");
+                         });
 
 }  // namespace
 }  // namespace dtsim
