@@ -26,15 +26,12 @@ class Held {
   Held(Exchange& ex, Message* msgs, bool* taken) : ex_(ex), msgs_(msgs), taken_(taken) {
     std::fill(taken_, taken_ + ex_.size(), false);
   }
-  ~Held() {
-    for (int p = 0; p < ex_.size(); ++p) {
-      if (taken_[p]) ex_.release(p, msgs_[p]);
-    }
-  }
+  ~Held() { release_all(); }
   Held(const Held&) = delete;
   Held& operator=(const Held&) = delete;
-  // Releases every buffer held (the planted shared-release-before-sum mutant, before the
-  // sum): once all peers released a rank's buffer it may return and reuse it.
+  // Releases every buffer held (at the end, or, under the planted shared-release-before-sum
+  // mutant, before the sum): once all peers released a rank's buffer it may return and
+  // reuse it.
   void release_all() {
     for (int p = 0; p < ex_.size(); ++p) {
       if (taken_[p]) ex_.release(p, msgs_[p]);
