@@ -8,7 +8,9 @@
 # zero_grad + accumulate (--overwrite 0), with forward_backward_overwrite (--overwrite 1),
 # bench/torch_mlp.py with zero_grad(set_to_none=False) and with set_to_none=True. Prints
 # each one's first quartile, median and minimum over the rounds of its per-run median step
-# CPU time, then build/bench/fma_floor's floor for the same step. Needs python3-torch
+# CPU time; the per-round torch/dtsim ratios of the same round's runs for three pairings
+# (median, quartiles, how many rounds reach issue 12's 2); then build/bench/fma_floor's
+# floor for the same step. Needs python3-torch
 # (scripts/quickstart.sh does not install it: bench/torch_compare.sh says how). Torch's
 # OpenBLAS runs its fastest kernel for this CPU (bench/torch_blas.sh; the header says which).
 set -euo pipefail
@@ -33,14 +35,33 @@ echo "$TORCH_BLAS_NOTE"
 names=("dtsim zero_grad + accumulate" "dtsim forward_backward_overwrite"
   "torch set_to_none=False" "torch set_to_none=True")
 declare -a runs=("" "" "" "")
+# Pairings (torch run, dtsim run) whose per-round ratio is printed: each side at its faster
+# setting, and each dtsim mode beside torch's mode of the same gradient semantics.
+pair_names=("torch False / dtsim overwrite (each at its faster)"
+  "torch False / dtsim accumulate (both accumulate)"
+  "torch True / dtsim overwrite (both write fresh)")
+pair_t=(2 2 3) pair_d=(1 0 1)
+declare -a ratios=("" "" "")
 for ((r = 1; r <= rounds; r++)); do
-  runs[0]+="$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 0 | awk '{print $5}') "
-  runs[1]+="$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 1 | awk '{print $5}') "
-  runs[2]+="$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 | awk '{print $7}') "
-  runs[3]+="$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}') "
+  v=()
+  v[0]=$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 0 | awk '{print $5}')
+  v[1]=$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 1 | awk '{print $5}')
+  v[2]=$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 | awk '{print $7}')
+  v[3]=$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}')
+  for i in 0 1 2 3; do runs[$i]+="${v[$i]} "; done
+  for p in 0 1 2; do
+    ratios[$p]+="$(awk -v t="${v[${pair_t[$p]}]}" -v d="${v[${pair_d[$p]}]}" 'BEGIN { printf "%.4f", t / d }') "
+  done
 done
 for i in 0 1 2 3; do
   step_summary 33 "${names[$i]}" "$rounds" <<<"${runs[$i]}"
+done
+for p in 0 1 2; do
+  tr ' ' '\n' <<<"${ratios[$p]}" | grep -v '^$' | sort -g | awk -v n="${pair_names[$p]}" \
+    '{a[NR] = $1; if ($1 >= 2) hit++}
+     END {printf "per round %-52s median %.2f q1 %.2f q3 %.2f; >= 2 in %d of %d\n", n,
+       (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2, a[int(NR / 4) + 1],
+       a[NR - int(NR / 4)], hit, NR}'
 done
 taskset -c 0 build/bench/fma_floor | tail -1
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
