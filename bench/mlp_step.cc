@@ -1,8 +1,8 @@
 // One core, no ranks: the MLP training step of bench/torch_compare.sh (forward, backward,
 // SGD; a fresh synthetic batch every step, as `dtsim train --strategy single` makes, but
-// made outside the timed step) timed per step in wall-clock and in this thread's CPU time. CPU time
-// is what the step costs the core; on a shared machine it stays put while wall time grows with
-// other programs.
+// made outside the timed step) timed per step in wall-clock and in this thread's CPU time.
+// CPU time is what the step costs the core; on a shared machine it stays put while wall
+// time grows with other programs.
 //
 //   mlp_step [--dim D] [--hidden H] [--batch B] [--steps S] [--overwrite 0|1]
 //
