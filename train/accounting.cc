@@ -1,6 +1,7 @@
 #include "train/accounting.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace dtsim::train {
 

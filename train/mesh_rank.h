@@ -37,18 +37,11 @@ class MeshRank : public RankStrategy {
                                        1.0f / static_cast<float>(config_.global_batch));
   }
   float forward_backward(int step, const MicroBatch& mb) override {
-    return forward_backward(step, mb, hooks_);
+    return run_micro_batch(trainee_, step, mb, hooks_);
   }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
 
  protected:
-  float forward_backward(int step, const MicroBatch& mb, PhaseHooks& hooks) {
-    const float loss =
-        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks, mb.write_grads);
-    hooks.finish();
-    return loss;
-  }
-
   const TrainConfig& config_;
   Mesh& mesh_;
   Trainee& trainee_;

@@ -44,10 +44,7 @@ class SoloRank : public RankStrategy {
         hooks_(&runner.timeline()) {}
 
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss =
-        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_, mb.write_grads);
-    hooks_.finish();
-    return loss;
+    return run_micro_batch(trainee_, step, mb, hooks_);
   }
   void optimizer_step() override { opt_->step(params_, grads_); }
   void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }

@@ -1,6 +1,7 @@
 // validate() turns every configuration a strategy cannot run into one line naming the CLI
 // flag and the constraint; launch_training() validates, then dispatches on the strategy.
 #include <string>
+#include <utility>
 
 #include "runtime/types.h"
 #include "runtime/world.h"

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
+
+#include "train/trainee.h"
 
 namespace dtsim::train {
 
@@ -18,6 +21,13 @@ std::vector<MicroBatch> data_parallel_micro_batches(const TrainConfig& config, i
                    .write_grads = m == 0});
   }
   return out;
+}
+
+float run_micro_batch(Trainee& trainee, int step, const MicroBatch& mb, PhaseHooks& hooks) {
+  const float loss =
+      trainee.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks, mb.write_grads);
+  hooks.finish();
+  return loss;
 }
 
 StepRunner::StepRunner(const TrainConfig& config, ReportChannel* channel, int loss_slots)

@@ -56,6 +56,11 @@ struct MicroBatch {
 std::vector<MicroBatch> data_parallel_micro_batches(const TrainConfig& config, int ranks, int rank,
                                                     float grad_scale = 0);
 
+class Trainee;
+// Forward and backward of micro-batch mb of step `step` through `hooks`, then the hooks'
+// phase closed (PhaseHooks::finish): every strategy's forward_backward. Returns the loss.
+float run_micro_batch(Trainee& trainee, int step, const MicroBatch& mb, PhaseHooks& hooks);
+
 // What one strategy does on one rank, in the order the runner calls it each step.
 class RankStrategy {
  public:

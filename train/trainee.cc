@@ -1,5 +1,7 @@
 #include "train/trainee.h"
 
+#include <utility>
+
 #include "model/mlp.h"
 #include "model/moe_model.h"
 #include "runtime/types.h"

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "runtime/algorithms/registry.h"
 #include "train/cli/table.h"

@@ -19,6 +19,7 @@
 #include "train/data_parallel/ddp.h"
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "train/accounting.h"
@@ -111,10 +112,7 @@ class DdpRank : public RankStrategy {
   // Only the last micro-batch of a step synchronises (no_sync before it).
   void before_micro_batch(int i) override { hooks_.set_sync(i == int(micro_.size()) - 1); }
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss =
-        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_, mb.write_grads);
-    hooks_.finish();
-    return loss;
+    return run_micro_batch(trainee_, step, mb, hooks_);
   }
   void sync_gradients() override {
     if (!hooks_.bucketed()) hooks_.reduce(grads_);

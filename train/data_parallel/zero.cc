@@ -61,10 +61,7 @@ class Zero12Rank : public RankStrategy {
   // reads it once backward has ended.
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss =
-        trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale, &hooks_, mb.write_grads);
-    hooks_.finish();
-    return loss;
+    return run_micro_batch(trainee_, step, mb, hooks_);
   }
   void sync_gradients() override { sync_.sync_gradients(); }
   void optimizer_step() override { sync_.optimizer_step(); }
@@ -102,10 +99,7 @@ class Zero3Rank : public RankStrategy {
   std::vector<MicroBatch> micro_batches() const override { return micro_; }
   void before_micro_batch(int index) override { shard_.before_micro_batch(index); }
   float forward_backward(int step, const MicroBatch& mb) override {
-    const float loss = trainee_.forward_backward(step, mb.first, mb.size, mb.grad_scale,
-                                                 &shard_.hooks(), mb.write_grads);
-    shard_.hooks().finish();
-    return loss;
+    return run_micro_batch(trainee_, step, mb, shard_.hooks());
   }
   void sync_gradients() override {
     if (config_.pitfall != Pitfall::kForgetDivide) divide(shard_.grads(), comm_.size());

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "train/pipeline_parallel/schedule_check.h"
 

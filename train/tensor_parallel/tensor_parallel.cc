@@ -17,6 +17,7 @@
 // optimizer state) plus the whole head.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/data_parallel/zero12_sync.h"
@@ -72,7 +73,7 @@ class TpRank : public MeshRank<T> {
     if (zero3_) zero3_->before_micro_batch(index);
   }
   float forward_backward(int step, const MicroBatch& mb) override {
-    if (zero3_) return Base::forward_backward(step, mb, zero3_->hooks());
+    if (zero3_) return run_micro_batch(this->trainee_, step, mb, zero3_->hooks());
     return Base::forward_backward(step, mb);
   }
   void sync_gradients() override {

@@ -1,6 +1,7 @@
 #include "train/tensor_parallel/tp_mlp_block.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "model/check.h"
 #include "model/kernels.h"
