@@ -58,9 +58,9 @@ struct ScheduleFile {
   int iteration = 0;
   Record record;
 };
-// Writes `f` to `path` (via path.tmp and a rename). Throws Error on I/O failure, or if
-// `path` exists and is not a dtsim schedule file.
-void write_schedule_file(const std::string& path, const ScheduleFile& f);
+// The text of a schedule file holding `f` (it starts "dtsim-schedule 1"); the caller
+// writes it (the CLI: through its OutputFile, which also knows the file for dtsim's).
+std::string schedule_file_text(const ScheduleFile& f);
 // Throws UsageError naming the problem if `path` is missing or malformed.
 ScheduleFile read_schedule_file(const std::string& path);
 

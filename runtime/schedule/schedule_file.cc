@@ -24,38 +24,19 @@ UsageError bad(const std::string& path, const std::string& what) {
 
 }  // namespace
 
-void write_schedule_file(const std::string& path, const ScheduleFile& f) {
-  {
-    std::ifstream old(path);
-    std::string first;
-    if (old && std::getline(old, first) && first != kMagic) {
-      throw Error("will not write the schedule over " + path +
-                  ", which is not a dtsim schedule file; pass --schedule-file PATH");
-    }
+std::string schedule_file_text(const ScheduleFile& f) {
+  std::ostringstream out;
+  const StressOptions& o = f.options;
+  out << kMagic << "\nranks " << o.ranks << "\nseed " << o.seed << "\niteration " << f.iteration
+      << "\ncalls " << o.calls_per_iteration << "\nmax-numel " << o.max_numel << "\nmutant "
+      << mutant_name(o.mutant) << "\nsteps " << f.record.choices.size() << "\n";
+  char line[48];
+  for (size_t i = 0; i < f.record.choices.size(); ++i) {
+    std::snprintf(line, sizeof line, "%d %016llx\n", f.record.choices[i],
+                  static_cast<unsigned long long>(f.record.runnable_hash[i]));
+    out << line;
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    const StressOptions& o = f.options;
-    out << kMagic << "\nranks " << o.ranks << "\nseed " << o.seed << "\niteration " << f.iteration
-        << "\ncalls " << o.calls_per_iteration << "\nmax-numel " << o.max_numel << "\nmutant "
-        << mutant_name(o.mutant) << "\nsteps " << f.record.choices.size() << "\n";
-    char line[48];
-    for (size_t i = 0; i < f.record.choices.size(); ++i) {
-      std::snprintf(line, sizeof line, "%d %016llx\n", f.record.choices[i],
-                    static_cast<unsigned long long>(f.record.runnable_hash[i]));
-      out << line;
-    }
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error("cannot write the schedule file " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("cannot rename " + tmp + " to " + path);
-  }
+  return out.str();
 }
 
 ScheduleFile read_schedule_file(const std::string& path) {

@@ -2,6 +2,10 @@
 one-line error that contains the given text."""
 
 BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "files": ...}])
+    (["stress", "--depth", "2"], "--depth applies to --scheduler pct (this run is --scheduler jitter)"),
+    (["stress", "--schedules", "5"], "--schedules applies to --scheduler random|pct and --same-plan"),
+    (["stress", "--schedule-file", "s.txt"], "--schedule-file applies to --scheduler random|pct"),
+    (["stress", "--replay", "s.txt", "--ranks", "8"], "--replay runs what its file names (ranks, seed, iteration, calls, max-numel, mutant); drop --ranks"),
     (["train", "--bogus", "1"], "unknown flag --bogus"),
     (["train", "--stratgy", "zero3"], "unknown flag --stratgy; did you mean --strategy? (see dtsim train --help)"),
     (["train", "--strategy", "fsdp"], "--strategy must be one of single, accum, ddp"),

@@ -142,6 +142,7 @@ def case_report():
         expect(rc == 0, f"exit code {rc}")
         expect(os.listdir(d) == ["r.json"], f"only r.json is left: {os.listdir(d)}")
         r = json.load(open(path))
+    expect(r.get("generator") == "dtsim train", "the report names its writer")
     types = {"dtsim_report_version": int, "config": dict, "num_params": int, "steps": int,
              "losses": list, "final_loss": float, "seconds_per_step": float,
              "bytes_sent_per_step": (int, float), "ranks": list, "check": dict}
@@ -193,6 +194,7 @@ def case_trace():
                          "--trace", path, "--quiet")
         expect(rc == 0, f"exit code {rc}")
         t = json.load(open(path))
+    expect(t.get("generator") == "dtsim train", "the trace names its writer")
     events = t["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -261,14 +263,44 @@ def case_output_files():
     expect(os.path.islink("/dev/stdout") or not os.path.exists("/dev/stdout"),
            "/dev/stdout is still a symlink")
     with tempfile.TemporaryDirectory() as d:
-        # A symlink to a file survives; the file it points at gets the report.
-        open(os.path.join(d, "real.json"), "w").write("old")
+        # A file that is not dtsim's is never replaced, through a symlink neither; dtsim's own
+        # outputs and empty files are.
+        for name, text in [("notes.json", '{"generator": "someone else"}\n'),
+                           ("notes.html", "<!doctype html><p>mine</p>\n"), ("notes.txt", "x")]:
+            open(os.path.join(d, name), "w").write(text)
+        os.symlink("notes.txt", os.path.join(d, "notes-link"))
+        for flag, name in [("--report", "notes.json"), ("--html", "notes.html"),
+                           ("--trace", "notes.txt"), ("--report", "notes-link")]:
+            rc, out, err = run(*small, flag, name, cwd=d)
+            expect(rc == 2 and out == "" and "is not a file dtsim wrote" in err and
+                   len(err.splitlines()) == 1, f"{flag} {name}: exit {rc}, {err!r}")
+        rc, _, err = run("stress", "--scheduler", "pct", "--ranks", "2", "--schedules", "2",
+                         "--schedule-file", "notes.txt", cwd=d)
+        expect(rc == 2 and "is not a file dtsim wrote" in err, f"--schedule-file: {rc} {err!r}")
+        rc, _, err = run("stress", "--iterations", "1", "--report", "notes.json", cwd=d)
+        expect(rc == 2 and "is not a file dtsim wrote" in err, f"stress --report: {rc} {err!r}")
+        expect(open(os.path.join(d, "notes.json")).read() == '{"generator": "someone else"}\n'
+               and open(os.path.join(d, "notes.txt")).read() == "x", "foreign files untouched")
+        expect(sorted(os.listdir(d)) == ["notes-link", "notes.html", "notes.json", "notes.txt"],
+               f"nothing written: {os.listdir(d)}")
+    with tempfile.TemporaryDirectory() as d:
+        # A symlink to a file survives; the file it points at gets the report. The file is
+        # one dtsim wrote (a trace), so it may be replaced.
+        rc, _, err = run(*small, "--trace", "real.json", cwd=d)
+        expect(rc == 0, f"exit {rc}: {err}")
         os.chmod(os.path.join(d, "real.json"), 0o640)
         os.symlink("real.json", os.path.join(d, "link.json"))
         rc, out, err = run(*small, "--report", "link.json", "--trace", "t.json", cwd=d)
         expect(rc == 0, f"exit {rc}: {err}")
         expect(os.path.islink(os.path.join(d, "link.json")), "the symlink survives")
         expect(json.load(open(os.path.join(d, "real.json")))["steps"] == 2, "real.json updated")
+        for flag, name in [("--html", "page.html"), ("--report", "page.html"),
+                           ("--report", "empty")]:
+            open(os.path.join(d, "empty"), "w").close()
+            rc, _, err = run(*small, flag, name, cwd=d)
+            expect(rc == 0, f"{flag} {name} over dtsim's own or an empty file: exit {rc} {err}")
+        os.remove(os.path.join(d, "page.html"))
+        os.remove(os.path.join(d, "empty"))
         expect(os.stat(os.path.join(d, "real.json")).st_mode & 0o777 == 0o640, "mode kept")
         expect(sorted(os.listdir(d)) == ["link.json", "real.json", "t.json"],
                f"no temporary file left: {os.listdir(d)}")
@@ -361,6 +393,9 @@ def case_stress_report():
         r = json.load(open(os.path.join(d, "s.json")))
         expect(r["failures"] == 0 and r["iterations"] == 2 and r["options"]["ranks"] == 3, str(r))
         expect(os.listdir(d) == ["s.json"], f"left {os.listdir(d)}")
+        expect(r["generator"] == "dtsim stress", "the report names its writer")
+        rc, _, err = run("stress", "--ranks", "2", "--iterations", "1", "--report", "s.json", cwd=d)
+        expect(rc == 0, f"stress --report over its own report: exit {rc}: {err}")
         rc, out, err = run("stress", "--ranks", "2", "--iterations", "3", "--seed", "3",
                            "--unsafe-live-sends", "--keep-going", "--timeout-ms", "2000",
                            "--report", "-", cwd=d)

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,26 @@ std::string folder_of(const std::string& path) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// Whether the regular file at `path` may be replaced: empty, or holding the generator mark
+// of a dtsim output in its first 4 KiB (output_file.h).
+bool replaceable(const std::string& path, off_t size) {
+  if (size == 0) return true;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char head[4096];
+  ssize_t n = 0;
+  while ((n = read(fd, head, sizeof head)) < 0 && errno == EINTR) {
+  }
+  close(fd);
+  if (n <= 0) return false;
+  const std::string_view text(head, static_cast<size_t>(n));
+  for (const char* mark : {"\"generator\": \"dtsim ", "\"generator\":\"dtsim ",
+                           "<meta name=\"generator\" content=\"dtsim ", "dtsim-schedule 1\n"}) {
+    if (text.find(mark) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 void write_all(int fd, const std::string& text, const std::string& name) {
   size_t done = 0;
   while (done < text.size()) {
@@ -117,11 +138,19 @@ OutputFile::OutputFile(const std::string& command, const std::string& flag, cons
     fail(command,
          what + " is a symlink to nothing (" + errno_text() + "); remove it or pick another name");
   } else if (S_ISDIR(st.st_mode)) {
+    const std::string example = flag == "html"            ? "report.html"
+                                : flag == "schedule-file" ? "schedule.txt"
+                                                          : flag + ".json";
     fail(command, what + " is a folder; give a file name, e.g. " + path +
-                      (path.back() == '/' ? "" : "/") + flag + ".json");
+                      (path.back() == '/' ? "" : "/") + example);
   } else if (have_stdout && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
     id.is_stdout = true;  // /dev/stdout, /proc/self/fd/1, or the file stdout is redirected to
   } else if (S_ISREG(st.st_mode)) {
+    if (!replaceable(path, st.st_size)) {
+      fail(command, what +
+                        " exists and is not a file dtsim wrote; pick another name, or "
+                        "remove the file first if it may go");
+    }
     char real[PATH_MAX];
     if (realpath(path.c_str(), real) == nullptr) fail(command, what + ": " + errno_text());
     target_ = real;  // a symlink keeps pointing at the file we replace
@@ -248,6 +277,25 @@ void OutputFile::commit(const std::string& text) {
     }
   }
   discard();
+}
+
+std::string json_with_generator(const std::string& object_text, const std::string& generator) {
+  if (object_text.size() < 3 || object_text.front() != '{') {
+    throw std::logic_error("json_with_generator: not a JSON object with fields");
+  }
+  // Indented text opens with "{\n" and the first field's indent; compact text with "{\"".
+  const bool indented = object_text[1] == '\n';
+  const size_t indent = indented ? object_text.find_first_not_of(' ', 2) - 2 : 0;
+  std::string field = "\"generator\":";
+  if (indented) field = "\n" + std::string(indent, ' ') + field + " ";
+  field += "\"" + generator + "\",";  // dtsim's own names: nothing to escape
+  std::string out = object_text;
+  out.insert(1, field);
+  return out;
+}
+
+std::string html_generator_meta(const std::string& generator) {
+  return "<meta name=\"generator\" content=\"" + generator + "\">\n";
 }
 
 }  // namespace dtsim::cli

@@ -6,12 +6,18 @@
 //     output holds the file alone (`dtsim train --report - | jq`);
 //   - an existing file that is not a regular file (/dev/null, a FIFO, a terminal) is written
 //     in place at commit; nothing is ever renamed over it;
-//   - a regular file (or a symlink to one, which survives) or a new file is written to a
-//     unique temporary file beside its target (FILE.XXXXXX, made like mkstemp), renamed onto
-//     it by commit(), and removed when the run fails or the process gets SIGINT, SIGTERM,
-//     SIGHUP or SIGPIPE (the process then dies of that signal: exit status 130, 143, ...);
-//   - a directory, a missing folder, a dangling symlink, an unwritable folder, or the same
-//     file as another output of this process are usage errors.
+//   - a new file, or a regular file (or a symlink to one, which survives) that is empty or
+//     dtsim's own (its first 4 KiB hold the generator mark below), is written to a unique
+//     temporary file beside its target (FILE.XXXXXX, made like mkstemp), renamed onto it by
+//     commit(), and removed when the run fails or the process gets SIGINT, SIGTERM, SIGHUP or
+//     SIGPIPE (the process then dies of that signal: exit status 130, 143, ...);
+//   - a regular file that is not dtsim's, a directory, a missing folder, a dangling symlink,
+//     an unwritable folder, or the same file as another output of this process are usage
+//     errors.
+//
+// The generator mark: every output dtsim writes names its writer first thing, e.g. "dtsim
+// train": a JSON object's first field "generator" (json_with_generator), an HTML page's
+// <meta name="generator"> (html_generator_meta), a schedule file its "dtsim-schedule 1".
 //
 // Thread safety: declare, commit and drop outputs on one thread (the main one); the signal
 // handler may run on any thread at any time.
@@ -53,5 +59,11 @@ class OutputFile {
   int slot_ = -1;       // kReplace: index in the signal handler's table of temporary files
   std::FILE* file_ = nullptr;
 };
+
+// A JSON object's text as nlohmann::json::dump prints it (indented or compact, not empty)
+// with "generator": `generator` put first, so that OutputFile knows the file for dtsim's.
+std::string json_with_generator(const std::string& object_text, const std::string& generator);
+// The <meta> tag that marks an HTML page's head as `generator`'s.
+std::string html_generator_meta(const std::string& generator);
 
 }  // namespace dtsim::cli

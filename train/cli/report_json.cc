@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "runtime/algorithms/registry.h"
+#include "train/cli/output_file.h"
 #include "train/cli/table.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
 
@@ -265,7 +266,8 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
 
 std::string report_json(const train::TrainConfig& config, size_t num_params,
                         const train::RunResult& run, const train::CheckResult* check) {
-  return report_object(config, num_params, run, check).dump(2) + "\n";
+  return json_with_generator(report_object(config, num_params, run, check).dump(2), "dtsim train") +
+         "\n";
 }
 
 std::string trace_json(const train::TrainConfig& config, const train::RunResult& run) {
@@ -300,7 +302,9 @@ std::string trace_json(const train::TrainConfig& config, const train::RunResult&
       events.push_back(std::move(ev));
     }
   }
-  return json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+  return json_with_generator(json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(),
+                             "dtsim train") +
+         "\n";
 }
 
 }  // namespace dtsim::cli

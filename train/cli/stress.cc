@@ -78,7 +78,7 @@ std::string report_text(const StressOptions& o, const StressResult& r, double se
     j["reproduce"] = reproduce_command(o, r.first_failed_iteration);
     j["flight_report"] = r.flight_report;
   }
-  return j.dump(2) + "\n";
+  return json_with_generator(j.dump(2), "dtsim stress") + "\n";
 }
 
 int run_stress(const CLI::App& app, const StressFlags& f) {
@@ -115,14 +115,41 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
          "--scheduler random|pct, --replay and --same-plan run thread worlds only; "
          "run them without mpirun");
   }
-  OutputFile report;
+  // Flags that the chosen mode would ignore are errors, not no-ops.
+  if (given(app, "--depth") && f.scheduler != "pct") {
+    fail("stress", "--depth applies to --scheduler pct (this run is --scheduler " + f.scheduler +
+                       "); drop --depth or add --scheduler pct");
+  }
+  if (!controlled) {
+    for (const char* flag : {"--schedules", "--schedule-file"}) {
+      if (given(app, flag)) {
+        fail("stress", std::string(flag) +
+                           " applies to --scheduler random|pct and --same-plan; the jitter "
+                           "scheduler runs --iterations");
+      }
+    }
+  }
+  if (!f.replay.empty()) {
+    for (const char* flag : {"--ranks", "--seed", "--start", "--calls", "--max-numel", "--mutant",
+                             "--schedules", "--scheduler"}) {
+      if (given(app, flag)) {
+        fail("stress", std::string("--replay runs what its file names (ranks, seed, iteration, "
+                                   "calls, max-numel, mutant); drop ") +
+                           flag);
+      }
+    }
+  }
+  OutputFile report, schedule_file;
   if (lead && given(app, "--report")) report = OutputFile("stress", "report", f.report);
+  if (controlled && given(app, "--schedule-file")) {
+    schedule_file = OutputFile("stress", "schedule-file", f.schedule_file);
+  }
   if (controlled) {
     ExploreFlags ef;
     ef.scheduler = f.scheduler;
     ef.depth = f.depth;
     ef.replay = f.replay;
-    ef.schedule_file = f.schedule_file;
+    ef.schedule_file = schedule_file.open() ? &schedule_file : nullptr;
     ef.same_plan = f.same_plan;
     ef.report = report.open() ? &report : nullptr;
     o.iterations = f.schedules;

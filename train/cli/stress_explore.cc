@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/schedule/explore.h"
+#include "train/cli/output_file.h"
 #include "train/cli/stress_explore.h"
 
 namespace dtsim::cli {
@@ -35,7 +36,7 @@ nlohmann::json options_json(const StressOptions& o, const ExploreFlags& f) {
 // Writes `j` to --report, if given, and says where it went.
 void commit_report(const ExploreFlags& f, const nlohmann::json& j, bool failed) {
   if (!f.report) return;
-  f.report->commit(j.dump(2) + "\n");
+  f.report->commit(json_with_generator(j.dump(2), "dtsim stress") + "\n");
   std::printf("report: %s%s\n", f.report->name().c_str(),
               failed ? " (with every rank's flight recorder)" : "");
 }
@@ -137,15 +138,20 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
       r.record.choices.size());
   std::printf("replayed twice: %s\n", r.replay_same ? "same failure both times"
                                                     : ("DIFFERENT (" + r.divergence + ")").c_str());
-  const std::string path = f.schedule_file.empty()
-                               ? "dtsim-schedule-" + std::to_string(o.seed) + "-" +
-                                     std::to_string(r.failed_iteration) + ".txt"
-                               : f.schedule_file;
+  OutputFile default_file;
+  OutputFile* out = f.schedule_file;
+  if (out == nullptr) {
+    default_file = OutputFile("stress", "schedule-file",
+                              "dtsim-schedule-" + std::to_string(o.seed) + "-" +
+                                  std::to_string(r.failed_iteration) + ".txt");
+    out = &default_file;
+  }
   schedule::ScheduleFile sf;
   sf.options = o;
   sf.iteration = r.failed_iteration;
   sf.record = r.record;
-  schedule::write_schedule_file(path, sf);
+  out->commit(schedule::schedule_file_text(sf));
+  const std::string path = out->name();
   std::printf("replay: dtsim stress --replay %s\n", path.c_str());
   j["message"] = r.message;
   j["schedule"] = r.schedule;

@@ -12,9 +12,11 @@ struct ExploreFlags {
   std::string scheduler = "pct";  // "random" or "pct" ("jitter" only with same_plan)
   int depth = 3;
   std::string replay;            // a schedule file to replay, or ""
-  std::string schedule_file;     // where a failing schedule goes ("": dtsim-schedule-S-I.txt)
   OutputFile* report = nullptr;  // --report FILE (declared already), or nullptr
-  bool same_plan = false;        // every schedule runs plan --start: count the failing ones
+  // --schedule-file FILE (declared already), where a failing schedule goes; nullptr:
+  // dtsim-schedule-SEED-ITERATION.txt, declared once the failure is found.
+  OutputFile* schedule_file = nullptr;
+  bool same_plan = false;  // every schedule runs plan --start: count the failing ones
 };
 
 // Runs the stress plans of `o` under the controlled scheduler (or replays f.replay);
