@@ -59,6 +59,7 @@ void resolve_preset(TrainConfig& c) {
   if (c.strategy != Strategy::kMesh || c.pp != 1 || c.dp * c.tp_size != c.ranks) return;
   const bool mlp = c.model == ModelKind::kMlp;
   if (c.tp_size == 1 && c.ep == 1) {
+    if (c.zero > 0 && c.dp == 1) return;  // nothing to shard: validate() says so
     constexpr Strategy kByStage[] = {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
                                      Strategy::kZero3};
     if (c.zero >= 0 && c.zero <= 3) c.strategy = kByStage[c.zero];

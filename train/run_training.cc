@@ -139,9 +139,6 @@ void validate_pipeline(const TrainConfig& c) {
   require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || c.model == ModelKind::kMlp,
           "--schedule zb-h1 needs --model mlp (its layers split backward into input and "
           "weight gradients; MoE layers do not)");
-  require(c.zero <= 2,
-          "--zero 3 with --pp is not supported (ZeRO-3 gathers each layer at each "
-          "use, which the pipeline stages do not do); use --zero 1 or 2");
   require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
           "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
               " x --micro-batches " + str(c.micro_batches));
@@ -159,8 +156,16 @@ void validate_mesh(const TrainConfig& c) {
                                     " ranks, but the world has " + str(c.ranks) +
                                     " (--ranks); make the product the world size");
   require(c.zero >= 0 && c.zero <= 3, "--zero " + str(c.zero) + " must be 0, 1, 2 or 3");
-  require(c.zero == 0 || m.dp > 1,
-          "--zero " + str(c.zero) + " shards along the data axis: it needs --dp > 1");
+  // The unsupported combinations first, so that the --dp hint below leads somewhere.
+  require(c.zero <= 2 || m.ep == 1, "--zero 3 with --ep " + str(m.ep) +
+                                        " is not supported (ZeRO-3 gathers whole layers, experts "
+                                        "included); use --zero 1 or 2");
+  require(c.zero <= 2 || m.pp == 1,
+          "--zero 3 with --pp is not supported (ZeRO-3 gathers each layer at each "
+          "use, which the pipeline stages do not do); use --zero 1 or 2");
+  require(c.zero == 0 || m.dp > 1, "--zero " + str(c.zero) +
+                                       " shards along the data axis: it needs --dp > 1 (give "
+                                       "--dp N, or --ranks N for --dp to fill)");
   const bool mlp = c.model == ModelKind::kMlp;
   if (m.tp > 1) {
     require(mlp, "--tp " + str(m.tp) + " splits the MLP blocks: it needs --model mlp");
@@ -175,9 +180,6 @@ void validate_mesh(const TrainConfig& c) {
     require(c.moe.moe.num_experts % m.ep == 0,
             "--experts " + str(c.moe.moe.num_experts) + " is not divisible by --ep " + str(m.ep) +
                 ": every rank of an expert group holds the same number of experts");
-    require(c.zero <= 2, "--zero 3 with --ep " + str(m.ep) +
-                             " is not supported (ZeRO-3 gathers whole layers, experts "
-                             "included); use --zero 1 or 2");
   }
   require(mlp || m.tp == 1, "--model moe runs on --dp and --ep (no tensor-parallel MoE)");
   require(c.pitfall == Pitfall::kNone,

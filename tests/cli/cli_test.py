@@ -36,6 +36,18 @@ def case_help():
     expect_match(r"--ranks INT in \[1, 256\]=4 \(Env:WORLD_SIZE\)", out, "train -h --ranks")
     expect_match(r"--strategy \{single\|accum\|ddp\|zero1\|zero2\|zero3\|tp\|ep\|dp-tp\}=ddp", out,
                  "train -h --strategy")
+    # --algo offers only what the command's collectives have (barrier's dissemination is not
+    # an all_reduce algorithm), and every name it offers is accepted.
+    for cmd, extra in [("train", ["--steps", "1", "--quiet"]), ("walk", [])]:
+        rc, out, _ = run(cmd, "-h")
+        m = re.search(r"--algo \{([a-z|]+)\}", out)
+        expect(m is not None and "dissemination" not in m.group(1), f"{cmd} -h --algo: {m}")
+        if cmd == "train":
+            for name in m.group(1).split("|"):
+                if name == "mpi":
+                    continue  # needs mpirun
+                rc, _, err = run(cmd, *extra, "--algo", name)
+                expect(rc == 0, f"train --algo {name} (offered by -h): exit {rc} {err!r}")
 
 
 def case_version():

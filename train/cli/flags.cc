@@ -115,7 +115,14 @@ std::vector<std::string> algo_names() {
   return names;
 }
 
-CLI::Validator AlgoFor(std::function<OpKind()> op, std::function<uint8_t()> world, bool name_op) {
+CLI::Validator AlgoFor(std::function<OpKind()> op, std::function<uint8_t()> world, bool name_op,
+                       const std::vector<OpKind>& shown) {
+  std::vector<std::string> names;
+  for (const AlgoName& n : dtsim::algo_names()) {
+    const bool some =
+        std::any_of(shown.begin(), shown.end(), [&](OpKind o) { return has_algorithm(o, n.algo); });
+    if (n.algo == Algo::kAuto || some) names.emplace_back(n.name);
+  }
   return CLI::Validator(
       [op = std::move(op), world = std::move(world), name_op](std::string& text) {
         const OpKind o = op();
@@ -129,7 +136,7 @@ CLI::Validator AlgoFor(std::function<OpKind()> op, std::function<uint8_t()> worl
         const std::string why = algorithm_error(o, algo, w);
         return why.empty() ? why : text + ": " + why;
       },
-      "{" + join(algo_names(), "|") + "}");
+      "{" + join(names, "|") + "}");
 }
 
 bool given(const CLI::App& app, const std::string& name) {

@@ -35,7 +35,9 @@ std::vector<std::string> algo_names();
 // with world() features (WorldFeature bits) can run. The error lists what to pass instead:
 // "must be one of auto, ring, ... (got 'x')" ("for broadcast must be ..." with name_op),
 // or the registry's algorithm_error ("rd: reduce_scatter has no 'rd' algorithm; use ...").
-CLI::Validator AlgoFor(std::function<OpKind()> op, std::function<uint8_t()> world, bool name_op);
+// --help shows auto and the algorithms that any of `shown` (the ops op() can be) has.
+CLI::Validator AlgoFor(std::function<OpKind()> op, std::function<uint8_t()> world, bool name_op,
+                       const std::vector<OpKind>& shown);
 
 // True when flag `name` ("--ranks") was given on the command line, in --config or by its
 // environment variable.

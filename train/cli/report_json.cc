@@ -193,7 +193,8 @@ std::string algorithms_ran_text(const train::RunResult& run) {
   for (const auto& [op, algos] : algorithms_ran(run)) {
     s += (s.empty() ? "" : ", ") + op + " " + algos;
   }
-  return s.empty() ? "none (one rank)" : s;
+  if (!s.empty()) return s;
+  return run.ranks.size() > 1 ? "none (the ranks only sent point to point)" : "none (one rank)";
 }
 
 const char* optimizer_name(model::OptimizerKind k) {

@@ -93,8 +93,10 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
     const auto t0 = std::chrono::steady_clock::now();
     const schedule::SamePlanResult r = schedule::same_plan(o, e);
     const double secs = seconds_since(t0);
-    std::printf("failing schedules: %d of %d (first: run %d)\ntime: %.2f s\n", r.failing, r.runs,
-                r.first_failing, secs);
+    const std::string first =
+        r.failing ? " (first: run " + std::to_string(r.first_failing) + ")" : "";
+    std::printf("failing schedules: %d of %d%s\ntime: %.2f s\n", r.failing, r.runs, first.c_str(),
+                secs);
     if (r.failing) std::printf("FAIL %s\n", r.first_message.c_str());
     commit_report(f,
                   {{"options", options_json(o, f)},

@@ -88,10 +88,10 @@ void declare(CLI::App* app, TrainFlags& f) {
       ->transform(Integer(1, 256));
   app->add_option("--dp", f.dp,
                   "mesh: data-parallel replicas; --dp x --tp x --pp is the world size "
-                  "[default: --ranks / (--tp x --pp)]")
+                  "[default: --ranks / (--tp x --pp) when --ranks is given, else 1]")
       ->transform(Integer(1, 256))
       ->default_str("");
-  app->add_option("--pp", f.pp, "mesh: pipeline stages (mlp; the blocks split evenly)")
+  app->add_option("--pp", f.pp, "mesh: pipeline stages (the layers split evenly)")
       ->transform(Integer(1, 256));
   app->add_option("--ep", f.ep,
                   "mesh: experts sharded over groups of --ep data-parallel ranks (moe; divides "
@@ -115,7 +115,7 @@ void declare(CLI::App* app, TrainFlags& f) {
           [&f] {
             return ProcessModel::from_environment(0, f.threads_per_process).world_features();
           },
-          /*name_op=*/false));
+          /*name_op=*/false, {OpKind::kAllReduce}));
   app->add_option("--seed", f.seed, "initialisation and data seed")
       ->transform(Integer(0, INT64_MAX));
   app->add_option("--pitfall", f.pitfall,

@@ -311,7 +311,9 @@ Command add_walk(CLI::App& dtsim) {
             parse_collective(f->op, &op);
             return op;
           },
-          [] { return uint8_t{kWorldBasic}; }, /*name_op=*/true))
+          [] { return uint8_t{kWorldBasic}; }, /*name_op=*/true,
+          {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather, OpKind::kAllToAll,
+           OpKind::kBroadcast, OpKind::kReduce}))
       ->default_str("");
   app->add_option("--root", f->root, "source of broadcast / destination of reduce")
       ->transform(Integer(0, 15));
