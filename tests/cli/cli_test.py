@@ -53,7 +53,8 @@ def case_help():
 def case_version():
     rc, out, err = run("--version")
     expect(rc == 0 and err == "", f"--version exit code {rc}")
-    expect_match(r"^dtsim \d+\.\d+\.\d+ \(C\+\+20, GCC [\d.]+; CLI11 [\d.]+, fmt [\d.]+\)$", out,
+    expect_match(r"^dtsim \d+\.\d+\.\d+ \(C\+\+20, GCC [\d.]+; CLI11 [\d.]+, fmt [\d.]+; "
+                 r"GEMM (avx2-fma|avx512-fma|openblas)\)$", out,
                  "--version")
 
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gemm.h"
 #include "runtime/types.h"
 #include "runtime/world.h"
 #include "train/cli/commands.h"
@@ -23,9 +24,11 @@ namespace {
 using dtsim::cli::Command;
 
 std::string version_text() {
-  return fmt::format("dtsim {} (C++20, GCC {}.{}.{}; CLI11 {}, fmt {}.{}.{})", DTSIM_VERSION,
-                     __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__, CLI11_VERSION,
-                     FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100);
+  // The GEMM backend too: it decides the bits of every number a run prints.
+  return fmt::format("dtsim {} (C++20, GCC {}.{}.{}; CLI11 {}, fmt {}.{}.{}; GEMM {})",
+                     DTSIM_VERSION, __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__, CLI11_VERSION,
+                     FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100,
+                     dtsim::model::gemm_backend());
 }
 
 // Standard output must have reached its file: a full disk or a closed pipe is an error.
