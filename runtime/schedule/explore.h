@@ -58,6 +58,8 @@ struct ScheduleFile {
   int iteration = 0;
   Record record;
 };
+// A schedule file's first line.
+inline constexpr const char* kScheduleMagic = "dtsim-schedule 1";
 // The text of a schedule file holding `f` (it starts "dtsim-schedule 1"); the caller
 // writes it (the CLI: through its OutputFile, which also knows the file for dtsim's).
 std::string schedule_file_text(const ScheduleFile& f);

@@ -15,8 +15,6 @@
 namespace dtsim::schedule {
 namespace {
 
-constexpr const char* kMagic = "dtsim-schedule 1";
-
 UsageError bad(const std::string& path, const std::string& what) {
   return UsageError("schedule file " + path + ": " + what +
                     "; pass a file that a failing `dtsim stress --scheduler` run wrote");
@@ -27,9 +25,9 @@ UsageError bad(const std::string& path, const std::string& what) {
 std::string schedule_file_text(const ScheduleFile& f) {
   std::ostringstream out;
   const StressOptions& o = f.options;
-  out << kMagic << "\nranks " << o.ranks << "\nseed " << o.seed << "\niteration " << f.iteration
-      << "\ncalls " << o.calls_per_iteration << "\nmax-numel " << o.max_numel << "\nmutant "
-      << mutant_name(o.mutant) << "\nsteps " << f.record.choices.size() << "\n";
+  out << kScheduleMagic << "\nranks " << o.ranks << "\nseed " << o.seed << "\niteration "
+      << f.iteration << "\ncalls " << o.calls_per_iteration << "\nmax-numel " << o.max_numel
+      << "\nmutant " << mutant_name(o.mutant) << "\nsteps " << f.record.choices.size() << "\n";
   char line[48];
   for (size_t i = 0; i < f.record.choices.size(); ++i) {
     std::snprintf(line, sizeof line, "%d %016llx\n", f.record.choices[i],
@@ -43,8 +41,8 @@ ScheduleFile read_schedule_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw bad(path, "cannot be opened");
   std::string line;
-  if (!std::getline(in, line) || line != kMagic)
-    throw bad(path, "does not start with '" + std::string(kMagic) + "'");
+  if (!std::getline(in, line) || line != kScheduleMagic)
+    throw bad(path, "does not start with '" + std::string(kScheduleMagic) + "'");
   ScheduleFile f;
   size_t steps = 0;
   bool have_steps = false;

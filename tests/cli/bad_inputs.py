@@ -3,9 +3,14 @@ one-line error that contains the given text."""
 
 BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "files": ...}])
     (["stress", "--depth", "2"], "--depth applies to --scheduler pct (this run is --scheduler jitter)"),
-    (["stress", "--schedules", "5"], "--schedules applies to --scheduler random|pct and --same-plan"),
-    (["stress", "--schedule-file", "s.txt"], "--schedule-file applies to --scheduler random|pct"),
-    (["stress", "--replay", "s.txt", "--ranks", "8"], "--replay runs what its file names (ranks, seed, iteration, calls, max-numel, mutant); drop --ranks"),
+    (["stress", "--schedules", "5"], "--schedules counts the schedules of --scheduler random|pct and --same-plan; the jitter scheduler runs --iterations: use that, or add --scheduler pct"),
+    (["stress", "--schedule-file", "s.txt"], "--schedule-file is where a --scheduler random|pct search writes a failing schedule"),
+    (["stress", "--replay", "s.txt", "--ranks", "8"], "--ranks does not apply to --replay, which runs what its file names (ranks, seed, iteration, calls, max-numel, mutant, every choice); drop --ranks"),
+    (["stress", "--replay", "s.txt", "--depth", "2"], "--depth does not apply to --replay"),
+    (["stress", "--scheduler", "pct", "--iterations", "5"], "--iterations counts jitter iterations; with --scheduler pct give --schedules instead"),
+    (["stress", "--scheduler", "random", "--jitter-us", "5"], "--jitter-us applies to --scheduler jitter"),
+    (["stress", "--scheduler", "pct", "--same-plan", "--schedule-file", "s.txt"], "--schedule-file is where a --scheduler random|pct search writes a failing schedule; this run writes none"),
+    (["stress", "--scheduler", "pct", "--schedule-file", "-"], "--schedule-file - is standard output; give a file, which --replay reads back"),
     (["train", "--bogus", "1"], "unknown flag --bogus"),
     (["train", "--stratgy", "zero3"], "unknown flag --stratgy; did you mean --strategy? (see dtsim train --help)"),
     (["train", "--strategy", "fsdp"], "--strategy must be one of single, accum, ddp"),

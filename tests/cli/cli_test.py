@@ -278,24 +278,45 @@ def case_output_files():
     with tempfile.TemporaryDirectory() as d:
         # A file that is not dtsim's is never replaced, through a symlink neither; dtsim's own
         # outputs and empty files are.
+        # notes.md only quotes the marks, away from where dtsim puts them.
+        quoted = ('# Notes\n\n{"generator": "dtsim train"}\n<meta name="generator" '
+                  'content="dtsim train">\ndtsim-schedule 1\n')
         for name, text in [("notes.json", '{"generator": "someone else"}\n'),
-                           ("notes.html", "<!doctype html><p>mine</p>\n"), ("notes.txt", "x")]:
+                           ("notes.html", "<!doctype html><p>mine</p>\n"), ("notes.txt", "x"),
+                           ("notes.md", quoted)]:
             open(os.path.join(d, name), "w").write(text)
         os.symlink("notes.txt", os.path.join(d, "notes-link"))
-        for flag, name in [("--report", "notes.json"), ("--html", "notes.html"),
-                           ("--trace", "notes.txt"), ("--report", "notes-link")]:
-            rc, out, err = run(*small, flag, name, cwd=d)
+        for args in [[*small, "--report", "notes.json"], [*small, "--html", "notes.html"],
+                     [*small, "--trace", "notes.txt"], [*small, "--report", "notes-link"],
+                     [*small, "--report", "notes.md"], ["demo", "--html", "notes.html"]]:
+            rc, out, err = run(*args, cwd=d)
             expect(rc == 2 and out == "" and "is not a file dtsim wrote" in err and
-                   len(err.splitlines()) == 1, f"{flag} {name}: exit {rc}, {err!r}")
+                   len(err.splitlines()) == 1, f"{args}: exit {rc}, {err!r}")
         rc, _, err = run("stress", "--scheduler", "pct", "--ranks", "2", "--schedules", "2",
                          "--schedule-file", "notes.txt", cwd=d)
         expect(rc == 2 and "is not a file dtsim wrote" in err, f"--schedule-file: {rc} {err!r}")
         rc, _, err = run("stress", "--iterations", "1", "--report", "notes.json", cwd=d)
         expect(rc == 2 and "is not a file dtsim wrote" in err, f"stress --report: {rc} {err!r}")
         expect(open(os.path.join(d, "notes.json")).read() == '{"generator": "someone else"}\n'
-               and open(os.path.join(d, "notes.txt")).read() == "x", "foreign files untouched")
-        expect(sorted(os.listdir(d)) == ["notes-link", "notes.html", "notes.json", "notes.txt"],
-               f"nothing written: {os.listdir(d)}")
+               and open(os.path.join(d, "notes.txt")).read() == "x" and
+               open(os.path.join(d, "notes.md")).read() == quoted, "foreign files untouched")
+        expect(sorted(os.listdir(d)) == ["notes-link", "notes.html", "notes.json", "notes.md",
+                                         "notes.txt"], f"nothing written: {os.listdir(d)}")
+    with tempfile.TemporaryDirectory() as d:
+        # A failing search writes its schedule over dtsim's own schedule file; by default to
+        # dtsim-schedule-S-I.txt, or beside it when a file that is not dtsim's has that name.
+        search = ["stress", "--scheduler", "pct", "--ranks", "4", "--schedules", "200",
+                  "--seed", "1", "--mutant", "missing-settle"]
+        open(os.path.join(d, "dtsim-schedule-1-3.txt"), "w").write("mine\n")
+        rc, out, err = run(*search, cwd=d)
+        expect(rc == 1 and "replay: dtsim stress --replay dtsim-schedule-1-3-2.txt" in out,
+               f"default name taken: exit {rc}, {out[-300:]!r} {err!r}")
+        expect(open(os.path.join(d, "dtsim-schedule-1-3.txt")).read() == "mine\n", "untouched")
+        for _ in range(2):
+            rc, out, err = run(*search, "--schedule-file", "s.txt", cwd=d)
+            expect(rc == 1 and "replay: dtsim stress --replay s.txt" in out, f"{rc} {err!r}")
+        rc, out, _ = run("stress", "--replay", "s.txt", cwd=d)
+        expect(rc == 1 and "failed as recorded" in out, f"replay: exit {rc} {out[-200:]!r}")
     with tempfile.TemporaryDirectory() as d:
         # A symlink to a file survives; the file it points at gets the report. The file is
         # one dtsim wrote (a trace), so it may be replaced.

@@ -5,7 +5,8 @@ and that block is what the commands print. The example passes when the block's l
 order, are among the lines the commands print now (stdout and stderr), after what varies
 from run to run is masked: times (`110 us`, `2.6 s`, `(17.1 s)`), a pipeline's wall-time
 share and the load average; runs of spaces count as one. A `...` line in the block stands
-for lines left out.
+for lines left out. Every command must exit 0, or 1 where the block quotes a FAIL (a stress
+search that finds its planted bug), and a block must quote at least one line.
 
   readme_outputs.py --list README.md            the examples' names, one per line
   readme_outputs.py README.md DTSIM NAME        runs one example; exit 1 naming the line
@@ -77,6 +78,10 @@ def main():
         print(f"skipped: the README's outputs are an AVX2/FMA build's; this is {version.strip()}")
         return 77
     [(name, line, commands, expected)] = [e for e in examples(readme) if e[0] == wanted]
+    if not any(x.strip() and x.strip() != "..." for x in expected):
+        print(f"README.md:{line}: the block after `{commands[0]}` quotes nothing")
+        return 1
+    want_rc = 1 if any("FAIL" in x for x in expected) else 0
     printed = []
     with tempfile.TemporaryDirectory() as d:  # the examples' --report and --trace files
         for command in commands:
@@ -85,6 +90,10 @@ def main():
             p = subprocess.run([dtsim, *args], capture_output=True, text=True, cwd=d, env=env,
                                timeout=300)
             printed += (p.stdout + p.stderr).split("\n")
+            if p.returncode not in (0, want_rc):
+                print(f"README.md:{line}: `{command}` exited {p.returncode}, not {want_rc}:\n"
+                      + p.stdout + p.stderr)
+                return 1
     have = [masked(x) for x in printed]
     at = 0
     for k, want in enumerate(expected):

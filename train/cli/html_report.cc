@@ -56,7 +56,7 @@ std::string html_page(const std::string& title, const std::string& subtitle,
     data["table"] = {{"header", table->header}, {"rows", table->rows}, {"links", table->links}};
   }
   std::string page = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  page += html_generator_meta(title);  // "dtsim train", "dtsim demo"
+  page += html_generator_meta(escape_html(title));  // "dtsim train", "dtsim demo"
   page += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   page += "<title>" + escape_html(title) + "</title>\n<style>\n";
   page += kHtmlStyle;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "runtime/process_model.h"
+#include "runtime/schedule/explore.h"
 #include "train/cli/flags.h"
 
 namespace dtsim::cli {
@@ -78,24 +80,48 @@ std::string folder_of(const std::string& path) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Whether the regular file at `path` may be replaced: empty, or holding the generator mark
-// of a dtsim output in its first 4 KiB (output_file.h).
-bool replaceable(const std::string& path, off_t size) {
-  if (size == 0) return true;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char head[4096];
-  ssize_t n = 0;
-  while ((n = read(fd, head, sizeof head)) < 0 && errno == EINTR) {
+// Whether `head`, the start of a file, carries dtsim's generator mark where dtsim puts it
+// (output_file.h): a JSON object whose first field it is, an HTML page's head, a schedule
+// file's first line. A file that only quotes a mark elsewhere is not dtsim's.
+bool marked(std::string_view head) {
+  if (head.starts_with(schedule::kScheduleMagic) &&
+      head.substr(std::string_view(schedule::kScheduleMagic).size()).starts_with("\n")) {
+    return true;
   }
-  close(fd);
-  if (n <= 0) return false;
-  const std::string_view text(head, static_cast<size_t>(n));
-  for (const char* mark : {"\"generator\": \"dtsim ", "\"generator\":\"dtsim ",
-                           "<meta name=\"generator\" content=\"dtsim ", "dtsim-schedule 1\n"}) {
-    if (text.find(mark) != std::string_view::npos) return true;
+  if (head.starts_with("{")) {
+    const size_t field = head.find_first_not_of(" \n", 1);
+    if (field == std::string_view::npos) return false;
+    const std::string_view rest = head.substr(field);
+    return rest.starts_with("\"generator\": \"dtsim ") ||
+           rest.starts_with("\"generator\":\"dtsim ");
+  }
+  if (head.starts_with("<!doctype html>")) {
+    const size_t meta = head.find("<meta name=\"generator\" content=\"dtsim ");
+    return meta != std::string_view::npos && meta < head.find("</head>");
   }
   return false;
+}
+
+// Why the regular file at `path` (of `size` bytes) may not be replaced, or "" when it may:
+// empty, or marked as dtsim's in its first 4 KiB.
+std::string not_replaceable(const std::string& path, off_t size) {
+  if (size == 0) return "";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return "exists and cannot be read to tell whether dtsim wrote it (" + errno_text() + ")";
+  char head[4096];
+  size_t got = 0;
+  for (;;) {  // a short read is not the end of the file
+    const ssize_t n = read(fd, head + got, sizeof head - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+    if (got == sizeof head) break;
+  }
+  close(fd);
+  if (marked(std::string_view(head, got))) return "";
+  return "exists and is not a file dtsim wrote; pick another name, or remove the file first if "
+         "it may go";
 }
 
 void write_all(int fd, const std::string& text, const std::string& name) {
@@ -146,11 +172,8 @@ OutputFile::OutputFile(const std::string& command, const std::string& flag, cons
   } else if (have_stdout && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
     id.is_stdout = true;  // /dev/stdout, /proc/self/fd/1, or the file stdout is redirected to
   } else if (S_ISREG(st.st_mode)) {
-    if (!replaceable(path, st.st_size)) {
-      fail(command, what +
-                        " exists and is not a file dtsim wrote; pick another name, or "
-                        "remove the file first if it may go");
-    }
+    const std::string why = not_replaceable(path, st.st_size);
+    if (!why.empty()) fail(command, what + " " + why);
     char real[PATH_MAX];
     if (realpath(path.c_str(), real) == nullptr) fail(command, what + ": " + errno_text());
     target_ = real;  // a symlink keeps pointing at the file we replace
@@ -277,6 +300,12 @@ void OutputFile::commit(const std::string& text) {
     }
   }
   discard();
+}
+
+bool may_write(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return errno == ENOENT;
+  return S_ISREG(st.st_mode) && not_replaceable(path, st.st_size).empty();
 }
 
 std::string json_with_generator(const std::string& object_text, const std::string& generator) {

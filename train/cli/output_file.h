@@ -7,7 +7,7 @@
 //   - an existing file that is not a regular file (/dev/null, a FIFO, a terminal) is written
 //     in place at commit; nothing is ever renamed over it;
 //   - a new file, or a regular file (or a symlink to one, which survives) that is empty or
-//     dtsim's own (its first 4 KiB hold the generator mark below), is written to a unique
+//     dtsim's own (it carries the generator mark below where dtsim puts it), is written to a unique
 //     temporary file beside its target (FILE.XXXXXX, made like mkstemp), renamed onto it by
 //     commit(), and removed when the run fails or the process gets SIGINT, SIGTERM, SIGHUP or
 //     SIGPIPE (the process then dies of that signal: exit status 130, 143, ...);
@@ -60,10 +60,13 @@ class OutputFile {
   std::FILE* file_ = nullptr;
 };
 
+// Whether `path` is free for an output: a new file, or a regular file OutputFile would replace.
+bool may_write(const std::string& path);
+
 // A JSON object's text as nlohmann::json::dump prints it (indented or compact, not empty)
 // with "generator": `generator` put first, so that OutputFile knows the file for dtsim's.
 std::string json_with_generator(const std::string& object_text, const std::string& generator);
-// The <meta> tag that marks an HTML page's head as `generator`'s.
+// The <meta> tag that marks an HTML page's head as `generator`'s (already HTML-escaped).
 std::string html_generator_meta(const std::string& generator);
 
 }  // namespace dtsim::cli

@@ -115,34 +115,54 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
          "--scheduler random|pct, --replay and --same-plan run thread worlds only; "
          "run them without mpirun");
   }
-  // Flags that the chosen mode would ignore are errors, not no-ops.
-  if (given(app, "--depth") && f.scheduler != "pct") {
-    fail("stress", "--depth applies to --scheduler pct (this run is --scheduler " + f.scheduler +
-                       "); drop --depth or add --scheduler pct");
-  }
-  if (!controlled) {
-    for (const char* flag : {"--schedules", "--schedule-file"}) {
-      if (given(app, flag)) {
-        fail("stress", std::string(flag) +
-                           " applies to --scheduler random|pct and --same-plan; the jitter "
-                           "scheduler runs --iterations");
-      }
-    }
-  }
+  // Flags that the chosen mode would ignore are errors, not no-ops; each hint leads to a
+  // command that runs.
+  const bool searching = controlled && f.replay.empty() && !f.same_plan;  // random|pct search
+  const auto refuse = [&](const char* flag, const std::string& why) {
+    if (given(app, flag)) fail("stress", std::string(flag) + " " + why);
+  };
   if (!f.replay.empty()) {
     for (const char* flag : {"--ranks", "--seed", "--start", "--calls", "--max-numel", "--mutant",
-                             "--schedules", "--scheduler"}) {
-      if (given(app, flag)) {
-        fail("stress", std::string("--replay runs what its file names (ranks, seed, iteration, "
-                                   "calls, max-numel, mutant); drop ") +
-                           flag);
-      }
+                             "--iterations", "--schedules", "--scheduler", "--depth", "--jitter-us",
+                             "--same-plan", "--schedule-file"}) {
+      refuse(flag,
+             "does not apply to --replay, which runs what its file names (ranks, seed, "
+             "iteration, calls, max-numel, mutant, every choice); drop " +
+                 std::string(flag));
     }
+  }
+  if (f.scheduler != "pct") {
+    refuse("--depth", "applies to --scheduler pct (this run is --scheduler " + f.scheduler +
+                          "); drop --depth or add --scheduler pct");
+  }
+  if (!controlled) {
+    refuse("--schedules",
+           "counts the schedules of --scheduler random|pct and --same-plan; the "
+           "jitter scheduler runs --iterations: use that, or add --scheduler pct");
+  }
+  if (!searching) {
+    refuse("--schedule-file",
+           std::string("is where a --scheduler random|pct search writes a failing schedule; "
+                       "this run writes none: drop it, or ") +
+               (f.same_plan ? "drop --same-plan" : "add --scheduler pct"));
+  }
+  if (controlled) {
+    refuse("--iterations", "counts jitter iterations; with --scheduler " + f.scheduler +
+                               (f.same_plan ? " --same-plan" : "") + " give --schedules instead");
+  }
+  if (f.scheduler != "jitter") {
+    refuse("--jitter-us",
+           "applies to --scheduler jitter; the controlled scheduler injects no "
+           "sleeps: drop --jitter-us");
   }
   OutputFile report, schedule_file;
   if (lead && given(app, "--report")) report = OutputFile("stress", "report", f.report);
-  if (controlled && given(app, "--schedule-file")) {
+  if (searching && given(app, "--schedule-file")) {
     schedule_file = OutputFile("stress", "schedule-file", f.schedule_file);
+    if (schedule_file.name() == "standard output") {
+      fail("stress", "--schedule-file " + f.schedule_file +
+                         " is standard output; give a file, which --replay reads back");
+    }
   }
   if (controlled) {
     ExploreFlags ef;

@@ -142,10 +142,13 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
                                                     : ("DIFFERENT (" + r.divergence + ")").c_str());
   OutputFile default_file;
   OutputFile* out = f.schedule_file;
-  if (out == nullptr) {
-    default_file = OutputFile("stress", "schedule-file",
-                              "dtsim-schedule-" + std::to_string(o.seed) + "-" +
-                                  std::to_string(r.failed_iteration) + ".txt");
+  if (out == nullptr) {  // dtsim-schedule-S-I.txt, or -2, -3, ... if a file not ours has it
+    const std::string base =
+        "dtsim-schedule-" + std::to_string(o.seed) + "-" + std::to_string(r.failed_iteration);
+    std::string name = base + ".txt";
+    for (int k = 2; k < 100 && !may_write(name); ++k)
+      name = base + "-" + std::to_string(k) + ".txt";
+    default_file = OutputFile("stress", "schedule-file", name);
     out = &default_file;
   }
   schedule::ScheduleFile sf;

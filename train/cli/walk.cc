@@ -296,9 +296,11 @@ Command add_walk(CLI::App& dtsim) {
   app->option_defaults()->always_capture_default();
   app->fallthrough();  // --config belongs to dtsim
   auto f = std::make_shared<WalkFlags>();
-  app->add_option("--op", f->op, "the collective")
-      ->check(OneOf(
-          {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"}));
+  const std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather",
+                                        "all_to_all", "broadcast",      "reduce"};
+  std::vector<OpKind> op_kinds;
+  for (const std::string& name : ops) parse_collective(name, &op_kinds.emplace_back());
+  app->add_option("--op", f->op, "the collective")->check(OneOf(ops));
   app->add_option("--ranks", f->ranks, "number of rank threads")->transform(Integer(1, 16));
   app->add_option("--numel", f->numel, "elements per rank")->transform(Integer(0, 64));
   // Checked against --op's algorithms (declared above, so parsed first); walk runs in
@@ -311,9 +313,7 @@ Command add_walk(CLI::App& dtsim) {
             parse_collective(f->op, &op);
             return op;
           },
-          [] { return uint8_t{kWorldBasic}; }, /*name_op=*/true,
-          {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather, OpKind::kAllToAll,
-           OpKind::kBroadcast, OpKind::kReduce}))
+          [] { return uint8_t{kWorldBasic}; }, /*name_op=*/true, op_kinds))
       ->default_str("");
   app->add_option("--root", f->root, "source of broadcast / destination of reduce")
       ->transform(Integer(0, 15));
