@@ -144,6 +144,22 @@ void validate_pipeline(const TrainConfig& c) {
               " x --micro-batches " + str(c.micro_batches));
 }
 
+// --algo mpi: MPI's own collectives, on float32 and on the world communicator only; a mesh
+// whose --algo collectives run on groups (dp-tp, pipelines) would fail at its first call.
+void validate_mpi_algo(const TrainConfig& c) {
+  if (c.algo != Algo::kMpi) return;
+  require(c.precision == model::Precision::kFp32,
+          "--algo mpi has no bfloat16 (MPI has no such type); use --precision fp32 or another "
+          "--algo");
+  const MeshShape m = c.mesh();
+  require(m.dp == c.ranks || m.tp == c.ranks,
+          "--algo mpi runs MPI's collectives on the world communicator only, and this mesh "
+          "(dp " +
+              str(m.dp) + " x tp " + str(m.tp) + " x pp " + str(m.pp) +
+              ") runs them on groups; use another --algo, or one axis (--dp or --tp) as the "
+              "whole world");
+}
+
 // --dp --tp --pp --ep --zero (Strategy::kMesh): the product is the world, each axis fits
 // the model, the batch splits over the data axis.
 void validate_mesh(const TrainConfig& c) {
@@ -200,6 +216,7 @@ void validate(const TrainConfig& config) {
   validate_model_parallel(config);
   validate_mesh(config);
   validate_pipeline(config);
+  validate_mpi_algo(config);
 }
 
 std::optional<RunResult> launch_training(const TrainConfig& requested) {

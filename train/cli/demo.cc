@@ -164,10 +164,18 @@ struct DemoFlags {
 int run_demo(const CLI::App& a, const DemoFlags& f) {
   const int steps = f.steps;
   const bool quiet = f.quiet;
+  if (ProcessModel::launched_by_mpi()) {  // P processes x 4 / P rank threads per run
+    const int processes = ProcessModel::from_environment(kRanks, 1).processes;
+    if (kRanks % processes != 0) {
+      fail("demo", fmt::format("its runs take {} ranks (the 3D row 8), which {} MPI processes do "
+                               "not divide; start 1, 2 or 4 (mpirun -np 4)",
+                               kRanks, processes));
+    }
+  }
   // Declared before any work: a bad path is a usage error, not a lost demo. Only the
   // process of global rank 0 writes it.
   OutputFile html;
-  if (given(a, "--html") && train::holds_global_rank0()) html = OutputFile("demo", "html", f.html);
+  if (given(a, "--html")) html = OutputFile("demo", "html", f.html, train::holds_global_rank0());
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
@@ -226,7 +234,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
       }
       const std::string name = label + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
-      if (c.ranks != kRanks) {  // the 3D row: hybrid under mpirun, or skipped by every process
+      if (c.ranks > 1) {  // under mpirun: hybrid, or (the 3D row) skipped by every process
         c.threads_per_process = threads_per_process_for(c.ranks);
         if (c.threads_per_process == 0) {
           if (root) {
@@ -281,7 +289,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
             {name + " " + train::to_string(c.model),
              report_object(c, train::model_layout(c).size(), run, judging ? &judged : nullptr)});
       }
-      progress.print_line(t.row_text(cells));
+      if (root) progress.print_line(t.row_text(cells));  // 1-rank rows run on every process
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
         ddp_memory = run.ranks[0].memory;
         ddp_params = train::model_layout(c).size();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/gemm.h"
+#include "runtime/process_model.h"
 #include "runtime/types.h"
 #include "runtime/world.h"
 #include "train/cli/commands.h"
@@ -30,6 +31,10 @@ std::string version_text() {
                      FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100,
                      dtsim::model::gemm_backend());
 }
+
+// Under mpirun every process parses the same flags and meets the same usage error (or
+// --help); process 0 alone prints it, so that the job prints it once. All exit alike.
+bool first_process() { return dtsim::ProcessModel::from_environment(0, 1).process == 0; }
 
 // Standard output must have reached its file: a full disk or a closed pipe is an error.
 int check_stdout(const std::string& command, int code) {
@@ -73,16 +78,18 @@ int main(int argc, char** argv) {
   // The command is the first word; a word that names none is an error of its own.
   const Command* command = nullptr;
   if (argc == 2 && std::strcmp(argv[1], "help") == 0) {
-    std::fputs(dtsim.help().c_str(), stdout);
+    if (first_process()) std::fputs(dtsim.help().c_str(), stdout);
     return check_stdout("", 0);
   }
   if (argc >= 2 && argv[1][0] == '-') {
     const std::string flag = argv[1];
     if (flag != "-h" && flag != "--help" && flag != "--version") {
-      std::fprintf(stderr,
-                   "dtsim: %s is not a flag of dtsim itself; flags follow the command, as in "
-                   "dtsim train %s (run dtsim --help for the commands)\n",
-                   flag.c_str(), flag.c_str());
+      if (first_process()) {
+        std::fprintf(stderr,
+                     "dtsim: %s is not a flag of dtsim itself; flags follow the command, as in "
+                     "dtsim train %s (run dtsim --help for the commands)\n",
+                     flag.c_str(), flag.c_str());
+      }
       return 2;
     }
   }
@@ -91,7 +98,10 @@ int main(int argc, char** argv) {
       if (c.app->get_name() == argv[1]) command = &c;
     }
     if (command == nullptr) {
-      std::fprintf(stderr, "dtsim: unknown command '%s'; run dtsim --help for the list\n", argv[1]);
+      if (first_process()) {
+        std::fprintf(stderr, "dtsim: unknown command '%s'; run dtsim --help for the list\n",
+                     argv[1]);
+      }
       return 2;
     }
   }
@@ -108,10 +118,10 @@ int main(int argc, char** argv) {
     const std::string text = dynamic_cast<const CLI::CallForVersion*>(&e)
                                  ? std::string(e.what()) + "\n"
                                  : dtsim.help();  // the named command's help when one was named
-    std::fputs(text.c_str(), code == 0 ? stdout : stderr);
+    if (first_process()) std::fputs(text.c_str(), code == 0 ? stdout : stderr);
     return check_stdout(name, code);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s\n", dtsim::cli::one_line(e, name, dtsim).c_str());
+    if (first_process()) std::fprintf(stderr, "%s\n", dtsim::cli::one_line(e, name, dtsim).c_str());
     return 2;
   }
 
@@ -119,7 +129,7 @@ int main(int argc, char** argv) {
   try {
     code = command->run();
   } catch (const dtsim::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    if (first_process()) std::fprintf(stderr, "%s\n", e.what());
     return 2;
   } catch (const dtsim::RankFailure& e) {
     // A rank failed mid-run: the error, then what every rank was last doing.

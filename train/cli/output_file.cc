@@ -136,7 +136,8 @@ void write_all(int fd, const std::string& text, const std::string& name) {
 
 }  // namespace
 
-OutputFile::OutputFile(const std::string& command, const std::string& flag, const std::string& path)
+OutputFile::OutputFile(const std::string& command, const std::string& flag, const std::string& path,
+                       bool writer)
     : path_(path) {
   const std::string what = "--" + flag + " " + path;
   if (path.empty()) fail(command, "--" + flag + " needs a file name (or - for standard output)");
@@ -200,6 +201,11 @@ OutputFile::OutputFile(const std::string& command, const std::string& flag, cons
     }
   }
 
+  if (!writer) {
+    g_declared.push_back(std::move(id));
+    kind_ = Kind::kNone;
+    return;
+  }
   if (kind_ == Kind::kReplace) {
     // Blocked signals while the temporary file exists but is not yet in the table.
     sigset_t all, old;

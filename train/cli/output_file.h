@@ -32,8 +32,11 @@ class OutputFile {
  public:
   OutputFile() = default;
   // Declares `path` as the output of `--flag` of `command`; throws UsageError with one line
-  // saying what is wrong and how to fix it.
-  OutputFile(const std::string& command, const std::string& flag, const std::string& path);
+  // saying what is wrong and how to fix it. With `writer` false (an MPI process that is not
+  // the one writing) the path is checked alike but nothing is made: open() is false, so
+  // every process of a job meets a bad path before any work.
+  OutputFile(const std::string& command, const std::string& flag, const std::string& path,
+             bool writer = true);
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
   OutputFile(OutputFile&& o) noexcept;

@@ -156,7 +156,7 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
            "sleeps: drop --jitter-us");
   }
   OutputFile report, schedule_file;
-  if (lead && given(app, "--report")) report = OutputFile("stress", "report", f.report);
+  if (given(app, "--report")) report = OutputFile("stress", "report", f.report, lead);
   if (searching && given(app, "--schedule-file")) {
     schedule_file = OutputFile("stress", "schedule-file", f.schedule_file);
     if (schedule_file.name() == "standard output") {

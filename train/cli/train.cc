@@ -321,9 +321,9 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   // Only the process of global rank 0 prints and writes files (all of them, with threads).
   const bool root = train::holds_global_rank0();
   OutputFile report, trace, html;
-  if (root && given(a, "--report")) report = OutputFile("train", "report", f.report);
-  if (root && given(a, "--html")) html = OutputFile("train", "html", f.html);
-  if (root && given(a, "--trace")) trace = OutputFile("train", "trace", f.trace);
+  if (given(a, "--report")) report = OutputFile("train", "report", f.report, root);
+  if (given(a, "--html")) html = OutputFile("train", "html", f.html, root);
+  if (given(a, "--trace")) trace = OutputFile("train", "trace", f.trace, root);
   // Every rank records its timeline: for the --trace file (rank 0 writes it), and in a
   // pipeline for the wall-time bubble.
   config.trace = given(a, "--trace") || config.pp > 1;

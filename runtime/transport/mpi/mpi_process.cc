@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/process_model.h"
 #include "runtime/transport/mpi/mpi_link.h"
 #include "runtime/types.h"
 #include "runtime/world_state.h"
@@ -117,12 +118,16 @@ void MpiProcess::watch_signals() {
       if (peer >= 0) where += " waiting for rank " + std::to_string(peer);
     }
   }
+  // The process index from mpirun's environment: the signal may come before MPI_Init has
+  // set rank_.
+  const int process = ProcessModel::from_environment(0, 1).process;
   const std::string text =
-      std::string("process ") + std::to_string(rank_) + " stopped by " + name +
+      std::string("process ") + std::to_string(process) + " stopped by " + name +
       (where.empty() ? " outside any collective" : " while " + where) +
       (g_signal == SIGINT ? ""
-                          : " (mpirun sends SIGTERM when another process of the job died; "
-                            "its message above names that rank)");
+                          : " (mpirun sends SIGTERM when the job is interrupted, as by Ctrl-C, "
+                            "or when another process of the job died, which its own message "
+                            "then names)");
   if (link == nullptr || blamed < 0) {
     std::fprintf(stderr, "dtsim: %s\n", text.c_str());
     _exit(128 + (g_signal == SIGINT ? SIGINT : SIGTERM));
