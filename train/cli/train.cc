@@ -274,17 +274,19 @@ std::string ranks_text(const train::TrainConfig& c) {
   }
 }
 
-// One line on stderr when rank threads outnumber the cores: they take turns, so step times
-// are not those of as many devices.
+// One line on stderr (from the first process under mpirun, which counts the whole job on
+// this machine) when ranks outnumber the cores: they take turns, so step times are not those
+// of as many devices.
 void note_oversubscription(const train::TrainConfig& c, bool quiet) {
   const unsigned cores = std::thread::hardware_concurrency();
-  const int threads =
+  const int ranks =
       c.strategy == train::Strategy::kSingle || c.strategy == train::Strategy::kAccum ? 1 : c.ranks;
-  if (quiet || cores == 0 || threads <= static_cast<int>(cores)) return;
+  const ProcessModel job = ProcessModel::from_environment(0, c.threads_per_process);
+  if (quiet || cores == 0 || ranks <= static_cast<int>(cores) || job.process != 0) return;
   std::fprintf(stderr,
-               "note: %d rank threads on %u cores take turns (oversubscribed): results hold, step "
-               "times are not those of %d devices\n",
-               threads, cores, threads);
+               "note: %d %s on %u cores take turns (oversubscribed): results hold, step times "
+               "are not those of %d devices\n",
+               ranks, job.mpi ? "ranks" : "rank threads", cores, ranks);
 }
 
 // Loss lines are printed for steps 0, every, 2 every, ... and the last (ten or so lines).
