@@ -147,15 +147,20 @@ void validate_pipeline(const TrainConfig& c) {
 // --algo mpi: MPI's own collectives, on float32 and on the world communicator only; a mesh
 // whose --algo collectives run on groups (dp-tp, pipelines) would fail at its first call.
 void validate_mpi_algo(const TrainConfig& c) {
-  if (c.algo != Algo::kMpi) return;
+  // single and accum run no collective (and are --check's references under any --algo).
+  if (c.algo != Algo::kMpi || c.strategy == Strategy::kSingle || c.strategy == Strategy::kAccum) {
+    return;
+  }
   require(c.precision == model::Precision::kFp32,
           "--algo mpi has no bfloat16 (MPI has no such type); use --precision fp32 or another "
           "--algo");
   const MeshShape m = c.mesh();
-  require(m.dp == c.ranks || m.tp == c.ranks,
+  // Experts shard over groups of --ep data-parallel ranks; with ep == dp those groups are
+  // single ranks, which run nothing.
+  require((m.dp == c.ranks || m.tp == c.ranks) && (m.ep == 1 || m.ep == m.dp),
           "--algo mpi runs MPI's collectives on the world communicator only, and this mesh "
           "(dp " +
-              str(m.dp) + " x tp " + str(m.tp) + " x pp " + str(m.pp) +
+              str(m.dp) + " x tp " + str(m.tp) + " x pp " + str(m.pp) + ", ep " + str(m.ep) +
               ") runs them on groups; use another --algo, or one axis (--dp or --tp) as the "
               "whole world");
 }

@@ -42,6 +42,9 @@ run 2 "--trace nowhere/t.json: folder nowhere does not exist" train --trace nowh
 run 4 "--algo mpi has no bfloat16" train --algo mpi --precision bf16
 run 4 "--algo mpi runs MPI's collectives on the world communicator only" \
   train --strategy dp-tp --algo mpi
+run 4 "--algo mpi runs MPI's collectives on the world communicator only, and this mesh (dp 4 x tp 1 x pp 1, ep 2)" \
+  train --model moe --dp 4 --ep 2 --algo mpi
+run 2 "--strategy accum trains in one process; run it without mpirun" train --strategy accum
 run 3 "its runs take 4 ranks (the 3D row 8), which 3 MPI processes do not divide" demo
 run 2 "--report notes.txt exists" stress --report notes.txt
 [ "$fails" -eq 0 ] || exit 1

@@ -201,6 +201,13 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
                                 f.ranks, job.describe(), job.world_size()));
     }
     c.ranks = job.world_size();
+    // single and accum run in one thread of one process: under mpirun every process would
+    // run the whole job and print it.
+    if (job.processes > 1 &&
+        (c.strategy == train::Strategy::kSingle || c.strategy == train::Strategy::kAccum)) {
+      fail("train", "--strategy " + f.strategy +
+                        " trains in one process; run it without mpirun (or with -np 1)");
+    }
   }
   if (c.strategy == train::Strategy::kSingle) {
     if (given(a, "--ranks") && f.ranks != 1) {

@@ -126,8 +126,8 @@ void MpiProcess::watch_signals() {
       (where.empty() ? " outside any collective" : " while " + where) +
       (g_signal == SIGINT ? ""
                           : " (mpirun sends SIGTERM when the job is interrupted, as by Ctrl-C, "
-                            "or when another process of the job died, which its own message "
-                            "then names)");
+                            "or when another process of the job died, which then names itself "
+                            "if it could)");
   if (link == nullptr || blamed < 0) {
     std::fprintf(stderr, "dtsim: %s\n", text.c_str());
     _exit(128 + (g_signal == SIGINT ? SIGINT : SIGTERM));
