@@ -367,16 +367,17 @@ def start(args, cwd):
 
 
 def case_signals():
-    # SIGINT or SIGTERM mid-run: the temporary files go, the process dies of the signal
-    # (exit status 130 / 143 in a shell), and what it printed so far is out (line-buffered).
+    # SIGINT, SIGTERM or SIGKILL mid-run: nothing is left (the outputs' temporary files exist
+    # only while they are written), the process dies of the signal (exit status 130 / 143 in
+    # a shell), and what it printed so far is out (line-buffered).
     long_train = ["train", "--dim", "128", "--hidden", "512", "--steps", "100000", "--quiet",
                   "--report", "r.json", "--trace", "t.json"]
-    for sig in [signal.SIGINT, signal.SIGTERM]:
+    for sig in [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]:
         with tempfile.TemporaryDirectory() as d:
             p = start(long_train, d)
             header = p.stdout.readline()
             expect(header.startswith("dtsim train: ddp"), f"header before the signal: {header!r}")
-            expect(len(os.listdir(d)) == 2, f"two temporary files while training: {os.listdir(d)}")
+            expect(os.listdir(d) == [], f"nothing beside the outputs while training: {os.listdir(d)}")
             p.send_signal(sig)
             p.wait(timeout=60)
             expect(p.returncode == -sig, f"{sig!r}: died of it, got {p.returncode}")
@@ -388,6 +389,7 @@ def case_signals():
         expect(header.startswith("dtsim stress: 4 ranks"), f"stress header: {header!r}")
         p.kill()
         p.wait(timeout=60)
+        expect(os.listdir(d) == [], f"a killed stress left {os.listdir(d)}")
 
 
 def case_config():

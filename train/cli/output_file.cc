@@ -207,31 +207,25 @@ OutputFile::OutputFile(const std::string& command, const std::string& flag, cons
     return;
   }
   if (kind_ == Kind::kReplace) {
-    // Blocked signals while the temporary file exists but is not yet in the table.
+    // A probe: the folder takes a FILE.XXXXXX now, so that commit() will not fail for it.
+    // Signals are blocked while the probe exists.
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    for (slot_ = 0; slot_ < kSlots && g_tmp_used[slot_].load(); ++slot_) {
-    }
-    std::string tmp = target_ + ".XXXXXX";
-    const int fd = slot_ < kSlots && tmp.size() < PATH_MAX ? mkstemp(tmp.data()) : -1;
+    std::string probe = target_ + ".XXXXXX";
+    const int fd = probe.size() < PATH_MAX ? mkstemp(probe.data()) : -1;
     const int err = errno;
     if (fd >= 0) {
-      std::memcpy(g_tmp_path[slot_], tmp.c_str(), tmp.size() + 1);
-      g_tmp_used[slot_].store(true, std::memory_order_release);
-      install_handlers_once();
+      close(fd);
+      unlink(probe.c_str());
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (fd < 0) {
-      slot_ = -1;
-      fail(command, what + " cannot be written (" + std::strerror(err) + ")");
-    }
-    tmp_ = tmp;
-    file_ = fdopen(fd, "wb");
+    if (fd < 0) fail(command, what + " cannot be written (" + std::strerror(err) + ")");
+    install_handlers_once();
     // The permissions a plain create would give, or those of the file we replace.
     const mode_t mask = umask(0);
     umask(mask);
-    fchmod(fd, st.st_ino != 0 ? (st.st_mode & 07777) : (0666 & ~mask));
+    mode_ = st.st_ino != 0 ? (st.st_mode & 07777) : (0666 & ~mask);
   }
   if (kind_ == Kind::kStdout && g_stdout_fd < 0) {
     // Standard output now carries the file alone; the command's text goes to stderr.
@@ -251,25 +245,14 @@ OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
     path_ = std::move(o.path_);
     name_ = std::move(o.name_);
     target_ = std::move(o.target_);
-    tmp_ = std::move(o.tmp_);
-    slot_ = std::exchange(o.slot_, -1);
-    file_ = std::exchange(o.file_, nullptr);
+    mode_ = o.mode_;
   }
   return *this;
 }
 
 OutputFile::~OutputFile() { discard(); }
 
-void OutputFile::discard() noexcept {
-  if (file_ != nullptr) {
-    std::fclose(file_);
-    file_ = nullptr;
-    unlink(tmp_.c_str());
-  }
-  if (slot_ >= 0) g_tmp_used[slot_].store(false, std::memory_order_release);
-  slot_ = -1;
-  kind_ = Kind::kNone;
-}
+void OutputFile::discard() noexcept { kind_ = Kind::kNone; }
 
 void OutputFile::commit(const std::string& text) {
   switch (kind_) {
@@ -291,16 +274,41 @@ void OutputFile::commit(const std::string& text) {
       break;
     }
     case Kind::kReplace: {
-      const bool written =
-          std::fwrite(text.data(), 1, text.size(), file_) == text.size() && std::fflush(file_) == 0;
+      // The temporary file exists only here, in the signal handler's table while it does.
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_sigmask(SIG_BLOCK, &all, &old);
+      for (slot_ = 0; slot_ < kSlots && g_tmp_used[slot_].load(); ++slot_) {
+      }
+      tmp_ = target_ + ".XXXXXX";
+      const int fd = slot_ < kSlots && tmp_.size() < PATH_MAX ? mkstemp(tmp_.data()) : -1;
       const int err = errno;
-      const bool closed = std::fclose(file_) == 0;
-      file_ = nullptr;
-      if (!written || !closed || std::rename(tmp_.c_str(), target_.c_str()) != 0) {
-        const std::string why = std::strerror(written && closed ? errno : err);
-        unlink(tmp_.c_str());
+      if (fd >= 0) {
+        std::memcpy(g_tmp_path[slot_], tmp_.c_str(), tmp_.size() + 1);
+        g_tmp_used[slot_].store(true, std::memory_order_release);
+      }
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      if (fd < 0) {
+        slot_ = -1;
+        throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(err));
+      }
+      std::string why;
+      try {
+        fchmod(fd, mode_);
+        write_all(fd, text, path_);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (close(fd) != 0 && why.empty()) why = "cannot write " + path_ + ": " + errno_text();
+      if (why.empty() && std::rename(tmp_.c_str(), target_.c_str()) != 0) {
+        why = "cannot write " + path_ + ": " + errno_text();
+      }
+      if (!why.empty()) unlink(tmp_.c_str());
+      g_tmp_used[slot_].store(false, std::memory_order_release);
+      slot_ = -1;
+      if (!why.empty()) {
         discard();
-        throw std::runtime_error("cannot write " + path_ + ": " + why);
+        throw std::runtime_error(why);
       }
       break;
     }

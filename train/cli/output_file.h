@@ -7,10 +7,12 @@
 //   - an existing file that is not a regular file (/dev/null, a FIFO, a terminal) is written
 //     in place at commit; nothing is ever renamed over it;
 //   - a new file, or a regular file (or a symlink to one, which survives) that is empty or
-//     dtsim's own (it carries the generator mark below where dtsim puts it), is written to a unique
-//     temporary file beside its target (FILE.XXXXXX, made like mkstemp), renamed onto it by
-//     commit(), and removed when the run fails or the process gets SIGINT, SIGTERM, SIGHUP or
-//     SIGPIPE (the process then dies of that signal: exit status 130, 143, ...);
+//     dtsim's own (it carries the generator mark below where dtsim puts it), is written by
+//     commit() to a unique temporary file beside its target (FILE.XXXXXX, made like
+//     mkstemp) and renamed onto it. Declaring it only probes that such a file can be made,
+//     so nothing lies beside the target while the run works, even if the process is killed
+//     with SIGKILL; SIGINT, SIGTERM, SIGHUP or SIGPIPE during commit() remove the temporary
+//     file (the process then dies of that signal: exit status 130, 143, ...);
 //   - a regular file that is not dtsim's, a directory, a missing folder, a dangling symlink,
 //     an unwritable folder, or the same file as another output of this process are usage
 //     errors.
@@ -22,6 +24,8 @@
 // Thread safety: declare, commit and drop outputs on one thread (the main one); the signal
 // handler may run on any thread at any time.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdio>
 #include <string>
@@ -41,7 +45,7 @@ class OutputFile {
   OutputFile& operator=(const OutputFile&) = delete;
   OutputFile(OutputFile&& o) noexcept;
   OutputFile& operator=(OutputFile&& o) noexcept;
-  ~OutputFile();  // removes the temporary file when not committed
+  ~OutputFile();
 
   bool open() const { return kind_ != Kind::kNone; }
   // The path as given, or "standard output" (also after commit).
@@ -58,9 +62,9 @@ class OutputFile {
   std::string path_;    // as given
   std::string name_;    // path_, or "standard output"
   std::string target_;  // kReplace: the regular file to rename onto (symlinks resolved)
-  std::string tmp_;     // kReplace: the temporary file beside target_
-  int slot_ = -1;       // kReplace: index in the signal handler's table of temporary files
-  std::FILE* file_ = nullptr;
+  mode_t mode_ = 0;     // kReplace: the new file's permissions
+  std::string tmp_;     // kReplace, within commit(): the temporary file beside target_
+  int slot_ = -1;       // within commit(): index in the signal handler's table
 };
 
 // Whether `path` is free for an output: a new file, or a regular file OutputFile would replace.
