@@ -34,6 +34,7 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--algo", "butterfly"], "--algo must be one of auto, ring, rd, tree, direct"),
     (["train", "--batch", "30"], "--batch 30 is not divisible by --ranks 4 x --micro-batches 1; try --batch 28 or 32"),
     (["train", "--batch", "3"], "; try --batch 4"),
+    (["train", "--batch", "30"], "--batch 30 is not divisible by --ranks 8 x --micro-batches 1; try --batch 24 or 32 (--ranks is $WORLD_SIZE=8 here)", {"env": {"WORLD_SIZE": "8"}}),
     (["train", "--batch", "32", "--micro-batches", "3"], "--batch 32 is not divisible by --ranks 4 x --micro-batches 3; try --batch 24 or 36"),
     (["train", "--strategy", "tp", "--hidden", "30"], "--hidden 30 is not divisible by the tensor-parallel width 4 (--ranks); change --hidden or --ranks"),
     (["train", "--strategy", "dp-tp", "--tp", "4", "--hidden", "30"], "the tensor-parallel width 4 (--tp); change --hidden or --tp"),

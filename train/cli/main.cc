@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -35,6 +36,22 @@ std::string version_text() {
 // Under mpirun every process parses the same flags and meets the same usage error (or
 // --help); process 0 alone prints it, so that the job prints it once. All exit alike.
 bool first_process() { return dtsim::ProcessModel::from_environment(0, 1).process == 0; }
+
+// A usage error that names --ranks when the value came from $WORLD_SIZE (torchrun's) says
+// so: the user never typed --ranks.
+std::string with_ranks_source(std::string text, int argc, char** argv) {
+  const char* env = std::getenv("WORLD_SIZE");
+  if (env == nullptr || text.find("--ranks") == std::string::npos ||
+      text.find("$WORLD_SIZE") != std::string::npos) {
+    return text;
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--ranks", 7) == 0 || std::strcmp(argv[i], "--config") == 0) {
+      return text;  // given, or perhaps in the config file
+    }
+  }
+  return text + " (--ranks is $WORLD_SIZE=" + env + " here)";
+}
 
 // Standard output must have reached its file: a full disk or a closed pipe is an error.
 int check_stdout(const std::string& command, int code) {
@@ -129,7 +146,9 @@ int main(int argc, char** argv) {
   try {
     code = command->run();
   } catch (const dtsim::UsageError& e) {
-    if (first_process()) std::fprintf(stderr, "%s\n", e.what());
+    if (first_process()) {
+      std::fprintf(stderr, "%s\n", with_ranks_source(e.what(), argc, argv).c_str());
+    }
     return 2;
   } catch (const dtsim::RankFailure& e) {
     // A rank failed mid-run: the error, then what every rank was last doing.
