@@ -42,8 +42,8 @@
 // pair's. Limits: the floor pair reorders gradient sums only, while TP also reorders the
 // forward pass, so a TP-family run can drift further than 4 F (measured at D 64 H 256, 20
 // Adam steps: tp on 4 ranks 6.3e-6 vs F 5.7e-6 and dp-tp 1.1e-5, 2 F, pass; tp on 8 ranks
-// 7.0e-5 vs F 3.3e-6, 21 F, fails although its SGD run agrees to 1.5e-8). With two groups the reversed
-// accumulation is the same sum (addition commutes), so that floor is 0 and the stated
+// 7.0e-5 vs F 3.3e-6, 21 F, fails although its SGD run agrees to 1.5e-8). With two groups the
+// reversed accumulation is the same sum (addition commutes), so that floor is 0 and the stated
 // tolerance alone applies. An error smaller than 4 F cannot be seen; the ones the lesson
 // cares about (a forgotten division, a wrong lr) are far above it, as check_test asserts.
 #pragma once

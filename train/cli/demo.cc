@@ -103,11 +103,10 @@ std::vector<Row> rows() {
 
 // The rank threads per process a run of `ranks` ranks takes in this job: 1 when every rank
 // is a thread of this process; under mpirun with P processes ranks / P (the hybrid form,
-// as train's --threads-per-process), or 0 when P does not divide `ranks`.
+// as train's --threads-per-process; run_demo admits only a P that divides every row's).
 int threads_per_process_for(int ranks) {
   if (!ProcessModel::launched_by_mpi()) return 1;
-  const int processes = ProcessModel::from_environment(ranks, 1).processes;
-  return ranks % processes == 0 ? ranks / processes : 0;
+  return ranks / ProcessModel::from_environment(ranks, 1).processes;
 }
 
 std::string reference_key(const train::TrainConfig& c) {
@@ -166,7 +165,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   const bool quiet = f.quiet;
   if (ProcessModel::launched_by_mpi()) {  // P processes x 4 / P rank threads per run
     const int processes = ProcessModel::from_environment(kRanks, 1).processes;
-    if (kRanks % processes != 0) {
+    if (kRanks % processes != 0) {  // then P divides the 3D row's 8 too
       fail("demo", fmt::format("its runs take {} ranks (the 3D row 8), which {} MPI processes do "
                                "not divide; start 1, 2 or 4 (mpirun -np 4)",
                                kRanks, processes));
@@ -234,19 +233,8 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
       }
       const std::string name = label + (row.pitfall ? " forget-divide sgd" : "");
       progress.advance(name + " " + train::to_string(c.model));
-      if (c.ranks > 1) {  // under mpirun: hybrid, or (the 3D row) skipped by every process
-        c.threads_per_process = threads_per_process_for(c.ranks);
-        if (c.threads_per_process == 0) {
-          if (root) {
-            progress.print_line(fmt::format(
-                "{:<{}}  {:<5}  skipped: needs {} ranks, which {} MPI processes do not divide "
-                "(mpirun -np {} or a divisor of it)",
-                name, kNameWidth, train::to_string(c.model), c.ranks,
-                ProcessModel::from_environment(c.ranks, 1).processes, c.ranks));
-          }
-          continue;
-        }
-      }
+      // Under mpirun P processes x ranks / P threads (the 1-rank rows run on every process).
+      if (c.ranks > 1) c.threads_per_process = threads_per_process_for(c.ranks);
       c.on_step = [&progress, steps = c.steps](int done, double) {
         progress.set_steps(done, steps);
       };

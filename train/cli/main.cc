@@ -35,7 +35,9 @@ std::string version_text() {
 
 // Under mpirun every process parses the same flags and meets the same usage error (or
 // --help); process 0 alone prints it, so that the job prints it once. All exit alike.
-bool first_process() { return dtsim::ProcessModel::from_environment(0, 1).process == 0; }
+void print_once(std::FILE* to, const std::string& text) {
+  if (dtsim::ProcessModel::from_environment(0, 1).process == 0) std::fputs(text.c_str(), to);
+}
 
 // A usage error that names --ranks when the value came from $WORLD_SIZE (torchrun's) says
 // so: the user never typed --ranks.
@@ -95,18 +97,16 @@ int main(int argc, char** argv) {
   // The command is the first word; a word that names none is an error of its own.
   const Command* command = nullptr;
   if (argc == 2 && std::strcmp(argv[1], "help") == 0) {
-    if (first_process()) std::fputs(dtsim.help().c_str(), stdout);
+    print_once(stdout, dtsim.help());
     return check_stdout("", 0);
   }
   if (argc >= 2 && argv[1][0] == '-') {
     const std::string flag = argv[1];
     if (flag != "-h" && flag != "--help" && flag != "--version") {
-      if (first_process()) {
-        std::fprintf(stderr,
-                     "dtsim: %s is not a flag of dtsim itself; flags follow the command, as in "
-                     "dtsim train %s (run dtsim --help for the commands)\n",
-                     flag.c_str(), flag.c_str());
-      }
+      print_once(stderr, fmt::format("dtsim: {0} is not a flag of dtsim itself; flags follow the "
+                                     "command, as in dtsim train {0} (run dtsim --help for the "
+                                     "commands)\n",
+                                     flag));
       return 2;
     }
   }
@@ -115,10 +115,8 @@ int main(int argc, char** argv) {
       if (c.app->get_name() == argv[1]) command = &c;
     }
     if (command == nullptr) {
-      if (first_process()) {
-        std::fprintf(stderr, "dtsim: unknown command '%s'; run dtsim --help for the list\n",
-                     argv[1]);
-      }
+      print_once(stderr, fmt::format("dtsim: unknown command '{}'; run dtsim --help for the list\n",
+                                     argv[1]));
       return 2;
     }
   }
@@ -135,10 +133,10 @@ int main(int argc, char** argv) {
     const std::string text = dynamic_cast<const CLI::CallForVersion*>(&e)
                                  ? std::string(e.what()) + "\n"
                                  : dtsim.help();  // the named command's help when one was named
-    if (first_process()) std::fputs(text.c_str(), code == 0 ? stdout : stderr);
+    print_once(code == 0 ? stdout : stderr, text);
     return check_stdout(name, code);
   } catch (const CLI::ParseError& e) {
-    if (first_process()) std::fprintf(stderr, "%s\n", dtsim::cli::one_line(e, name, dtsim).c_str());
+    print_once(stderr, dtsim::cli::one_line(e, name, dtsim) + "\n");
     return 2;
   }
 
@@ -146,9 +144,7 @@ int main(int argc, char** argv) {
   try {
     code = command->run();
   } catch (const dtsim::UsageError& e) {
-    if (first_process()) {
-      std::fprintf(stderr, "%s\n", with_ranks_source(e.what(), argc, argv).c_str());
-    }
+    print_once(stderr, with_ranks_source(e.what(), argc, argv) + "\n");
     return 2;
   } catch (const dtsim::RankFailure& e) {
     // A rank failed mid-run: the error, then what every rank was last doing.

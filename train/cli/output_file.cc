@@ -124,6 +124,41 @@ std::string not_replaceable(const std::string& path, off_t size) {
          "it may go";
 }
 
+// Makes a unique FILE.XXXXXX beside `target` (like mkstemp) and enters it in the signal
+// handler's table, with signals blocked in between so that a signal never finds a temporary
+// file outside the table. Returns its descriptor and sets *tmp and *slot, or returns -1 with
+// errno set. drop_temporary() takes it out of the table again (and removes it if `remove`).
+int make_temporary(const std::string& target, std::string* tmp, int* slot) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  for (*slot = 0; *slot < kSlots && g_tmp_used[*slot].load(); ++*slot) {
+  }
+  *tmp = target + ".XXXXXX";
+  int fd = -1, err = EMFILE;  // every slot taken
+  if (*slot < kSlots && tmp->size() >= PATH_MAX) {
+    err = ENAMETOOLONG;
+  } else if (*slot < kSlots) {
+    fd = mkstemp(tmp->data());
+    err = errno;
+  }
+  if (fd >= 0) {
+    std::memcpy(g_tmp_path[*slot], tmp->c_str(), tmp->size() + 1);
+    g_tmp_used[*slot].store(true, std::memory_order_release);
+  } else {
+    *slot = -1;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = err;
+  return fd;
+}
+
+void drop_temporary(const std::string& tmp, int* slot, bool remove) {
+  if (remove) unlink(tmp.c_str());
+  if (*slot >= 0) g_tmp_used[*slot].store(false, std::memory_order_release);
+  *slot = -1;
+}
+
 void write_all(int fd, const std::string& text, const std::string& name) {
   size_t done = 0;
   while (done < text.size()) {
@@ -208,20 +243,13 @@ OutputFile::OutputFile(const std::string& command, const std::string& flag, cons
   }
   if (kind_ == Kind::kReplace) {
     // A probe: the folder takes a FILE.XXXXXX now, so that commit() will not fail for it.
-    // Signals are blocked while the probe exists.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    std::string probe = target_ + ".XXXXXX";
-    const int fd = probe.size() < PATH_MAX ? mkstemp(probe.data()) : -1;
-    const int err = errno;
-    if (fd >= 0) {
-      close(fd);
-      unlink(probe.c_str());
-    }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (fd < 0) fail(command, what + " cannot be written (" + std::strerror(err) + ")");
     install_handlers_once();
+    std::string probe;
+    int slot = -1;
+    const int fd = make_temporary(target_, &probe, &slot);
+    if (fd < 0) fail(command, what + " cannot be written (" + errno_text() + ")");
+    close(fd);
+    drop_temporary(probe, &slot, /*remove=*/true);
     // The permissions a plain create would give, or those of the file we replace.
     const mode_t mask = umask(0);
     umask(mask);
@@ -274,24 +302,11 @@ void OutputFile::commit(const std::string& text) {
       break;
     }
     case Kind::kReplace: {
-      // The temporary file exists only here, in the signal handler's table while it does.
-      sigset_t all, old;
-      sigfillset(&all);
-      pthread_sigmask(SIG_BLOCK, &all, &old);
-      for (slot_ = 0; slot_ < kSlots && g_tmp_used[slot_].load(); ++slot_) {
-      }
-      tmp_ = target_ + ".XXXXXX";
-      const int fd = slot_ < kSlots && tmp_.size() < PATH_MAX ? mkstemp(tmp_.data()) : -1;
-      const int err = errno;
-      if (fd >= 0) {
-        std::memcpy(g_tmp_path[slot_], tmp_.c_str(), tmp_.size() + 1);
-        g_tmp_used[slot_].store(true, std::memory_order_release);
-      }
-      pthread_sigmask(SIG_SETMASK, &old, nullptr);
-      if (fd < 0) {
-        slot_ = -1;
-        throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(err));
-      }
+      // The temporary file exists only here.
+      std::string tmp;
+      int slot = -1;
+      const int fd = make_temporary(target_, &tmp, &slot);
+      if (fd < 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
       std::string why;
       try {
         fchmod(fd, mode_);
@@ -300,12 +315,10 @@ void OutputFile::commit(const std::string& text) {
         why = e.what();
       }
       if (close(fd) != 0 && why.empty()) why = "cannot write " + path_ + ": " + errno_text();
-      if (why.empty() && std::rename(tmp_.c_str(), target_.c_str()) != 0) {
+      if (why.empty() && std::rename(tmp.c_str(), target_.c_str()) != 0) {
         why = "cannot write " + path_ + ": " + errno_text();
       }
-      if (!why.empty()) unlink(tmp_.c_str());
-      g_tmp_used[slot_].store(false, std::memory_order_release);
-      slot_ = -1;
+      drop_temporary(tmp, &slot, /*remove=*/!why.empty());
       if (!why.empty()) {
         discard();
         throw std::runtime_error(why);

@@ -63,8 +63,6 @@ class OutputFile {
   std::string name_;    // path_, or "standard output"
   std::string target_;  // kReplace: the regular file to rename onto (symlinks resolved)
   mode_t mode_ = 0;     // kReplace: the new file's permissions
-  std::string tmp_;     // kReplace, within commit(): the temporary file beside target_
-  int slot_ = -1;       // within commit(): index in the signal handler's table
 };
 
 // Whether `path` is free for an output: a new file, or a regular file OutputFile would replace.
