@@ -15,7 +15,7 @@ namespace {
 // kUnitK, else at p[(r0 / kMr) * kMr * prs + k * pks + r - r0] for the tile at r0 (prs = 1
 // for a plain (K, rows) array; prs = K, pks = kMr for pack_tiles' layout). Q is in kNr-wide
 // zero-padded panels of K rows: columns j0 .. j0 + 15 at step k start at q + (j0 / kNr) *
-// q_panel + k * kNr (q_panel = K * kNr).
+// q_panel + k * kNr (q_panel = panel_stride(K)).
 struct Operands {
   const float* p;
   ptrdiff_t prs, pks;
@@ -242,8 +242,8 @@ void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_
     epi(r0, mr, j0 + kNr, nc, t2);
   };
   const int width = chunk * kNr;
-  float* panels = scratch(0, size_t(width) * o.k);
-  o.q_panel = ptrdiff_t(kNr) * o.k;
+  o.q_panel = panel_stride(o.k);
+  float* panels = scratch(0, size_t(chunk) * o.q_panel);
   for (int c0 = 0; c0 < cols; c0 += width) {
     const int c1 = std::min(cols, c0 + width);
     if (q.transposed) {

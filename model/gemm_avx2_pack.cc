@@ -29,10 +29,11 @@ float* scratch(int slot, size_t n) {
 // page for the hardware prefetcher, and a run amortises its first miss.
 void pack_panels(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out) {
   const int panels = (cols + kNr - 1) / kNr;
+  const ptrdiff_t stride = panel_stride(k);
   for (int kk = 0; kk < k; ++kk) {
     const float* in = src + kk * ld + j0;
     for (int p = 0; p < panels; ++p) {
-      float* row = out + (ptrdiff_t(p) * k + kk) * kNr;
+      float* row = out + p * stride + ptrdiff_t(kk) * kNr;
       const int nc = std::min(kNr, cols - p * kNr);
       if (nc == kNr) {
         _mm256_storeu_ps(row, _mm256_loadu_ps(in + p * kNr));
@@ -61,7 +62,7 @@ void transpose8x8(const float* src, ptrdiff_t ld, float* dst) {
 void pack_panels_transposed(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out) {
   const int panels = (cols + kNr - 1) / kNr;
   for (int p = 0; p < panels; ++p) {
-    float* panel = out + ptrdiff_t(p) * k * kNr;
+    float* panel = out + p * panel_stride(k);
     const int c0 = j0 + p * kNr, nc = std::min(kNr, cols - p * kNr);
     int kk = 0;
     if (nc == kNr) {

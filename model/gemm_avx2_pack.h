@@ -43,8 +43,16 @@ inline void transpose8(__m256 r[8]) {
 // buffers of one call apart. Grown when a larger shape comes, never shrunk.
 float* scratch(int slot, size_t n);
 
-// Columns j0 .. j0 + cols - 1 of the (k, *) array src (row stride ld) as consecutive
-// kNr-column panels of k rows of kNr floats into out, zero beyond cols.
+// Floats from one packed panel of k rows to the next: k * kNr, plus one cache line when
+// that is a whole number of 4 KiB, so that the same row of consecutive panels falls in
+// different L1 sets (without it, packing a row of 64 panels wrote 64 lines to one set).
+inline ptrdiff_t panel_stride(int k) {
+  const ptrdiff_t n = ptrdiff_t(k) * kNr;
+  return n % 1024 == 0 ? n + kNr : n;
+}
+
+// Columns j0 .. j0 + cols - 1 of the (k, *) array src (row stride ld) as kNr-column
+// panels of k rows of kNr floats into out, panel_stride(k) apart, zero beyond cols.
 void pack_panels(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out);
 // The same panels from a transposed source: Q(k, j) = src[j * ld + k].
 void pack_panels_transposed(const float* src, ptrdiff_t ld, int k, int j0, int cols, float* out);
