@@ -34,6 +34,29 @@ void for_elements(size_t n, Fn&& fn) {
 constexpr int kPack = 16;
 using Pack = Eigen::Array<float, kPack, 1>;
 
+#ifdef EIGEN_VECTORIZE
+// Eigen's widest float packet: Packet8f under AVX, Packet16f under AVX-512.
+using P = Eigen::internal::packet_traits<float>::type;
+constexpr int kLanes = sizeof(P) / sizeof(float);
+static_assert(kPack % kLanes == 0);
+
+// e^v through Eigen's generic pexp_float, the algorithm its pexp runs for Packet4f and
+// Packet8f. Its pexp<Packet16f> is another (AVX-512 only), so an AVX-512 build calling
+// pexp, or Array::exp(), rounded GELU and softmax differently from an AVX2 build; with
+// pexp_float on every packet the two give the same bits.
+P packet_exp(P v) { return Eigen::internal::pexp_float(v); }
+
+Pack pack_exp(const Pack& v) {
+  Pack out;
+  for (int i = 0; i < kPack; i += kLanes) {
+    Eigen::internal::pstoreu(out.data() + i, packet_exp(Eigen::internal::ploadu<P>(v.data() + i)));
+  }
+  return out;
+}
+#else
+Pack pack_exp(const Pack& v) { return v.exp(); }
+#endif
+
 Pack load(const float* p, int n) {
   Pack v;
   if (n == kPack) {
@@ -68,7 +91,7 @@ void for_packs(size_t n, Fn&& fn) {
 // call) gives both the forward and, with e s^2 = s (1 - s), the derivative
 //   gelu'(x) = s + 2 x u'(x) e s^2,  s = 1 / (1 + e),  e = e^{-2u}.
 // Accuracy against a double-precision evaluation: see tests/model/kernels_test.cc.
-Pack gelu_exp(const Pack& v) { return ((-2.0f * kSqrt2OverPi) * (v + kGeluC * v.cube())).exp(); }
+Pack gelu_exp(const Pack& v) { return pack_exp((-2.0f * kSqrt2OverPi) * (v + kGeluC * v.cube())); }
 
 }  // namespace
 
@@ -212,14 +235,9 @@ void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<fl
 #ifdef EIGEN_VECTORIZE
 namespace {
 
-// gelu_exp, gelu_forward's quotient and gelu_derivative on one register of Eigen's widest
-// float packet (the one the Pack expressions above are made of: Packet8f under AVX,
-// Packet16f under AVX-512), op for op (Eigen's own pexp; with fp contraction off every
-// other op rounds as the Array expressions do), without the Arrays' round trips through
-// the stack. The same packet type keeps the bits equal: Eigen's pexp differs by type.
-using P = Eigen::internal::packet_traits<float>::type;
-constexpr int kLanes = sizeof(P) / sizeof(float);
-static_assert(kPack % kLanes == 0);
+// gelu_exp, gelu_forward's quotient and gelu_derivative on one register of P, op for op
+// (packet_exp; with fp contraction off every other op rounds as the Array expressions do),
+// without the Arrays' round trips through the stack.
 
 struct GeluP {
   P y, d;
@@ -229,7 +247,8 @@ GeluP gelu_packet(P v) {
   using namespace Eigen::internal;
   const P one = pset1<P>(1.0f);
   const P cube = pmul(pmul(v, v), v);
-  const P e = pexp(pmul(pset1<P>(-2.0f * kSqrt2OverPi), padd(v, pmul(pset1<P>(kGeluC), cube))));
+  const P e =
+      packet_exp(pmul(pset1<P>(-2.0f * kSqrt2OverPi), padd(v, pmul(pset1<P>(kGeluC), cube))));
   const P s = pdiv(one, padd(one, e));
   const P du =
       pmul(pset1<P>(2.0f * kSqrt2OverPi), padd(one, pmul(pset1<P>(3.0f * kGeluC), pmul(v, v))));
@@ -336,7 +355,7 @@ void softmax_forward(std::span<const float> logits, std::span<float> probs, int 
     const float m = *std::max_element(z, z + classes);
     for (int c = 0; c < classes; c += kPack) {
       const int n = std::min(kPack, classes - c);
-      store((load(z + c, n) - m).exp(), p + c, n);
+      store(pack_exp(load(z + c, n) - m), p + c, n);
     }
     float sum = 0.0f;
     for (int c = 0; c < classes; ++c) sum += p[c];  // in order: independent of the ISA
