@@ -347,78 +347,111 @@ struct BiasEpi {
   }
 };
 
-// The tile of C^T = op(B) A^T handed over as t (row r of the tile: column r0 + r of C;
-// lane i: row j0 + i) written to C(j0 + i, r0 + r) = base + t[r][i], base = bias[r0 + r]
-// (bias not null), else beta * C (nothing when beta is 0). A whole tile goes through two
-// 8 x 8 register transposes and is written as runs of 6 floats, one per C row.
-struct TransposedEpi {
-  static constexpr bool kDirect = false;
+// The epilogue of C^T = op(B) A^T: C(i, j) = base + t, t the chain of C^T(j, i), base =
+// bias[j] (bias not null), else beta * C(i, j) (nothing when beta is 0): bitwise what the
+// direct product's BiasEpi or StoreEpi writes.
+struct TransposedOut {
   float* c;
   int ldc;
   float beta;
   const float* bias;
-  void prefetch(int, int, int) const {}
-  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
-    if (rows == kMr && cols == kNr) {
-      alignas(16) float bias6[8] = {};
-      if (bias != nullptr) std::copy(bias + r0, bias + r0 + kMr, bias6);
-      const __m128 b_lo = _mm_load_ps(bias6), b_hi = _mm_load_ps(bias6 + 4);
-      const __m128 bb = _mm_set1_ps(beta);
-      for (int h = 0; h < kNr; h += 8) {
-        __m256 v[8];
-        for (int r = 0; r < kMr; ++r) v[r] = _mm256_load_ps(t + r * kNr + h);
-        for (int r = kMr; r < 8; ++r) v[r] = _mm256_setzero_ps();
-        transpose8(v);
-        for (int i = 0; i < 8; ++i) {
-          float* dst = c + ptrdiff_t(j0 + h + i) * ldc + r0;
-          __m128 lo = _mm256_castps256_ps128(v[i]), hi = _mm256_extractf128_ps(v[i], 1);
-          if (bias != nullptr) {
-            lo = _mm_add_ps(b_lo, lo);
-            hi = _mm_add_ps(b_hi, hi);
-          } else if (beta != 0.0f) {
-            __m128 d_lo = _mm_loadu_ps(dst);
-            __m128 d_hi = _mm_loadl_pi(_mm_setzero_ps(), reinterpret_cast<const __m64*>(dst + 4));
-            if (beta != 1.0f) {
-              d_lo = _mm_mul_ps(bb, d_lo);
-              d_hi = _mm_mul_ps(bb, d_hi);
-            }
-            lo = _mm_add_ps(d_lo, lo);
-            hi = _mm_add_ps(d_hi, hi);
-          }
-          _mm_storeu_ps(dst, lo);
-          _mm_storel_pi(reinterpret_cast<__m64*>(dst + 4), hi);
-        }
-      }
-      return;
-    }
-    for (int i = 0; i < cols; ++i) {
-      float* dst = c + ptrdiff_t(j0 + i) * ldc + r0;
-      for (int r = 0; r < rows; ++r) {
-        const float v = t[r * kNr + i];
-        if (bias != nullptr) {
-          dst[r] = bias[r0 + r] + v;
-        } else if (beta == 0.0f) {
-          dst[r] = v;
-        } else if (beta == 1.0f) {
-          dst[r] = dst[r] + v;
-        } else {
-          dst[r] = beta * dst[r] + v;
-        }
-      }
+  __m256 base(int i, int j) const {  // 8 floats of row i from column j
+    if (bias != nullptr) return _mm256_loadu_ps(bias + j);
+    if (beta == 0.0f) return _mm256_setzero_ps();
+    const __m256 d = _mm256_loadu_ps(c + ptrdiff_t(i) * ldc + j);
+    return beta == 1.0f ? d : _mm256_mul_ps(_mm256_set1_ps(beta), d);
+  }
+  void put(int i, int j, float t) const {
+    float* dst = c + ptrdiff_t(i) * ldc + j;
+    if (bias != nullptr) {
+      *dst = bias[j] + t;
+    } else if (beta == 0.0f) {
+      *dst = t;
+    } else if (beta == 1.0f) {
+      *dst = *dst + t;
+    } else {
+      *dst = beta * *dst + t;
     }
   }
 };
 
 // Floats of packed x^T per chunk in the transposed product: 256 KiB, half of L2.
 constexpr int kTransposedChunkFloats = 64 * 1024;
+// C^T tiles are gathered in a stage of kStageRows rows (8 tiles: 48 columns of C, three
+// cache lines of each C row) by up to kStageCols columns (C rows), then written to C
+// through 8 x 8 register transposes, each C row's lines whole and at once. Written tile
+// by tile instead, a C whose rows lie 4 KiB apart sent every tile's 32 rows to one L1 set.
+constexpr int kStageRows = 8 * kMr;
+constexpr int kStageCols = 64;
+
+// Writes stage rows [0, rows) x columns [0, cols) to C rows i0 .., columns j0 ...
+void flush_stage(const float* stage, int rows, int cols, int i0, int j0, const TransposedOut& out) {
+  for (int ib = 0; ib < cols; ib += 8) {
+    for (int jb = 0; jb < rows; jb += 8) {
+      if (ib + 8 <= cols && jb + 8 <= rows) {
+        __m256 v[8];
+        for (int q = 0; q < 8; ++q) v[q] = _mm256_load_ps(stage + (jb + q) * kStageCols + ib);
+        transpose8(v);  // v[q]: C row i0 + ib + q, columns j0 + jb ..
+        for (int q = 0; q < 8; ++q) {
+          const int i = i0 + ib + q, j = j0 + jb;
+          _mm256_storeu_ps(out.c + ptrdiff_t(i) * out.ldc + j, _mm256_add_ps(out.base(i, j), v[q]));
+        }
+      } else {
+        for (int q = ib; q < std::min(cols, ib + 8); ++q) {
+          for (int r = jb; r < std::min(rows, jb + 8); ++r) {
+            out.put(i0 + q, j0 + r, stage[r * kStageCols + q]);
+          }
+        }
+      }
+    }
+  }
+}
 
 // x W^T with few rows x as C^T = W x^T: P = W (n, k) read where it lies (its rows run along
 // k; the next tile's rows prefetched), Q = x^T packed (the small operand), C written
-// transposed. Each C element is the same in-order FMA chain as the direct product's.
+// transposed through a stage. Each C element is the same in-order FMA chain as the direct
+// product's.
 void transposed_product(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                        const TransposedEpi& epi) {
+                        const TransposedOut& out) {
+  alignas(64) float stage[kStageRows * kStageCols];
   const int chunk = std::max(1, kTransposedChunkFloats / (kNr * k));
-  run<true>({b, ldb, 1, nullptr, 0, k}, n, m, {a, lda, true}, chunk, true, epi);
+  Operands o{b, ldb, 1, nullptr, panel_stride(k), k};
+  float* panels = scratch(0, size_t(chunk) * o.q_panel);
+  for (int c0 = 0; c0 < m; c0 += chunk * kNr) {
+    const int c1 = std::min(m, c0 + chunk * kNr);
+    pack_panels_transposed(a, lda, k, c0, c1 - c0, panels);
+    o.q = panels - ptrdiff_t(c0 / kNr) * o.q_panel;
+    for (int g0 = 0; g0 < n; g0 += kStageRows) {
+      const int g1 = std::min(n, g0 + kStageRows);
+      for (int s0 = c0; s0 < c1; s0 += kStageCols) {
+        const int s1 = std::min(c1, s0 + kStageCols);
+        for (int r0 = g0; r0 < g1; r0 += kMr) {
+          const int mr = std::min(kMr, g1 - r0);
+          // The next tile's rows: this group's, or after its last stage the next group's.
+          const int next = r0 + kMr < g1 ? r0 + kMr : (s1 == c1 ? g1 : n);
+          prefetch_tile_rows(o, next, std::min(kMr, n - next));
+          float* st = stage + (r0 - g0) * kStageCols;  // C row j0 in stage column j0 - s0
+          for (int j0 = s0; j0 < s1; j0 += kNr) {
+            if (kPairs && j0 + kNr < s1) {
+              micro_tile_pair<true>(o, r0, mr, j0, [&](int r, int h, __m256 lo, __m256 hi) {
+                float* dst = st + r * kStageCols + (j0 - s0) + h * kNr;
+                _mm256_store_ps(dst, lo);
+                _mm256_store_ps(dst + 8, hi);
+              });
+              j0 += kNr;
+            } else {
+              micro_tile<true>(o, r0, mr, j0, [&](int r, __m256 lo, __m256 hi) {
+                float* dst = st + r * kStageCols + (j0 - s0);
+                _mm256_store_ps(dst, lo);
+                _mm256_store_ps(dst + 8, hi);
+              });
+            }
+          }
+        }
+        flush_stage(stage, g1 - g0, s1 - s0, s0, g0, out);
+      }
+    }
+  }
 }
 
 }  // namespace

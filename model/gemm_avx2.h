@@ -13,9 +13,9 @@
 // into 16-column panels (transposed in 8 x 8 register blocks for B^T), a few at a time,
 // into a per-thread buffer (grown once, kept). An x W^T with no more rows of x than of W
 // (the forward) runs as C^T = W x^T instead: W, the broadcast side, read where it lies
-// with the next tile's rows prefetched, x^T packed, and the C^T tile transposed in
-// registers on the way out. Thread safety: any number of threads may call concurrently
-// on disjoint outputs.
+// with the next tile's rows prefetched, x^T packed, and C^T gathered 48 rows at a time in
+// a stack buffer, then written to C through 8 x 8 register transposes. Thread safety: any
+// number of threads may call concurrently on disjoint outputs.
 #pragma once
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(DTSIM_NO_OWN_GEMM)

@@ -138,17 +138,18 @@ TEST_P(GemmBiasTest, BiasVariantEqualsBetaOneOntoTheBias) {
 
 // Every transpose case, with shapes at each edge of the 6 x 16 tiles and the model's own.
 const GemmCase kShapes[] = {
-    GemmCase{false, false, 1, 1, 1},     GemmCase{false, false, 5, 7, 3},
-    GemmCase{false, false, 6, 16, 8},    GemmCase{false, false, 7, 17, 9},
-    GemmCase{false, false, 13, 33, 65},  GemmCase{false, false, 64, 130, 256},
-    GemmCase{true, false, 1, 1, 1},      GemmCase{true, false, 5, 7, 3},
-    GemmCase{true, false, 7, 17, 9},     GemmCase{true, false, 130, 40, 64},
-    GemmCase{true, false, 19, 1030, 16}, GemmCase{true, false, 12, 16, 5},
-    GemmCase{false, true, 1, 1, 1},      GemmCase{false, true, 5, 7, 3},
-    GemmCase{false, true, 17, 7, 9},     GemmCase{false, true, 64, 70, 256},
-    GemmCase{false, true, 17, 40, 33},   GemmCase{false, true, 3, 1030, 5},
-    GemmCase{false, true, 16, 18, 8},    GemmCase{false, true, 33, 6, 1030},
-    GemmCase{true, true, 5, 7, 3},       GemmCase{true, true, 17, 16, 9}};
+    GemmCase{false, false, 1, 1, 1},       GemmCase{false, false, 5, 7, 3},
+    GemmCase{false, false, 6, 16, 8},      GemmCase{false, false, 7, 17, 9},
+    GemmCase{false, false, 13, 33, 65},    GemmCase{false, false, 64, 130, 256},
+    GemmCase{true, false, 1, 1, 1},        GemmCase{true, false, 5, 7, 3},
+    GemmCase{true, false, 7, 17, 9},       GemmCase{true, false, 130, 40, 64},
+    GemmCase{true, false, 19, 1030, 16},   GemmCase{true, false, 12, 16, 5},
+    GemmCase{false, true, 1, 1, 1},        GemmCase{false, true, 5, 7, 3},
+    GemmCase{false, true, 17, 7, 9},       GemmCase{false, true, 64, 70, 256},
+    GemmCase{false, true, 17, 40, 33},     GemmCase{false, true, 3, 1030, 5},
+    GemmCase{false, true, 16, 18, 8},      GemmCase{false, true, 33, 6, 1030},
+    GemmCase{false, true, 100, 150, 1030}, GemmCase{false, true, 130, 200, 64},
+    GemmCase{true, true, 5, 7, 3},         GemmCase{true, true, 17, 16, 9}};
 
 std::vector<GemmCase> untransposed_a() {
   std::vector<GemmCase> out;
