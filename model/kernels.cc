@@ -1,5 +1,7 @@
 #include "model/kernels.h"
 
+#include <oneapi/tbb/global_control.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <bit>
@@ -93,17 +95,29 @@ void for_packs(size_t n, Fn&& fn) {
 // Accuracy against a double-precision evaluation: see tests/model/kernels_test.cc.
 Pack gelu_exp(const Pack& v) { return pack_exp((-2.0f * kSqrt2OverPi) * (v + kGeluC * v.cube())); }
 
+// The width of a GEMM's slices along `dim` (each slice one sgemm): gemm_slice_width's,
+// fixed by the shape, for the threads that may run them; one slice when oneTBB may run
+// nothing beside this thread (IntraOpLimit with as many rank threads as cores, or a
+// one-thread bench) and the kernel's bits do not depend on the cut, since a slice repacks
+// the small operand for nothing. With OpenBLAS the cut stays fixed: there it has a say in
+// the bits.
+int slice_width(int dim, int64_t work) {
+  if (gemm_bits_shape_independent() &&
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) == 1) {
+    return dim;
+  }
+  return gemm_slice_width(dim, work);
+}
+
 }  // namespace
 
-// GEMMs are cut along a weight dimension into gemm_slice_width slices (fixed by the shape,
-// so the bits never depend on the thread count); each slice is one sgemm.
 void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b,
                     std::span<float> y, int batch, int in, int out) {
   DTSIM_CHECK(x.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   DTSIM_CHECK(y.size() >= size_t(batch) * out && (b.empty() || b.size() == size_t(out)));
   // Bias fused: added to each product as it is stored (bitwise the bias then beta 1).
   const int64_t work = int64_t{batch} * in * out;
-  for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int c0, int c1) {
+  for_blocks(out, slice_width(out, work), int64_t{batch} * in, [&](int c0, int c1) {
     // y[:, c0:c1] (B, c) = b[c0:c1] + x (B, in) * w[c0:c1, :]^T
     if (b.empty()) {
       sgemm(false, true, batch, c1 - c0, in, x.data(), in, w.data() + size_t(c0) * in, in, 0.0f,
@@ -117,14 +131,14 @@ void linear_forward(std::span<const float> x, std::span<const float> w, std::spa
 
 namespace {
 
-// dx (B, in) = beta dx + dy * w, in gemm_slice_width slices of in.
+// dx (B, in) = beta dx + dy * w, in slice_width slices of in.
 void input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx, int batch,
                 int in, int out, float beta) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out);
   DTSIM_CHECK(dx.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   const int64_t work = int64_t{batch} * in * out;
   // dx[:, c0:c1] (B, c) = beta dx[:, c0:c1] + dy (B, out) * w[:, c0:c1] (out, c)
-  for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+  for_blocks(in, slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
     sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, beta,
           dx.data() + c0, in);
   });
@@ -140,12 +154,12 @@ void weight_grad(std::span<const float> dy, std::span<const float> x, std::span<
   if (!dw.empty()) {
     DTSIM_CHECK(dw.size() == size_t(out) * in);
     if (out >= in) {
-      for_blocks(out, gemm_slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
+      for_blocks(out, slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
         sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, beta,
               dw.data() + size_t(o0) * in, in);
       });
     } else {
-      for_blocks(in, gemm_slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+      for_blocks(in, slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
         sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, beta,
               dw.data() + c0, in);
       });
