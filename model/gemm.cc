@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 #include "model/gemm_avx2.h"
 
@@ -57,6 +58,25 @@ void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, cons
 #endif
   for (int i = 0; i < m; ++i) std::copy(bias, bias + n, c + size_t(i) * ldc);
   sgemm(false, trans_b, m, n, k, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
+void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+               const float* b, int ldb, const SgdUpdate& u, float* w, int ldw) {
+  if (m == 0 || n == 0) return;
+#if DTSIM_GEMM_AVX2
+  if (k > 0 && !(trans_a && trans_b)) {
+    avx2::sgemm_sgd(trans_a, trans_b, m, n, k, a, lda, b, ldb, u, w, ldw);
+    return;
+  }
+#endif
+  // The gradient into a per-thread buffer (grown once, kept), then the update.
+  thread_local std::vector<float> g;
+  if (g.size() < size_t(m) * n) g.resize(size_t(m) * n);
+  sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, 0.0f, g.data(), n);
+  for (int i = 0; i < m; ++i) {
+    float* row = w + size_t(i) * ldw;
+    for (int j = 0; j < n; ++j) row[j] = u.apply(row[j], g[size_t(i) * n + j]);
+  }
 }
 
 const char* gemm_backend() {

@@ -14,6 +14,8 @@
 // No allocation per call (buffers are per thread, grown once and kept).
 #pragma once
 
+#include "model/sgd_update.h"
+
 namespace dtsim::model {
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
@@ -24,6 +26,12 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
 // thread safety and allocation as sgemm.
 void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                 const float* bias, float* c, int ldc);
+
+// W (m, n) = SGD of W by the gradient op(A) (m, k) * op(B) (k, n), which is never stored:
+// each element u.apply(w, g), g bitwise what sgemm with beta 0 writes for that element.
+// Leading dimensions as sgemm (ldw for W). Thread safety and allocation as sgemm.
+void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+               const float* b, int ldb, const SgdUpdate& u, float* w, int ldw);
 
 // "avx512-fma" or "avx2-fma" (dtsim's kernel, the same bits) or "openblas": what this
 // build's GEMMs run.

@@ -347,6 +347,33 @@ struct BiasEpi {
   }
 };
 
+// W = u.apply(W, t) on the tile: W's SGD step by the gradient t, which is never stored.
+// The vector arithmetic is SgdUpdate::apply's, operation for operation (no contraction).
+struct SgdEpi {
+  static constexpr bool kDirect = true;
+  float* c;
+  int ldc;
+  SgdUpdate u;
+  void prefetch(int r0, int rows, int j0) const {
+    prefetch_rows<true>(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);  // read, then written
+  }
+  __m256 apply(__m256 w, __m256 g) const {
+    const __m256 step = _mm256_add_ps(g, _mm256_mul_ps(_mm256_set1_ps(u.weight_decay), w));
+    return _mm256_sub_ps(w, _mm256_mul_ps(_mm256_set1_ps(u.lr), step));
+  }
+  void direct(int row, int j0, __m256 lo, __m256 hi) const {
+    float* dst = c + ptrdiff_t(row) * ldc + j0;
+    _mm256_storeu_ps(dst, apply(_mm256_loadu_ps(dst), lo));
+    _mm256_storeu_ps(dst + 8, apply(_mm256_loadu_ps(dst + 8), hi));
+  }
+  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
+    for (int r = 0; r < rows; ++r) {
+      float* dst = c + ptrdiff_t(r0 + r) * ldc + j0;
+      for (int j = 0; j < cols; ++j) dst[j] = u.apply(dst[j], t[r * kNr + j]);
+    }
+  }
+};
+
 // The epilogue of C^T = op(B) A^T: C(i, j) = base + t, t the chain of C^T(j, i), base =
 // bias[j] (bias not null), else beta * C(i, j) (nothing when beta is 0): bitwise what the
 // direct product's BiasEpi or StoreEpi writes.
@@ -474,6 +501,18 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
   } else {  // P = A^T, A stored (k, m): packed into tiles; C a weight gradient, rows outer
     run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true,
                store);
+  }
+}
+
+void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+               const float* b, int ldb, const SgdUpdate& u, float* w, int ldw) {
+  // As sgemm's direct products (never the transposed one: the same chains either way).
+  const SgdEpi epi{w, ldw, u};
+  const QSource q{b, ldb, trans_b};
+  if (!trans_a) {
+    run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, epi);
+  } else {
+    run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true, epi);
   }
 }
 

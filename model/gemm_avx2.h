@@ -32,6 +32,8 @@
 #endif
 
 #if DTSIM_GEMM_AVX2
+#include "model/sgd_update.h"
+
 namespace dtsim::model::avx2 {
 
 // C (m, n) = beta * C + op(A) * op(B), as model::sgemm; not for trans_a && trans_b.
@@ -40,5 +42,8 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
 // C (m, n) = bias + A * op(B), as model::sgemm_bias.
 void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                 const float* bias, float* c, int ldc);
+// W (m, n) = SGD of W by op(A) * op(B), as model::sgemm_sgd.
+void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+               const float* b, int ldb, const SgdUpdate& u, float* w, int ldw);
 }  // namespace dtsim::model::avx2
 #endif

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "model/check.h"
 #include "model/gemm.h"
@@ -176,6 +177,34 @@ void weight_grad(std::span<const float> dy, std::span<const float> x, std::span<
 }
 
 }  // namespace
+
+void linear_weight_sgd(std::span<const float> dy, std::span<const float> x, std::span<float> w,
+                       std::span<float> b, int batch, int in, int out, const SgdUpdate& u) {
+  DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
+  DTSIM_CHECK(w.size() == size_t(out) * in && (b.empty() || b.size() == size_t(out)));
+  // weight_grad's slices, each one sgemm_sgd: the same chains as its sgemm calls.
+  const int64_t work = int64_t{batch} * in * out;
+  if (out >= in) {
+    for_blocks(out, slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
+      sgemm_sgd(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, u,
+                w.data() + size_t(o0) * in, in);
+    });
+  } else {
+    for_blocks(in, slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
+      sgemm_sgd(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, u,
+                w.data() + c0, in);
+    });
+  }
+  // db as weight_grad sums it (from +0, rows in order) in a per-thread buffer (grown once).
+  if (b.empty()) return;
+  thread_local std::vector<float> db;
+  db.assign(size_t(out), 0.0f);
+  for (int r = 0; r < batch; ++r) {
+    const float* row = dy.data() + size_t(r) * out;
+    for (int o = 0; o < out; ++o) db[o] += row[o];
+  }
+  for (int o = 0; o < out; ++o) b[o] = u.apply(b[o], db[o]);
+}
 
 // beta = 0 instead of a fill and beta = 1: each element's chain starts from +0 and so is
 // never -0 (x + (-0) = x, and an exact cancellation rounds to +0), hence 0 + chain == chain.

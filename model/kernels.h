@@ -13,6 +13,7 @@
 #include <span>
 
 #include "common/bf16.h"
+#include "model/sgd_update.h"
 
 namespace dtsim::model {
 
@@ -38,6 +39,12 @@ void linear_weight_grad(std::span<const float> dy, std::span<const float> x, std
 // (linear_backward's): a layer's backward under BackwardScale::write_grads or not.
 void linear_weight_grads(bool write, std::span<const float> dy, std::span<const float> x,
                          std::span<float> dw, std::span<float> db, int batch, int in, int out);
+
+// SGD of w (out, in) and b (out) by the weight gradients linear_weight_grad would write,
+// which are never stored: w = u.apply(w, dw), b = u.apply(b, db) per element, bitwise
+// linear_weight_grad then Sgd::step (momentum 0) on w and b (b empty: none).
+void linear_weight_sgd(std::span<const float> dy, std::span<const float> x, std::span<float> w,
+                       std::span<float> b, int batch, int in, int out, const SgdUpdate& u);
 
 // y = gelu(x) elementwise, tanh approximation (as GPT-2 / torch approximate="tanh").
 void gelu_forward(std::span<const float> x, std::span<float> y);

@@ -17,6 +17,7 @@
 
 #include "model/memory.h"
 #include "model/param_layout.h"
+#include "model/sgd_update.h"
 
 namespace dtsim::model {
 
@@ -90,6 +91,18 @@ class Layer {
   // backward_weight then adds the weight gradients of that micro-batch into grads, reading
   // x (unchanged since forward) and the state. Input then weight gives bitwise what backward
   // gives. The defaults throw std::logic_error.
+  // SGD in backward (LOMO's fused update, Lv et al. 2023), for layers with fuses_sgd(): what
+  // backward with scale.write_grads does, except that the layer never stores its gradients:
+  // it applies `u` to each of its parameters (`params`, its range of the store) as soon as
+  // that parameter's gradient is computed, reading every parameter it needs (for dx too)
+  // before updating it. Bitwise backward then Sgd::step (momentum 0) on the layer's range.
+  // The default throws std::logic_error.
+  virtual bool fuses_sgd() const { return false; }
+  virtual void backward_sgd(std::span<float> params, std::span<const float> x,
+                            std::span<const float> dy, const BackwardScale& scale,
+                            const SgdUpdate& u, std::span<float> dx, LayerState& state,
+                            Workspace& ws);
+
   virtual bool splits_backward() const { return false; }
   virtual void backward_input(std::span<const float> params, std::span<const float> x,
                               std::span<const float> dy, const BackwardScale& scale,
@@ -98,6 +111,11 @@ class Layer {
                                std::span<float> grads, LayerState& state, Workspace& ws);
 };
 
+inline void Layer::backward_sgd(std::span<float>, std::span<const float>, std::span<const float>,
+                                const BackwardScale&, const SgdUpdate&, std::span<float>,
+                                LayerState&, Workspace&) {
+  throw std::logic_error("this layer cannot apply SGD in backward (fuses_sgd() is false)");
+}
 inline void Layer::backward_input(std::span<const float>, std::span<const float>,
                                   std::span<const float>, const BackwardScale&, std::span<float>,
                                   LayerState&, Workspace&) {

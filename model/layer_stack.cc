@@ -102,6 +102,21 @@ bool LayerStack::splits_backward() const {
                      [](const std::unique_ptr<Layer>& l) { return l->splits_backward(); });
 }
 
+bool LayerStack::fuses_sgd() const {
+  return store_.precision() == Precision::kFp32 &&
+         std::all_of(layers_.begin(), layers_.end(),
+                     [](const std::unique_ptr<Layer>& l) { return l->fuses_sgd(); });
+}
+
+std::span<const float> LayerStack::backward_sgd(int p, std::span<float> dy,
+                                                const BackwardScale& scale, const SgdUpdate& u,
+                                                LayerHooks* hooks, bool input_grad) {
+  DTSIM_CHECK(fuses_sgd());
+  BackwardScale s = scale;
+  s.write_grads = true;
+  return run_backward(*passes_.at(p), dy, s, hooks, input_grad, false, &u);
+}
+
 std::span<const float> LayerStack::backward_input(int p, std::span<float> dy,
                                                   const BackwardScale& scale, bool input_grad) {
   DTSIM_CHECK(splits_backward());
@@ -121,7 +136,7 @@ void LayerStack::backward_weight(int p, const BackwardScale& scale) {
 
 std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
                                                 const BackwardScale& scale, LayerHooks* hooks,
-                                                bool input_grad, bool split) {
+                                                bool input_grad, bool split, const SgdUpdate* sgd) {
   const int batch = s.batch;
   DTSIM_CHECK(dy.size() == size_t(batch) * out_dim());
   std::span<float> cur = dy;
@@ -141,7 +156,11 @@ std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
     std::span<const float> x = i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
     if (hooks) hooks->before_backward(i);
     std::span<const float> params = store_.layer_params(i);
-    if (split) {
+    if (sgd != nullptr) {
+      const ParamRange r = layout().layer_range(i);
+      layer.backward_sgd(store_.params().subspan(r.begin, r.size()), x, cur, scale, *sgd, dx,
+                         *s.states[i], ws_);
+    } else if (split) {
       layer.backward_input(params, x, cur, scale, dx, *s.states[i], ws_);
     } else {
       std::span<float> grads = store_.begin_layer_grads(i, scale.write_grads);

@@ -63,6 +63,15 @@ class LayerStack {
   // stack's input is the data).
   std::span<const float> backward(int pass, std::span<float> dy, const BackwardScale& scale,
                                   LayerHooks* hooks = nullptr, bool input_grad = false);
+  // SGD in backward (every layer fuses_sgd(), fp32 store): backward with
+  // scale.write_grads, except that each layer applies `u` to its parameters as it computes
+  // their gradients (Layer::backward_sgd) and the store's gradients are left as they were.
+  // Bitwise backward then Sgd::step (momentum 0) over all parameters. Hooks run as in
+  // backward (there are no gradients for after_backward to read).
+  bool fuses_sgd() const;
+  std::span<const float> backward_sgd(int pass, std::span<float> dy, const BackwardScale& scale,
+                                      const SgdUpdate& u, LayerHooks* hooks = nullptr,
+                                      bool input_grad = false);
   // ZB-H1's split backward of pass `pass` (every layer splits_backward()): backward_input
   // is backward without the weight gradients (same dy, input_grad and result); the pass
   // then keeps its activations and each layer's saved gradients until backward_weight adds
@@ -85,9 +94,10 @@ class LayerStack {
     std::vector<std::unique_ptr<LayerState>> states;
   };
   Pass& pass(int p, int batch);
-  // backward's loop over the layers; `split`: the input halves only.
+  // backward's loop over the layers; `split`: the input halves only; `sgd`: backward_sgd.
   std::span<const float> run_backward(Pass& s, std::span<float> dy, const BackwardScale& scale,
-                                      LayerHooks* hooks, bool input_grad, bool split);
+                                      LayerHooks* hooks, bool input_grad, bool split,
+                                      const SgdUpdate* sgd = nullptr);
 
   MemoryLedger ledger_;
   Layers layers_;

@@ -47,6 +47,17 @@ float MlpModel::forward_backward_overwrite(std::span<const float> x, std::span<c
   return run(x, targets, batch, grad_scale, hooks, true);
 }
 
+float MlpModel::forward_backward_sgd(std::span<const float> x, std::span<const float> targets,
+                                     int batch, float grad_scale, const SgdUpdate& u) {
+  DTSIM_CHECK(targets.size() == size_t(batch) * config_.output_dim);
+  std::span<const float> y = stack_.forward(0, x, batch);
+  std::span<float> dy = stack_.loss_grad(batch);
+  const float loss =
+      loss_.forward_backward(y, {.values = targets, .labels = {}}, batch, grad_scale, dy);
+  stack_.backward_sgd(0, dy, {grad_scale, batch, true}, u);
+  return loss;
+}
+
 float MlpModel::run(std::span<const float> x, std::span<const float> targets, int batch,
                     float grad_scale, LayerHooks* hooks, bool write_grads) {
   DTSIM_CHECK(targets.size() == size_t(batch) * config_.output_dim);

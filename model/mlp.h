@@ -75,6 +75,12 @@ class MlpModel {
   // the zeroing pass (and the weight-gradient GEMMs' reads of those zeros).
   float forward_backward_overwrite(std::span<const float> x, std::span<const float> targets,
                                    int batch, float grad_scale, LayerHooks* hooks = nullptr);
+  // Forward, backward and one plain SGD step `u` in one pass, the update applied to each
+  // parameter as soon as its gradient is computed and the gradients never stored (grads()
+  // keeps what it held): bitwise forward_backward_overwrite then Sgd::step (momentum 0).
+  // Precision::kFp32 only. Returns the mean loss.
+  float forward_backward_sgd(std::span<const float> x, std::span<const float> targets, int batch,
+                             float grad_scale, const SgdUpdate& u);
 
  private:
   float run(std::span<const float> x, std::span<const float> targets, int batch, float grad_scale,

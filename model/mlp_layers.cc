@@ -30,6 +30,14 @@ void Linear::backward(std::span<const float> p, std::span<const float> x, std::s
                       g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
+void Linear::backward_sgd(std::span<float> p, std::span<const float> x, std::span<const float> dy,
+                          const BackwardScale& scale, const SgdUpdate& u, std::span<float> dx,
+                          LayerState& /*state*/, Workspace& /*ws*/) {
+  if (!dx.empty()) linear_input_grad(dy, p.first(size_t(out_) * in_), dx, scale.batch, in_, out_);
+  linear_weight_sgd(dy, x, p.first(size_t(out_) * in_), p.subspan(size_t(out_) * in_, out_),
+                    scale.batch, in_, out_, u);
+}
+
 void Linear::backward_input(std::span<const float> p, std::span<const float> /*x*/,
                             std::span<const float> dy, const BackwardScale& scale,
                             std::span<float> dx, LayerState& state, Workspace& /*ws*/) {
@@ -122,6 +130,22 @@ void MlpBlock::backward(std::span<const float> p, std::span<const float> x,
   weight_part(x, dy, dpre, s, batch, scale.write_grads,
               g);  // reads dy before dx (which may alias it) is written
   finish_dx(p, x, dy, dpre, batch, dx);
+}
+
+void MlpBlock::backward_sgd(std::span<float> p, std::span<const float> x, std::span<const float> dy,
+                            const BackwardScale& scale, const SgdUpdate& u, std::span<float> dx,
+                            LayerState& state, Workspace& ws) {
+  const int batch = scale.batch, D = dim_, H = hidden_;
+  const MlpBlockOffsets o(D, H);
+  const auto& s = static_cast<MlpBlockState&>(state);
+  const size_t bh = size_t(batch) * H;
+  std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
+  input_part(p, dy, s, batch, dh, dpre);  // the last read of W2
+  // W2's update reads dy before dx (which may alias it) is written.
+  linear_weight_sgd(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), batch, H,
+                    D, u);
+  finish_dx(p, x, dy, dpre, batch, dx);  // the last read of W1
+  linear_weight_sgd(dpre, x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), batch, D, H, u);
 }
 
 void MlpBlock::backward_input(std::span<const float> p, std::span<const float> x,

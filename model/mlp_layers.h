@@ -41,6 +41,10 @@ class Linear : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  bool fuses_sgd() const override { return true; }
+  void backward_sgd(std::span<float> params, std::span<const float> x, std::span<const float> dy,
+                    const BackwardScale& scale, const SgdUpdate& u, std::span<float> dx,
+                    LayerState& state, Workspace& ws) override;
   // The split keeps dy (B, out) in the state.
   bool splits_backward() const override { return true; }
   void backward_input(std::span<const float> params, std::span<const float> x,
@@ -72,6 +76,11 @@ class MlpBlock : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  // W2 is updated after dh has read it, W1 after dx has.
+  bool fuses_sgd() const override { return true; }
+  void backward_sgd(std::span<float> params, std::span<const float> x, std::span<const float> dy,
+                    const BackwardScale& scale, const SgdUpdate& u, std::span<float> dx,
+                    LayerState& state, Workspace& ws) override;
   // The split keeps dy (B, D) and the pre-activation gradient (B, H) in the state; its
   // input half uses workspace slot 0 (B, H).
   bool splits_backward() const override { return true; }

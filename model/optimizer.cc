@@ -38,8 +38,9 @@ void Sgd::update(std::span<float> p, const float* g32, const BFloat16* g16) {
   DTSIM_CHECK(p.size() == n_);
   const float lr = config_.lr, mu = config_.momentum, wd = config_.weight_decay;
   if (g32 != nullptr && mu == 0.0f) {  // the same arithmetic without branches: vectorises
+    const SgdUpdate u{lr, wd};
     float* w = p.data();
-    for (size_t i = 0; i < n_; ++i) w[i] -= lr * (g32[i] + wd * w[i]);
+    for (size_t i = 0; i < n_; ++i) w[i] = u.apply(w[i], g32[i]);
     first_step_ = false;
     return;
   }

@@ -12,6 +12,7 @@
 
 #include "common/bf16.h"
 #include "model/memory.h"
+#include "model/sgd_update.h"
 
 namespace dtsim::model {
 
@@ -44,6 +45,10 @@ class Sgd {
   // The fp32 master weights (mixed precision only).
   std::span<const float> master() const { return master_.span(); }
   void set_lr(float lr) { config_.lr = lr; }
+  // Whether step() on fp32 spans is one SgdUpdate per element (no momentum, no master
+  // weights), which a backward may then apply itself (Layer::backward_sgd); its lr and decay.
+  bool is_plain() const { return config_.momentum == 0.0f && master_.size() == 0; }
+  SgdUpdate plain_update() const { return {config_.lr, config_.weight_decay}; }
 
  private:
   // Updates p from fp32 grads g32 or, when g32 is null, bf16 grads g16 widened per element.

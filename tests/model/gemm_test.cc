@@ -136,6 +136,24 @@ TEST_P(GemmBiasTest, BiasVariantEqualsBetaOneOntoTheBias) {
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
 }
 
+// sgemm_sgd is sgemm with beta 0 into a gradient buffer, then SgdUpdate::apply on every
+// element, bitwise, edges included; with weight decay, so W itself enters the update.
+TEST_P(GemmTest, SgdVariantEqualsTheStoredGradientThenTheUpdate) {
+  const GemmCase c = GetParam();
+  const Operands o(c);
+  const SgdUpdate u{0.05f, 0.01f};
+  std::vector<float> g(size_t(c.m) * o.ldc), want = o.c0, got = o.c0;
+  sgemm(c.ta, c.tb, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f, g.data(), o.ldc);
+  for (int i = 0; i < c.m; ++i) {
+    for (int j = 0; j < c.n; ++j) {
+      float& w = want[size_t(i) * o.ldc + j];
+      w = u.apply(w, g[size_t(i) * o.ldc + j]);
+    }
+  }
+  sgemm_sgd(c.ta, c.tb, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, u, got.data(), o.ldc);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+}
+
 // Every transpose case, with shapes at each edge of the 6 x 16 tiles and the model's own.
 const GemmCase kShapes[] = {
     GemmCase{false, false, 1, 1, 1},       GemmCase{false, false, 5, 7, 3},

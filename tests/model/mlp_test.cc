@@ -11,6 +11,7 @@
 #include "model/kernels.h"
 #include "model/mlp.h"
 #include "model/moe_model.h"
+#include "model/optimizer.h"
 #include "tests/model/grad_check.h"
 
 namespace dtsim::model {
@@ -240,6 +241,56 @@ INSTANTIATE_TEST_SUITE_P(Precisions, OverwriteGradsTest,
                          [](const ::testing::TestParamInfo<Precision>& info) {
                            return std::string(info.param == Precision::kFp32 ? "Fp32" : "Bf16");
                          });
+
+// forward_backward_sgd, the SGD step applied inside backward, leaves bitwise the parameters
+// forward_backward_overwrite then Sgd::step leave, step after step, and never writes the
+// gradients (they stay NaN); at shapes off the kernel's tiles, with several blocks (dx then
+// runs through W1 before its update) and with weight decay (the old weight enters).
+struct FusedSgdCase {
+  const char* name;
+  MlpConfig config;
+  int batch;
+  float weight_decay;
+};
+
+void PrintTo(const FusedSgdCase& c, std::ostream* os) { *os << c.name; }
+
+class FusedSgdTest : public ::testing::TestWithParam<FusedSgdCase> {};
+
+TEST_P(FusedSgdTest, EqualsOverwriteThenSgdStepBitwise) {
+  const FusedSgdCase& p = GetParam();
+  const MlpConfig& c = p.config;
+  MlpModel a(c, 5), b(c, 5);
+  Sgd sgd(SgdConfig{.lr = 0.05f, .momentum = 0.0f, .weight_decay = p.weight_decay}, a.num_params());
+  ASSERT_TRUE(sgd.is_plain());
+  std::fill(b.grads().begin(), b.grads().end(), std::nanf(""));
+  for (int step = 0; step < 3; ++step) {
+    const auto x = random_vector(p.batch * c.input_dim, 6 + step);
+    const auto t = random_vector(p.batch * c.output_dim, 16 + step);
+    const float grad_scale = 1.0f / static_cast<float>(p.batch);
+    const float loss_a = a.forward_backward_overwrite(x, t, p.batch, grad_scale);
+    sgd.step(a.params(), a.grads());
+    const float loss_b = b.forward_backward_sgd(x, t, p.batch, grad_scale, sgd.plain_update());
+    EXPECT_EQ(loss_a, loss_b) << "step " << step;
+    ASSERT_EQ(std::memcmp(a.params().data(), b.params().data(), a.num_params() * sizeof(float)), 0)
+        << "step " << step;
+  }
+  for (float g : b.grads()) ASSERT_TRUE(std::isnan(g)) << "a gradient was stored";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FusedSgdTest,
+    ::testing::Values(
+        FusedSgdCase{"Small", kSmall, 7, 0.0f}, FusedSgdCase{"SmallDecay", kSmall, 7, 0.01f},
+        FusedSgdCase{"ThreeBlocksOffTiles",
+                     {.input_dim = 20, .hidden_dim = 50, .num_blocks = 3, .output_dim = 3},
+                     13,
+                     0.01f},
+        FusedSgdCase{"WholeTiles",
+                     {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4},
+                     64,
+                     0.0f}),
+    [](const ::testing::TestParamInfo<FusedSgdCase>& info) { return info.param.name; });
 
 TEST(MlpModelTest, MixedPrecisionGradientsTrackFp32) {
   // Same bf16-representable weights in both models; bf16 grads are the fp32 grads rounded.
