@@ -71,6 +71,10 @@ struct TrainConfig {
   // reverse order. The same training in a different summation order: train/check.h measures
   // the reassociation floor of MoE and accumulation references with it.
   bool reverse_accumulation = false;
+  // kSingle with plain SGD (no momentum) on an fp32 MLP: the update runs inside backward as
+  // each weight gradient is computed, gradients never stored (model::Layer::backward_sgd),
+  // bitwise the separate optimizer step; false runs that separate step (tests compare both).
+  bool sgd_in_backward = true;
   // Testing: every step starts from NaN in every rank's gradient buffers
   // (StepRunner::add_gradients). A step writes each gradient before it reads it, so the
   // run's bits are those without it; a strategy that reads last step's gradients ends in NaN.

@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/check.h"
 #include "train/accounting.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
@@ -35,18 +36,32 @@ namespace {
 template <class T>
 class SoloRank : public RankStrategy {
  public:
+  // `sgd_in_backward`: with plain SGD on a stack that fuses it, the update runs inside each
+  // backward (which must then write, not accumulate, the gradients) and optimizer_step
+  // does nothing.
   SoloRank(const TrainConfig& config, Trainee& trainee, StepRunner& runner, std::span<T> params,
-           std::span<T> grads)
+           std::span<T> grads, bool sgd_in_backward = false)
       : trainee_(trainee),
         params_(params),
         grads_(grads),
         opt_(make_slice_optimizer(config, params, &trainee.memory())),
-        hooks_(&runner.timeline()) {}
+        hooks_(&runner.timeline()) {
+    if (sgd_in_backward && opt_->plain_sgd() != nullptr && trainee.stack().fuses_sgd()) {
+      fused_sgd_ = opt_->plain_sgd();
+    }
+  }
 
   float forward_backward(int step, const MicroBatch& mb) override {
-    return run_micro_batch(trainee_, step, mb, hooks_);
+    if (fused_sgd_ == nullptr) return run_micro_batch(trainee_, step, mb, hooks_);
+    DTSIM_CHECK(mb.write_grads);
+    const float loss = trainee_.forward_backward_sgd(step, mb.first, mb.size, mb.grad_scale,
+                                                     &hooks_, fused_sgd_->plain_update());
+    hooks_.finish();
+    return loss;
   }
-  void optimizer_step() override { opt_->step(params_, grads_); }
+  void optimizer_step() override {
+    if (fused_sgd_ == nullptr) opt_->step(params_, grads_);
+  }
   void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
 
@@ -57,6 +72,7 @@ class SoloRank : public RankStrategy {
  private:
   std::unique_ptr<SliceOptimizer> opt_;
   PhaseHooks hooks_;
+  const model::Sgd* fused_sgd_ = nullptr;  // SGD applied inside backward
 };
 
 // run_single: the whole global batch as one micro-batch.
@@ -65,7 +81,8 @@ class SingleRank : public SoloRank<T> {
  public:
   SingleRank(const TrainConfig& config, Trainee& trainee, StepRunner& runner, std::span<T> params,
              std::span<T> grads)
-      : SoloRank<T>(config, trainee, runner, params, grads), batch_(config.global_batch) {}
+      : SoloRank<T>(config, trainee, runner, params, grads, config.sgd_in_backward),
+        batch_(config.global_batch) {}
   std::vector<MicroBatch> micro_batches() const override {
     return {{.first = 0,
              .size = batch_,

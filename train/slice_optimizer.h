@@ -25,6 +25,8 @@ class SliceOptimizer {
 
   void step(std::span<float> params, std::span<const float> grads);
   void step(std::span<BFloat16> params, std::span<const BFloat16> grads);
+  // The optimizer when step() on fp32 spans is plain SGD (model::Sgd::is_plain), else null.
+  const model::Sgd* plain_sgd() const { return sgd_ && sgd_->is_plain() ? sgd_.get() : nullptr; }
 
  private:
   std::unique_ptr<model::Sgd> sgd_;

@@ -69,4 +69,14 @@ float Trainee::forward_backward(int64_t step, int first, int count, float grad_s
   return loss;
 }
 
+float Trainee::forward_backward_sgd(int64_t step, int first, int count, float grad_scale,
+                                    model::LayerHooks* hooks, const model::SgdUpdate& u) {
+  std::span<const float> x = load_batch(step, first, count);
+  std::span<const float> y = stack_.forward(0, x, count, hooks);
+  std::span<float> dy = stack_.loss_grad(count);
+  const float loss = loss_->forward_backward(y, targets(), count, grad_scale, dy);
+  stack_.backward_sgd(0, dy, {grad_scale, count, true}, u, hooks);
+  return loss;
+}
+
 }  // namespace dtsim::train

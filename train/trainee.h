@@ -48,6 +48,10 @@ class Trainee {
   // `write_grads` (bitwise zero_grad then accumulate). Returns the mean loss of the slice.
   float forward_backward(int64_t step, int first, int count, float grad_scale,
                          model::LayerHooks* hooks = nullptr, bool write_grads = false);
+  // The same with the SGD step `u` applied inside backward (model::LayerStack::backward_sgd,
+  // the stack's fuses_sgd()): parameters updated, gradients not written.
+  float forward_backward_sgd(int64_t step, int first, int count, float grad_scale,
+                             model::LayerHooks* hooks, const model::SgdUpdate& u);
 
   // Generates samples [first, first + count) of step `step`: returns their inputs (count,
   // D_in), valid until the next call; targets() holds their targets.

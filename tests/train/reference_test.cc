@@ -2,6 +2,7 @@
 // bit; accumulation over several micro-batches matches it within fp32 rounding.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 #include "train/strategies.h"
@@ -31,6 +32,39 @@ TEST(Reference, AccumulationOverFourMicroBatchesMatchesWithinFp32) {
                           << cmp.max_loss_diff;
   EXPECT_LT(single.losses.back(), single.losses.front());
 }
+
+// run_single applies plain SGD inside backward (TrainConfig::sgd_in_backward); with it off
+// the separate optimizer step runs. Both give the same bits, with poisoned gradients too
+// (the fused step never reads them); optimizers it does not fuse fall back unchanged.
+struct SgdInBackwardCase {
+  const char* name;
+  ConfigSpec spec;
+};
+
+void PrintTo(const SgdInBackwardCase& c, std::ostream* os) { *os << c.name; }
+
+class SgdInBackward : public ::testing::TestWithParam<SgdInBackwardCase> {};
+
+TEST_P(SgdInBackward, SingleRunsTheSameBitsAsTheSeparateStep) {
+  TrainConfig fused = make_config(GetParam().spec), separate = fused;
+  fused.poison_gradients = true;
+  separate.sgd_in_backward = false;
+  const RunResult a = run_single(fused), b = run_single(separate);
+  const Comparison cmp = compare(a, b, 0, 0);
+  EXPECT_TRUE(cmp.bitwise_equal) << "max abs diff " << cmp.max_abs_diff;
+  EXPECT_NE(a.losses.back(), a.losses.front());  // the parameters moved
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Optimizers, SgdInBackward,
+    ::testing::Values(
+        SgdInBackwardCase{"Sgd", {.batch = 16, .hidden = 16}},
+        SgdInBackwardCase{"SgdThreeBlocks", {.batch = 13, .dim = 20, .layers = 3}},
+        SgdInBackwardCase{"SgdMomentum", {.batch = 16, .opt = model::OptimizerKind::kSgdMomentum}},
+        SgdInBackwardCase{"Adam", {.batch = 16, .opt = model::OptimizerKind::kAdam}},
+        SgdInBackwardCase{"SgdBf16", {.batch = 16, .precision = model::Precision::kMixedBf16}},
+        SgdInBackwardCase{"SgdMoe", {.model = ModelKind::kMoe, .batch = 16}}),
+    [](const ::testing::TestParamInfo<SgdInBackwardCase>& info) { return info.param.name; });
 
 // validate() names the flag and the constraint in one line.
 std::string usage_error(const TrainConfig& c) {
