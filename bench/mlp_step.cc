@@ -4,10 +4,13 @@
 // CPU time is what the step costs the core; on a shared machine it stays put while wall
 // time grows with other programs.
 //
-//   mlp_step [--dim D] [--hidden H] [--batch B] [--steps S] [--overwrite 0|1]
+//   mlp_step [--dim D] [--hidden H] [--batch B] [--steps S] [--overwrite 0|1] [--fused 0|1]
 //
 // --overwrite 1: forward_backward_overwrite instead of zero_grad + forward_backward (same
 // bits; PyTorch's counterpart is zero_grad(set_to_none=True)).
+// --fused 1: forward_backward_sgd, the SGD step applied inside backward as each weight
+// gradient is computed, gradients never stored (same bits as --overwrite 1 with its
+// separate sgd.step; dtsim train --strategy single runs it with plain SGD).
 //
 // Prints `dtsim_step wall_ms W cpu_ms C cpu_p10_ms P data_cpu_ms D` (medians over the steps
 // after the first, and the 10th percentile of the CPU times; D: making the batch, which the
@@ -48,7 +51,7 @@ int main(int argc, char** argv) {
   c.input_dim = 256;
   c.hidden_dim = 1024;
   c.num_blocks = 1;
-  int batch = 64, steps = 50, overwrite = 0;
+  int batch = 64, steps = 50, overwrite = 0, fused = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int v = std::atoi(argv[i + 1]);
@@ -62,18 +65,21 @@ int main(int argc, char** argv) {
       steps = v;
     } else if (flag == "--overwrite") {
       overwrite = v;
+    } else if (flag == "--fused") {
+      fused = v;
     } else {
-      std::fprintf(stderr,
-                   "mlp_step: unknown option '%s' (--dim/--hidden/--batch/--steps/--overwrite)\n",
-                   argv[i]);
+      std::fprintf(
+          stderr,
+          "mlp_step: unknown option '%s' (--dim/--hidden/--batch/--steps/--overwrite/--fused)\n",
+          argv[i]);
       return 2;
     }
   }
   if (c.input_dim < 1 || c.hidden_dim < 1 || batch < 1 || steps < 2 || overwrite < 0 ||
-      overwrite > 1) {
+      overwrite > 1 || fused < 0 || fused > 1) {
     std::fprintf(stderr,
-                 "mlp_step: --dim, --hidden, --batch must be >= 1, --steps >= 2, --overwrite 0 "
-                 "or 1\n");
+                 "mlp_step: --dim, --hidden, --batch must be >= 1, --steps >= 2, --overwrite and "
+                 "--fused 0 or 1\n");
     return 2;
   }
   // One thread: oneTBB's workers would run kernels outside this thread's CPU clock.
@@ -91,13 +97,17 @@ int main(int argc, char** argv) {
     const double d0 = now(CLOCK_THREAD_CPUTIME_ID);
     task.batch(s, 0, batch, x, y);
     const double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
-    if (overwrite) {
-      model.forward_backward_overwrite(x, y, batch, 1.0f / float(batch));
+    if (fused) {
+      model.forward_backward_sgd(x, y, batch, 1.0f / float(batch), sgd.plain_update());
     } else {
-      model.zero_grad();
-      model.forward_backward(x, y, batch);
+      if (overwrite) {
+        model.forward_backward_overwrite(x, y, batch, 1.0f / float(batch));
+      } else {
+        model.zero_grad();
+        model.forward_backward(x, y, batch);
+      }
+      sgd.step(model.params(), model.grads());
     }
-    sgd.step(model.params(), model.grads());
     if (s > 0) {
       wall.push_back(now(CLOCK_MONOTONIC) - w0);
       cpu.push_back(now(CLOCK_THREAD_CPUTIME_ID) - c0);

@@ -6,11 +6,12 @@
 #
 # Each round runs, on one core (taskset -c 0), 50 steps of: build/bench/mlp_step with
 # zero_grad + accumulate (--overwrite 0), with forward_backward_overwrite (--overwrite 1),
-# bench/torch_mlp.py with zero_grad(set_to_none=False) and with set_to_none=True. Prints
-# each one's first quartile, median and minimum over the rounds of its per-run median step
-# CPU time; the per-round torch/dtsim ratios of the same round's runs for three pairings
-# (median, quartiles, how many rounds reach issue 12's 2); then build/bench/fma_floor's
-# floor for the same step. Needs python3-torch
+# with the SGD step inside backward (--fused 1: what dtsim train --strategy single runs
+# with plain SGD), bench/torch_mlp.py with zero_grad(set_to_none=False) and with
+# set_to_none=True. Prints each one's first quartile, median and minimum over the rounds of
+# its per-run median step CPU time; the per-round torch/dtsim ratios of the same round's
+# runs for four pairings (median, quartiles, how many rounds reach issue 12's 2); then
+# build/bench/fma_floor's floor for the same step. Needs python3-torch
 # (scripts/quickstart.sh does not install it: bench/torch_compare.sh says how). Torch's
 # OpenBLAS runs its fastest kernel for this CPU (bench/torch_blas.sh; the header says which).
 set -euo pipefail
@@ -33,33 +34,35 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -
   "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$TORCH_BLAS_NOTE"
 names=("dtsim zero_grad + accumulate" "dtsim forward_backward_overwrite"
-  "torch set_to_none=False" "torch set_to_none=True")
-declare -a runs=("" "" "" "")
+  "torch set_to_none=False" "torch set_to_none=True" "dtsim SGD inside backward")
+declare -a runs=("" "" "" "" "")
 # Pairings (torch run, dtsim run) whose per-round ratio is printed: each side at its faster
 # setting, and each dtsim mode beside torch's mode of the same gradient semantics.
-pair_names=("torch False / dtsim overwrite (each at its faster)"
+pair_names=("torch False / dtsim SGD in backward (dtsim train's step)"
+  "torch False / dtsim overwrite (separate SGD pass)"
   "torch False / dtsim accumulate (both accumulate)"
   "torch True / dtsim overwrite (both write fresh)")
-pair_t=(2 2 3) pair_d=(1 0 1)
-declare -a ratios=("" "" "")
+pair_t=(2 2 2 3) pair_d=(4 1 0 1)
+declare -a ratios=("" "" "" "")
 for ((r = 1; r <= rounds; r++)); do
   v=()
   v[0]=$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 0 | awk '{print $5}')
   v[1]=$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 1 | awk '{print $5}')
   v[2]=$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 | awk '{print $7}')
   v[3]=$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}')
-  for i in 0 1 2 3; do runs[$i]+="${v[$i]} "; done
-  for p in 0 1 2; do
+  v[4]=$(taskset -c 0 build/bench/mlp_step --steps 50 --fused 1 | awk '{print $5}')
+  for i in 0 1 2 3 4; do runs[$i]+="${v[$i]} "; done
+  for p in 0 1 2 3; do
     ratios[$p]+="$(awk -v t="${v[${pair_t[$p]}]}" -v d="${v[${pair_d[$p]}]}" 'BEGIN { printf "%.4f", t / d }') "
   done
 done
-for i in 0 1 2 3; do
+for i in 0 1 4 2 3; do
   step_summary 33 "${names[$i]}" "$rounds" <<<"${runs[$i]}"
 done
-for p in 0 1 2; do
+for p in 0 1 2 3; do
   tr ' ' '\n' <<<"${ratios[$p]}" | grep -v '^$' | sort -g | awk -v n="${pair_names[$p]}" \
     '{a[NR] = $1; if ($1 >= 2) hit++}
-     END {printf "per round %-52s median %.2f q1 %.2f q3 %.2f; >= 2 in %d of %d\n", n,
+     END {printf "per round %-56s median %.2f q1 %.2f q3 %.2f; >= 2 in %d of %d\n", n,
        (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2, a[int(NR / 4) + 1],
        a[NR - int(NR / 4)], hit, NR}'
 done
