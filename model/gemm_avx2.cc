@@ -411,7 +411,8 @@ constexpr int kTransposedChunkFloats = 64 * 1024;
 constexpr int kStageRows = 8 * kMr;
 constexpr int kStageCols = 64;
 
-// Writes stage rows [0, rows) x columns [0, cols) to C rows i0 .., columns j0 ...
+// Writes stage rows [0, rows) x columns [0, cols) to C: stage element (r, q), the chain of
+// C^T(j0 + r, i0 + q), becomes C(i0 + q, j0 + r).
 void flush_stage(const float* stage, int rows, int cols, int i0, int j0, const TransposedOut& out) {
   for (int ib = 0; ib < cols; ib += 8) {
     for (int jb = 0; jb < rows; jb += 8) {

@@ -145,34 +145,46 @@ void input_grad(std::span<const float> dy, std::span<const float> w, std::span<f
   });
 }
 
-// dw (out, in) = beta dw + dy^T (out, B) * x (B, in), sliced along its larger side; the
-// reduction over the batch stays inside one sgemm. db (out) = beta db + sum_rows dy, in
-// row order from beta db (0 * db is not 0 for a NaN, so beta 0 writes a zero first).
+// Calls fn(o0, o1, c0, c1) for the slices of a weight gradient dw (out, in) = dy^T x: cut
+// along its larger side into slice_width slices (the reduction over the batch stays inside
+// one call), rows [o0, o1) by columns [c0, c1).
+template <class Fn>
+void for_weight_slices(int batch, int in, int out, Fn&& fn) {
+  const int64_t work = int64_t{batch} * in * out;
+  if (out >= in) {
+    for_blocks(out, slice_width(out, work), int64_t{batch} * in,
+               [&](int o0, int o1) { fn(o0, o1, 0, in); });
+  } else {
+    for_blocks(in, slice_width(in, work), int64_t{batch} * out,
+               [&](int c0, int c1) { fn(0, out, c0, c1); });
+  }
+}
+
+// db (out) += the rows of dy (B, out), in row order.
+void add_rows(std::span<const float> dy, int batch, int out, float* db) {
+  for (int r = 0; r < batch; ++r) {
+    const float* row = dy.data() + size_t(r) * out;
+    for (int o = 0; o < out; ++o) db[o] += row[o];
+  }
+}
+
+// dw (out, in) = beta dw + dy^T (out, B) * x (B, in), in for_weight_slices' slices. db (out)
+// = beta db + sum_rows dy, in row order from beta db (0 * db is not 0 for a NaN, so beta 0
+// writes a zero first).
 void weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,
                  std::span<float> db, int batch, int in, int out, float beta) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
-  const int64_t work = int64_t{batch} * in * out;
   if (!dw.empty()) {
     DTSIM_CHECK(dw.size() == size_t(out) * in);
-    if (out >= in) {
-      for_blocks(out, slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
-        sgemm(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, beta,
-              dw.data() + size_t(o0) * in, in);
-      });
-    } else {
-      for_blocks(in, slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-        sgemm(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, beta,
-              dw.data() + c0, in);
-      });
-    }
+    for_weight_slices(batch, in, out, [&](int o0, int o1, int c0, int c1) {
+      sgemm(true, false, o1 - o0, c1 - c0, batch, dy.data() + o0, out, x.data() + c0, in, beta,
+            dw.data() + size_t(o0) * in + c0, in);
+    });
   }
   if (!db.empty()) {
     DTSIM_CHECK(db.size() == size_t(out));
     if (beta == 0.0f) std::fill(db.begin(), db.end(), 0.0f);
-    for (int r = 0; r < batch; ++r) {
-      const float* row = dy.data() + size_t(r) * out;
-      for (int o = 0; o < out; ++o) db[o] += row[o];
-    }
+    add_rows(dy, batch, out, db.data());
   }
 }
 
@@ -183,26 +195,15 @@ void linear_weight_sgd(std::span<const float> dy, std::span<const float> x, std:
   DTSIM_CHECK(dy.size() >= size_t(batch) * out && x.size() >= size_t(batch) * in);
   DTSIM_CHECK(w.size() == size_t(out) * in && (b.empty() || b.size() == size_t(out)));
   // weight_grad's slices, each one sgemm_sgd: the same chains as its sgemm calls.
-  const int64_t work = int64_t{batch} * in * out;
-  if (out >= in) {
-    for_blocks(out, slice_width(out, work), int64_t{batch} * in, [&](int o0, int o1) {
-      sgemm_sgd(true, false, o1 - o0, in, batch, dy.data() + o0, out, x.data(), in, u,
-                w.data() + size_t(o0) * in, in);
-    });
-  } else {
-    for_blocks(in, slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-      sgemm_sgd(true, false, out, c1 - c0, batch, dy.data(), out, x.data() + c0, in, u,
-                w.data() + c0, in);
-    });
-  }
-  // db as weight_grad sums it (from +0, rows in order) in a per-thread buffer (grown once).
+  for_weight_slices(batch, in, out, [&](int o0, int o1, int c0, int c1) {
+    sgemm_sgd(true, false, o1 - o0, c1 - c0, batch, dy.data() + o0, out, x.data() + c0, in, u,
+              w.data() + size_t(o0) * in + c0, in);
+  });
   if (b.empty()) return;
+  // db as weight_grad sums it, in a per-thread buffer (grown once, kept).
   thread_local std::vector<float> db;
   db.assign(size_t(out), 0.0f);
-  for (int r = 0; r < batch; ++r) {
-    const float* row = dy.data() + size_t(r) * out;
-    for (int o = 0; o < out; ++o) db[o] += row[o];
-  }
+  add_rows(dy, batch, out, db.data());
   for (int o = 0; o < out; ++o) b[o] = u.apply(b[o], db[o]);
 }
 
