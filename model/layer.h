@@ -84,13 +84,6 @@ class Layer {
                         std::span<float> grads, std::span<float> dx, LayerState& state,
                         Workspace& ws) = 0;
 
-  // The split backward of ZB-H1 (Qi et al. 2023), for layers with splits_backward():
-  // backward_input OVERWRITES dx (B, in) with the input gradient (empty: not needed) and
-  // keeps in `state` what backward_weight needs (the output gradient and the gradients
-  // inside the layer), so dy may change once it returns (dx may alias dy as in backward);
-  // backward_weight then adds the weight gradients of that micro-batch into grads, reading
-  // x (unchanged since forward) and the state. Input then weight gives bitwise what backward
-  // gives. The defaults throw std::logic_error.
   // SGD in backward (LOMO's fused update, Lv et al. 2023), for layers with fuses_sgd(): what
   // backward with scale.write_grads does, except that the layer never stores its gradients:
   // it applies `u` to each of its parameters (`params`, its range of the store) as soon as
@@ -103,6 +96,13 @@ class Layer {
                             const SgdUpdate& u, std::span<float> dx, LayerState& state,
                             Workspace& ws);
 
+  // The split backward of ZB-H1 (Qi et al. 2023), for layers with splits_backward():
+  // backward_input OVERWRITES dx (B, in) with the input gradient (empty: not needed) and
+  // keeps in `state` what backward_weight needs (the output gradient and the gradients
+  // inside the layer), so dy may change once it returns (dx may alias dy as in backward);
+  // backward_weight then adds the weight gradients of that micro-batch into grads, reading
+  // x (unchanged since forward) and the state. Input then weight gives bitwise what backward
+  // gives. The defaults throw std::logic_error.
   virtual bool splits_backward() const { return false; }
   virtual void backward_input(std::span<const float> params, std::span<const float> x,
                               std::span<const float> dy, const BackwardScale& scale,

@@ -49,23 +49,22 @@ float MlpModel::forward_backward_overwrite(std::span<const float> x, std::span<c
 
 float MlpModel::forward_backward_sgd(std::span<const float> x, std::span<const float> targets,
                                      int batch, float grad_scale, const SgdUpdate& u) {
-  DTSIM_CHECK(targets.size() == size_t(batch) * config_.output_dim);
-  std::span<const float> y = stack_.forward(0, x, batch);
-  std::span<float> dy = stack_.loss_grad(batch);
-  const float loss =
-      loss_.forward_backward(y, {.values = targets, .labels = {}}, batch, grad_scale, dy);
-  stack_.backward_sgd(0, dy, {grad_scale, batch, true}, u);
-  return loss;
+  return run(x, targets, batch, grad_scale, nullptr, true, &u);
 }
 
 float MlpModel::run(std::span<const float> x, std::span<const float> targets, int batch,
-                    float grad_scale, LayerHooks* hooks, bool write_grads) {
+                    float grad_scale, LayerHooks* hooks, bool write_grads, const SgdUpdate* sgd) {
   DTSIM_CHECK(targets.size() == size_t(batch) * config_.output_dim);
   std::span<const float> y = stack_.forward(0, x, batch, hooks);
   std::span<float> dy = stack_.loss_grad(batch);
   const float loss =
       loss_.forward_backward(y, {.values = targets, .labels = {}}, batch, grad_scale, dy);
-  stack_.backward(0, dy, {grad_scale, batch, write_grads}, hooks);
+  const BackwardScale scale{grad_scale, batch, write_grads};
+  if (sgd != nullptr) {
+    stack_.backward_sgd(0, dy, scale, *sgd, hooks);
+  } else {
+    stack_.backward(0, dy, scale, hooks);
+  }
   return loss;
 }
 

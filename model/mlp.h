@@ -83,8 +83,9 @@ class MlpModel {
                              float grad_scale, const SgdUpdate& u);
 
  private:
+  // Forward, the loss, then backward, or backward_sgd when `sgd` is given.
   float run(std::span<const float> x, std::span<const float> targets, int batch, float grad_scale,
-            LayerHooks* hooks, bool write_grads);
+            LayerHooks* hooks, bool write_grads, const SgdUpdate* sgd = nullptr);
 
   MlpConfig config_;
   LayerStack stack_;

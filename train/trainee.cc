@@ -61,21 +61,26 @@ std::span<const float> Trainee::load_batch(int64_t step, int first, int count) {
 
 float Trainee::forward_backward(int64_t step, int first, int count, float grad_scale,
                                 model::LayerHooks* hooks, bool write_grads) {
-  std::span<const float> x = load_batch(step, first, count);
-  std::span<const float> y = stack_.forward(0, x, count, hooks);
-  std::span<float> dy = stack_.loss_grad(count);
-  const float loss = loss_->forward_backward(y, targets(), count, grad_scale, dy);
-  stack_.backward(0, dy, {grad_scale, count, write_grads}, hooks);
-  return loss;
+  return run(step, first, count, grad_scale, hooks, write_grads, nullptr);
 }
 
 float Trainee::forward_backward_sgd(int64_t step, int first, int count, float grad_scale,
                                     model::LayerHooks* hooks, const model::SgdUpdate& u) {
+  return run(step, first, count, grad_scale, hooks, true, &u);
+}
+
+float Trainee::run(int64_t step, int first, int count, float grad_scale, model::LayerHooks* hooks,
+                   bool write_grads, const model::SgdUpdate* sgd) {
   std::span<const float> x = load_batch(step, first, count);
   std::span<const float> y = stack_.forward(0, x, count, hooks);
   std::span<float> dy = stack_.loss_grad(count);
   const float loss = loss_->forward_backward(y, targets(), count, grad_scale, dy);
-  stack_.backward_sgd(0, dy, {grad_scale, count, true}, u, hooks);
+  const model::BackwardScale scale{grad_scale, count, write_grads};
+  if (sgd != nullptr) {
+    stack_.backward_sgd(0, dy, scale, *sgd, hooks);
+  } else {
+    stack_.backward(0, dy, scale, hooks);
+  }
   return loss;
 }
 

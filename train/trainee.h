@@ -61,6 +61,10 @@ class Trainee {
   model::Loss& loss() { return *loss_; }
 
  private:
+  // forward_backward's body; backward_sgd instead of backward when `sgd` is given.
+  float run(int64_t step, int first, int count, float grad_scale, model::LayerHooks* hooks,
+            bool write_grads, const model::SgdUpdate* sgd);
+
   const TrainConfig& config_;
   model::LayerStack stack_;
   std::unique_ptr<model::Loss> loss_;
