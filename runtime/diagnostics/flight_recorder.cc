@@ -161,10 +161,12 @@ bool FlightRecorder::current_fingerprint(uint64_t* comm, uint64_t* seq, Signatur
   return true;
 }
 
+// A failed call is not completed: a rank whose call timed out and returned before another
+// rank's report was written still last completed the call before it.
 bool FlightRecorder::last_done(FlightEntry* out) const {
   const uint64_t head = head_.load(std::memory_order_acquire);
-  for (uint64_t i = head; i > 0 && head - i < 2; --i) {
-    if (read(i - 1, out) && out->state != CallState::kRunning) return true;
+  for (uint64_t i = head; i > 0 && head - i < kDepth; --i) {
+    if (read(i - 1, out) && out->state == CallState::kDone) return true;
   }
   return false;
 }

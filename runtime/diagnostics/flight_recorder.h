@@ -72,7 +72,7 @@ class FlightRecorder {
   bool current(FlightEntry* out) const;
   // Like current(), without the communicator name: no allocation (message path).
   bool current_fingerprint(uint64_t* comm, uint64_t* seq, Signature* sig) const;
-  // The most recent call that has completed, if any is still in the ring.
+  // The most recent call that has completed (not failed), if any is still in the ring.
   bool last_done(FlightEntry* out) const;
   // The ring, oldest first (allocates: for reports only).
   std::vector<FlightEntry> entries() const;

@@ -51,6 +51,28 @@ TEST(FlightRecorder, RecordsEveryCollectiveWithItsFingerprint) {
   }
 }
 
+// A failed call is not a completed one: the desync report's "last completed" skips it. (A
+// rank whose call timed out and returned before another rank's report was written showed
+// the failed call there, and Watchdog.ReportNamesLastSeqBlockedCallAndTheMissingRank
+// failed now and then under load.)
+TEST(FlightRecorder, LastDoneSkipsFailedCalls) {
+  FlightRecorder fr;
+  Signature sig;
+  sig.op = OpKind::kAllReduce;
+  FlightEntry e;
+  EXPECT_FALSE(fr.last_done(&e));
+  fr.begin(1, "world", 0, sig);
+  fr.end(CallState::kDone, 0);
+  fr.begin(1, "world", 1, sig);
+  fr.end(CallState::kFailed, 0);
+  ASSERT_TRUE(fr.last_done(&e));
+  EXPECT_EQ(e.seq, 0u);
+  EXPECT_EQ(e.state, CallState::kDone);
+  fr.begin(1, "world", 2, sig);  // running: not done either
+  ASSERT_TRUE(fr.last_done(&e));
+  EXPECT_EQ(e.seq, 0u);
+}
+
 TEST(FlightRecorder, RingKeepsTheNewestCallsAndResetsPerRun) {
   World world(2);
   const int calls = static_cast<int>(FlightRecorder::kDepth) + 36;
