@@ -207,6 +207,20 @@ struct SgdEpi {
   }
 };
 
+// C (m, n) = op(A) * op(B) through `epi`, P = op(A) and Q = op(B) packed in panels (not
+// for trans_a && trans_b). A untransposed is read where it lies, columns outer; A^T is
+// packed into tiles, rows outer (C a weight gradient).
+template <class Epi>
+void direct_product(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                    const float* b, int ldb, const Epi& epi) {
+  const QSource q{b, ldb, trans_b};
+  if (!trans_a) {
+    run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, epi);
+  } else {
+    run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true, epi);
+  }
+}
+
 }  // namespace
 
 void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
@@ -218,28 +232,17 @@ void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, cons
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
-  const StoreEpi store{c, ldc, beta};
-  const QSource q{b, ldb, trans_b};
   if (!trans_a && trans_b && m <= n) {
     transposed_product(m, n, k, a, lda, b, ldb, {c, ldc, beta, nullptr});
-  } else if (!trans_a) {  // P = A (m, k) where it lies
-    run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, store);
-  } else {  // P = A^T, A stored (k, m): packed into tiles; C a weight gradient, rows outer
-    run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true,
-               store);
+  } else {
+    direct_product(trans_a, trans_b, m, n, k, a, lda, b, ldb, StoreEpi{c, ldc, beta});
   }
 }
 
 void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
                const float* b, int ldb, const SgdUpdate& u, float* w, int ldw) {
-  // As sgemm's direct products (never the transposed one: the same chains either way).
-  const SgdEpi epi{w, ldw, u};
-  const QSource q{b, ldb, trans_b};
-  if (!trans_a) {
-    run<true>({a, lda, 1, nullptr, 0, k}, m, n, q, column_chunk(k), false, epi);
-  } else {
-    run<false>({pack_tiles(a, lda, m, k), k, kMr, nullptr, 0, k}, m, n, q, kWidePanels, true, epi);
-  }
+  // Never the transposed product: the direct one gives the same chains.
+  direct_product(trans_a, trans_b, m, n, k, a, lda, b, ldb, SgdEpi{w, ldw, u});
 }
 
 }  // namespace dtsim::model::avx2
