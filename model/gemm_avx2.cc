@@ -36,43 +36,48 @@ struct QSource {
 template <bool kUnitK, class Epi>
 void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_outer, Epi&& epi) {
   alignas(64) float t[kMr * kNr];
+  alignas(64) float t2[kMr * kNr];
+  // The closures below capture by value (micro_tile in gemm_avx2_tile.h says why).
+  const std::remove_cvref_t<Epi> e = epi;
+  float* const tp = t;
+  float* const tp2 = t2;
   auto tile = [&](int r0, int j0) {
     const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0);
-    epi.prefetch(r0, mr, j0);  // what the epilogue reads arrives while the tile computes
+    e.prefetch(r0, mr, j0);  // what the epilogue reads arrives while the tile computes
     if constexpr (std::remove_cvref_t<Epi>::kDirect) {
       if (nc == kNr) {  // a whole tile: straight from the registers
-        micro_tile<kUnitK>(o, r0, mr, j0,
-                           [&](int r, __m256 lo, __m256 hi) { epi.direct(r0 + r, j0, lo, hi); });
-        return;
-      }
-    }
-    micro_tile<kUnitK>(o, r0, mr, j0, [&](int r, __m256 lo, __m256 hi) {
-      _mm256_store_ps(t + r * kNr, lo);
-      _mm256_store_ps(t + r * kNr + 8, hi);
-    });
-    epi(r0, mr, j0, nc, t);
-  };
-  // Panels j0 and j0 + kNr (both packed; the second may be partial) in one pass.
-  alignas(64) float t2[kMr * kNr];
-  auto tile_pair = [&](int r0, int j0) {
-    const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0 - kNr);
-    epi.prefetch(r0, mr, j0);
-    epi.prefetch(r0, mr, j0 + kNr);
-    if constexpr (std::remove_cvref_t<Epi>::kDirect) {
-      if (nc == kNr) {
-        micro_tile_pair<kUnitK>(o, r0, mr, j0, [&](int r, int h, __m256 lo, __m256 hi) {
-          epi.direct(r0 + r, j0 + h * kNr, lo, hi);
+        micro_tile<kUnitK>(o, r0, mr, j0, [e, r0, j0](int r, __m256 lo, __m256 hi) {
+          e.direct(r0 + r, j0, lo, hi);
         });
         return;
       }
     }
-    micro_tile_pair<kUnitK>(o, r0, mr, j0, [&](int r, int h, __m256 lo, __m256 hi) {
-      float* dst = (h == 0 ? t : t2) + r * kNr;
+    micro_tile<kUnitK>(o, r0, mr, j0, [tp](int r, __m256 lo, __m256 hi) {
+      _mm256_store_ps(tp + r * kNr, lo);
+      _mm256_store_ps(tp + r * kNr + 8, hi);
+    });
+    e(r0, mr, j0, nc, t);
+  };
+  // Panels j0 and j0 + kNr (both packed; the second may be partial) in one pass.
+  auto tile_pair = [&](int r0, int j0) {
+    const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0 - kNr);
+    e.prefetch(r0, mr, j0);
+    e.prefetch(r0, mr, j0 + kNr);
+    if constexpr (std::remove_cvref_t<Epi>::kDirect) {
+      if (nc == kNr) {
+        micro_tile_pair<kUnitK>(o, r0, mr, j0, [e, r0, j0](int r, int h, __m256 lo, __m256 hi) {
+          e.direct(r0 + r, j0 + h * kNr, lo, hi);
+        });
+        return;
+      }
+    }
+    micro_tile_pair<kUnitK>(o, r0, mr, j0, [tp, tp2](int r, int h, __m256 lo, __m256 hi) {
+      float* dst = (h == 0 ? tp : tp2) + r * kNr;
       _mm256_store_ps(dst, lo);
       _mm256_store_ps(dst + 8, hi);
     });
-    epi(r0, mr, j0, kNr, t);
-    epi(r0, mr, j0 + kNr, nc, t2);
+    e(r0, mr, j0, kNr, t);
+    e(r0, mr, j0 + kNr, nc, t2);
   };
   const int width = chunk * kNr;
   o.q_panel = panel_stride(o.k);

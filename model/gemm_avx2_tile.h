@@ -28,9 +28,12 @@ struct Operands {
 
 // Computes the (MR, kNr) tile at rows r0, columns j0 and calls out(r, lo, hi) with row r's
 // 16 sums (two vectors). The twelve accumulators are named variables, not an array: GCC
-// keeps an array of __m256 on the stack and stores it every step.
+// keeps an array of __m256 on the stack and stores it every step. `out` is taken by value
+// and should capture by value: the epilogue's stores (_mm256_storeu_ps) may alias any
+// memory, so a closure reached through a reference, or holding references, was reloaded
+// from memory after every store (epilogue fields, tile origin: ~15 instructions per store).
 template <int MR, bool kUnitK, class Out>
-void micro(const Operands& o, int r0, int j0, Out&& out) {
+void micro(const Operands& o, int r0, int j0, Out out) {
   const __m256 z = _mm256_setzero_ps();
   __m256 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
   __m256 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
@@ -66,7 +69,7 @@ void micro(const Operands& o, int r0, int j0, Out&& out) {
 }
 
 template <bool kUnitK, class Out>
-void micro_tile(const Operands& o, int r0, int rows, int j0, Out&& out) {
+void micro_tile(const Operands& o, int r0, int rows, int j0, Out out) {
   switch (rows) {
     case 6:
       return micro<6, kUnitK>(o, r0, j0, out);
@@ -90,7 +93,7 @@ void micro_tile(const Operands& o, int r0, int rows, int j0, Out&& out) {
 constexpr bool kPairs = true;
 
 template <int MR, bool kUnitK, class Out>
-void micro_pair(const Operands& o, int r0, int j0, Out&& out) {
+void micro_pair(const Operands& o, int r0, int j0, Out out) {
   const __m512 z = _mm512_setzero_ps();
   __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
   __m512 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
@@ -130,7 +133,7 @@ void micro_pair(const Operands& o, int r0, int j0, Out&& out) {
 }
 
 template <bool kUnitK, class Out>
-void micro_tile_pair(const Operands& o, int r0, int rows, int j0, Out&& out) {
+void micro_tile_pair(const Operands& o, int r0, int rows, int j0, Out out) {
   switch (rows) {
     case 6:
       return micro_pair<6, kUnitK>(o, r0, j0, out);
@@ -150,7 +153,7 @@ void micro_tile_pair(const Operands& o, int r0, int rows, int j0, Out&& out) {
 constexpr bool kPairs = false;
 
 template <bool kUnitK, class Out>
-void micro_tile_pair(const Operands&, int, int, int, Out&&) {}
+void micro_tile_pair(const Operands&, int, int, int, Out) {}
 #endif
 
 // Fetches the line at p (kWrite: for ownership, about to be written). In asm: built with
