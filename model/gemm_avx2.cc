@@ -226,18 +226,25 @@ void direct_product(bool trans_a, bool trans_b, int m, int n, int k, const float
   }
 }
 
+// Whether x W^T (m rows of x, n of W) runs as the transposed product C^T = W x^T: with no
+// more rows of x than of W (the forward), or when W has fewer rows than a panel's columns
+// and x at least as many (a narrow head: the direct product would fill a quarter of its
+// lanes with padding, the transposed one none).
+bool transposed_pays(int m, int n) { return m <= n || (n < kNr && m >= kNr); }
+
 }  // namespace
 
 void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                 const float* bias, float* c, int ldc) {
-  if (trans_b && m <= n) return transposed_product(m, n, k, a, lda, b, ldb, {c, ldc, 1.0f, bias});
+  if (trans_b && transposed_pays(m, n))
+    return transposed_product(m, n, k, a, lda, b, ldb, {c, ldc, 1.0f, bias});
   run<true>({a, lda, 1, nullptr, 0, k}, m, n, {b, ldb, trans_b}, column_chunk(k), false,
             BiasEpi{c, ldc, bias});
 }
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
-  if (!trans_a && trans_b && m <= n) {
+  if (!trans_a && trans_b && transposed_pays(m, n)) {
     transposed_product(m, n, k, a, lda, b, ldb, {c, ldc, beta, nullptr});
   } else {
     direct_product(trans_a, trans_b, m, n, k, a, lda, b, ldb, StoreEpi{c, ldc, beta});
