@@ -60,6 +60,24 @@ void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, cons
   sgemm(false, trans_b, m, n, k, a, lda, b, ldb, 1.0f, c, ldc);
 }
 
+void sgemm_scaled(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                  const float* s, float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+#if DTSIM_GEMM_AVX2
+  if (k > 0) {
+    avx2::sgemm_scaled(m, n, k, a, lda, b, ldb, s, c, ldc);
+    return;
+  }
+#endif
+  sgemm(false, false, m, n, k, a, lda, b, ldb, 0.0f, c, ldc);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float& e = c[size_t(i) * ldc + j];
+      e = 0.0f + e * s[size_t(i) * ldc + j];
+    }
+  }
+}
+
 void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
                const float* b, int ldb, const SgdUpdate& u, float* w, int ldw) {
   if (m == 0 || n == 0) return;

@@ -27,6 +27,12 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
 void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                 const float* bias, float* c, int ldc);
 
+// C (m, n) = (A (m, k) * B (k, n)) ⊙ S, S (m, n) with leading dimension ldc like C: each
+// element 0 + g * s, g bitwise what sgemm with beta 0 writes (so a -0 product reads +0).
+// Neither operand transposed. Thread safety and allocation as sgemm.
+void sgemm_scaled(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                  const float* s, float* c, int ldc);
+
 // W (m, n) = SGD of W by the gradient op(A) (m, k) * op(B) (k, n), which is never stored:
 // each element u.apply(w, g), g bitwise what sgemm with beta 0 writes for that element.
 // Leading dimensions as sgemm (ldw for W). Thread safety and allocation as sgemm.

@@ -185,6 +185,31 @@ struct BiasEpi {
   }
 };
 
+// C = 0 + t * S on the tile, S laid out as C: bitwise StoreEpi with beta 0, then each
+// element times S's, +0 added (as model::gelu_grad_from_kept does).
+struct ScaleEpi {
+  static constexpr bool kDirect = true;
+  float* c;
+  int ldc;
+  const float* s;
+  void prefetch(int r0, int rows, int j0) const {
+    prefetch_rows<true>(c + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+    prefetch_rows<false>(s + ptrdiff_t(r0) * ldc + j0, ldc, rows);
+  }
+  void direct(int row, int j0, __m256 lo, __m256 hi) const {
+    const ptrdiff_t at = ptrdiff_t(row) * ldc + j0;
+    const __m256 z = _mm256_setzero_ps();
+    _mm256_storeu_ps(c + at, _mm256_add_ps(z, _mm256_mul_ps(lo, _mm256_loadu_ps(s + at))));
+    _mm256_storeu_ps(c + at + 8, _mm256_add_ps(z, _mm256_mul_ps(hi, _mm256_loadu_ps(s + at + 8))));
+  }
+  void operator()(int r0, int rows, int j0, int cols, const float* t) const {
+    for (int r = 0; r < rows; ++r) {
+      const ptrdiff_t at = ptrdiff_t(r0 + r) * ldc + j0;
+      for (int j = 0; j < cols; ++j) c[at + j] = 0.0f + t[r * kNr + j] * s[at + j];
+    }
+  }
+};
+
 // W = u.apply(W, t) on the tile: W's SGD step by the gradient t, which is never stored.
 // The vector arithmetic is SgdUpdate::apply's, operation for operation (no contraction).
 struct SgdEpi {
@@ -249,6 +274,11 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
   } else {
     direct_product(trans_a, trans_b, m, n, k, a, lda, b, ldb, StoreEpi{c, ldc, beta});
   }
+}
+
+void sgemm_scaled(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                  const float* s, float* c, int ldc) {
+  direct_product(false, false, m, n, k, a, lda, b, ldb, ScaleEpi{c, ldc, s});
 }
 
 void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,

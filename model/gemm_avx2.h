@@ -42,6 +42,9 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
 // C (m, n) = bias + A * op(B), as model::sgemm_bias.
 void sgemm_bias(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                 const float* bias, float* c, int ldc);
+// C (m, n) = (A * B) ⊙ S, as model::sgemm_scaled.
+void sgemm_scaled(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                  const float* s, float* c, int ldc);
 // W (m, n) = SGD of W by op(A) * op(B), as model::sgemm_sgd.
 void sgemm_sgd(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
                const float* b, int ldb, const SgdUpdate& u, float* w, int ldw);

@@ -132,16 +132,22 @@ void linear_forward(std::span<const float> x, std::span<const float> w, std::spa
 
 namespace {
 
-// dx (B, in) = beta dx + dy * w, in slice_width slices of in.
+// dx (B, in) = beta dx + dy * w, or (dy * w) ⊙ s with s (B, in) given, in slice_width
+// slices of in.
 void input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx, int batch,
-                int in, int out, float beta) {
+                int in, int out, float beta, const float* s = nullptr) {
   DTSIM_CHECK(dy.size() >= size_t(batch) * out);
   DTSIM_CHECK(dx.size() >= size_t(batch) * in && w.size() == size_t(out) * in);
   const int64_t work = int64_t{batch} * in * out;
   // dx[:, c0:c1] (B, c) = beta dx[:, c0:c1] + dy (B, out) * w[:, c0:c1] (out, c)
   for_blocks(in, slice_width(in, work), int64_t{batch} * out, [&](int c0, int c1) {
-    sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, beta,
-          dx.data() + c0, in);
+    if (s != nullptr) {
+      sgemm_scaled(batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, s + c0, dx.data() + c0,
+                   in);
+    } else {
+      sgemm(false, false, batch, c1 - c0, out, dy.data(), out, w.data() + c0, in, beta,
+            dx.data() + c0, in);
+    }
   });
 }
 
@@ -212,6 +218,13 @@ void linear_weight_sgd(std::span<const float> dy, std::span<const float> x, std:
 void linear_input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx,
                        int batch, int in, int out) {
   input_grad(dy, w, dx, batch, in, out, 0.0f);
+}
+
+void linear_input_grad_scaled(std::span<const float> dy, std::span<const float> w,
+                              std::span<const float> s, std::span<float> dx, int batch, int in,
+                              int out) {
+  DTSIM_CHECK(s.size() >= size_t(batch) * in);
+  input_grad(dy, w, dx, batch, in, out, 0.0f, s.data());
 }
 
 void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,

@@ -31,6 +31,13 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
 void linear_input_grad(std::span<const float> dy, std::span<const float> w, std::span<float> dx,
                        int batch, int in, int out);
 
+// dx (B, in) = (dy * w) ⊙ s elementwise, s (B, in), WRITTEN: bitwise linear_input_grad then
+// gelu_grad_from_kept(s, dx, dx), the product never stored on its own (the MLP block's
+// gradient through W2 and GELU, s the derivative its forward kept).
+void linear_input_grad_scaled(std::span<const float> dy, std::span<const float> w,
+                              std::span<const float> s, std::span<float> dx, int batch, int in,
+                              int out);
+
 // dw (out, in) = dy^T * x and db (out) = sum_rows dy: linear_backward's weight gradients
 // WRITTEN, not added (db empty: none). Bitwise what linear_backward adds into zeros.
 void linear_weight_grad(std::span<const float> dy, std::span<const float> x, std::span<float> dw,

@@ -83,17 +83,15 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
 }
 
 // The three parts of a block's backward. input_part: dpre (B, H) = the pre-activation
-// gradient, through W2 and GELU (dh: a (B, H) scratch it overwrites); weight_part:
+// gradient, through W2 and GELU (dh = dy W2 times gelu' as each tile is stored); weight_part:
 // the weight and bias gradients from dy and dpre; finish_dx: dx = dy (the residual) + dpre W1.
 // Each kernel call is backward's own, so any order that reads dy before dx overwrites it
 // gives bitwise the same sums.
 void MlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
-                          const MlpBlockState& s, int batch, std::span<float> dh,
-                          std::span<float> dpre) const {
+                          const MlpBlockState& s, int batch, std::span<float> dpre) const {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
-  linear_input_grad(dy, p.subspan(o.w2, size_t(D) * H), dh, batch, H, D);
-  gelu_grad_from_kept(s.pre.span(), dh, dpre);
+  linear_input_grad_scaled(dy, p.subspan(o.w2, size_t(D) * H), s.pre.span(), dpre, batch, H, D);
 }
 
 void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
@@ -125,8 +123,8 @@ void MlpBlock::backward(std::span<const float> p, std::span<const float> x,
   const int batch = scale.batch;
   const auto& s = static_cast<MlpBlockState&>(state);
   const size_t bh = size_t(batch) * hidden_;
-  std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
-  input_part(p, dy, s, batch, dh, dpre);
+  std::span<float> dpre = ws.take(0, bh);
+  input_part(p, dy, s, batch, dpre);
   weight_part(x, dy, dpre, s, batch, scale.write_grads,
               g);  // reads dy before dx (which may alias it) is written
   finish_dx(p, x, dy, dpre, batch, dx);
@@ -139,8 +137,8 @@ void MlpBlock::backward_sgd(std::span<float> p, std::span<const float> x, std::s
   const MlpBlockOffsets o(D, H);
   const auto& s = static_cast<MlpBlockState&>(state);
   const size_t bh = size_t(batch) * H;
-  std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
-  input_part(p, dy, s, batch, dh, dpre);  // the last read of W2
+  std::span<float> dpre = ws.take(0, bh);
+  input_part(p, dy, s, batch, dpre);  // the last read of W2
   // W2's update reads dy before dx (which may alias it) is written.
   linear_weight_sgd(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), batch, H,
                     D, u);
@@ -150,14 +148,14 @@ void MlpBlock::backward_sgd(std::span<float> p, std::span<const float> x, std::s
 
 void MlpBlock::backward_input(std::span<const float> p, std::span<const float> x,
                               std::span<const float> dy, const BackwardScale& scale,
-                              std::span<float> dx, LayerState& state, Workspace& ws) {
+                              std::span<float> dx, LayerState& state, Workspace& /*ws*/) {
   const int batch = scale.batch;
   auto& s = static_cast<MlpBlockState&>(state);
   const size_t bh = size_t(batch) * hidden_;
   ensure_size(s.dy, s.ledger, dy.size());
   ensure_size(s.dpre, s.ledger, bh);
   std::copy(dy.begin(), dy.end(), s.dy.data());
-  input_part(p, s.dy.span(), s, batch, ws.take(0, bh), s.dpre.span());
+  input_part(p, s.dy.span(), s, batch, s.dpre.span());
   finish_dx(p, x, s.dy.span(), s.dpre.span(), batch, dx);
 }
 

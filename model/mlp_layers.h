@@ -92,7 +92,7 @@ class MlpBlock : public Layer {
 
  private:
   void input_part(std::span<const float> p, std::span<const float> dy, const MlpBlockState& s,
-                  int batch, std::span<float> dh, std::span<float> dpre) const;
+                  int batch, std::span<float> dpre) const;
   void weight_part(std::span<const float> x, std::span<const float> dy, std::span<const float> dpre,
                    const MlpBlockState& s, int batch, bool write, std::span<float> g) const;
   void finish_dx(std::span<const float> p, std::span<const float> x, std::span<const float> dy,

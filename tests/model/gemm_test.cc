@@ -154,6 +154,29 @@ TEST_P(GemmTest, SgdVariantEqualsTheStoredGradientThenTheUpdate) {
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
 }
 
+// sgemm_scaled is sgemm with beta 0, then each element 0 + c * s, bitwise, edges included;
+// S holds -0s, so a missing "+0" (a -0 product kept as -0) fails.
+class GemmScaledTest : public GemmTest {};
+
+TEST_P(GemmScaledTest, ScaledVariantEqualsTheProductTimesS) {
+  const GemmCase c = GetParam();
+  const Operands o(c);
+  std::vector<float> scale = testing::random_vector(size_t(c.m) * o.ldc, 15);
+  for (size_t i = 0; i < scale.size(); i += 3) scale[i] = -0.0f;
+  std::vector<float> want = o.c0, got = o.c0;
+  sgemm(false, false, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f, want.data(),
+        o.ldc);
+  for (int i = 0; i < c.m; ++i) {
+    for (int j = 0; j < c.n; ++j) {
+      const size_t at = size_t(i) * o.ldc + j;
+      want[at] = 0.0f + want[at] * scale[at];
+    }
+  }
+  sgemm_scaled(c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, scale.data(), got.data(),
+               o.ldc);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+}
+
 // Every transpose case, with shapes at each edge of the 6 x 16 tiles and the model's own.
 const GemmCase kShapes[] = {
     GemmCase{false, false, 1, 1, 1},       GemmCase{false, false, 5, 7, 3},
@@ -169,16 +192,19 @@ const GemmCase kShapes[] = {
     GemmCase{false, true, 100, 150, 1030}, GemmCase{false, true, 130, 200, 64},
     GemmCase{true, true, 5, 7, 3},         GemmCase{true, true, 17, 16, 9}};
 
-std::vector<GemmCase> untransposed_a() {
+// The shapes of kShapes with A as stored (and, with neither, B too).
+std::vector<GemmCase> untransposed_a(bool neither = false) {
   std::vector<GemmCase> out;
   for (const GemmCase& c : kShapes) {
-    if (!c.ta) out.push_back(c);
+    if (!c.ta && !(neither && c.tb)) out.push_back(c);
   }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest, ::testing::ValuesIn(kShapes), case_name);
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmBiasTest, ::testing::ValuesIn(untransposed_a()), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmScaledTest, ::testing::ValuesIn(untransposed_a(true)),
+                         case_name);
 
 }  // namespace
 }  // namespace dtsim::model

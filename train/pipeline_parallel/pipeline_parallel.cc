@@ -341,9 +341,10 @@ int64_t stage_activation_bytes(const TrainConfig& config, const ScheduleSpec& sp
     const int64_t k = (last ? end - 1 : end) - first;  // blocks
     floats += passes[j] * b * (d + k * d + 2 * k * h + (last ? o : 0));
     // A split backward keeps each block's dy and pre-activation gradient and the head's dy
-    // until W; its input half needs one (b, H) workspace, the fused backward two.
+    // until W; its input half needs no workspace, the fused backward one (b, H) for the
+    // pre-activation gradient (dh itself is never stored: see MlpBlock::input_part).
     if (split) floats += passes[j] * b * (k * (d + h) + (last ? o : 0));
-    floats += (split ? 1 : 2) * b * h + (last ? b * d : 0);
+    floats += (split ? 0 : 1) * b * h + (last ? b * d : 0);
     if (last) floats += in_flight[j] * b * o;
     if (config.precision == model::Precision::kMixedBf16) {  // the store's fp32 layer views
       const int64_t block = 2 * h * d + h + d, head = o * d + o;

@@ -49,8 +49,9 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 // b (D + k D + 2 k H [+ O]) floats (the input copy, k block outputs and each block's saved
 // pre-activation and GELU output, and the head's output on the last chunk), for ZB-H1 plus
 // b (k (D + H) [+ O]) (each block's output and pre-activation gradients and the head's
-// output gradient, kept from B to W), plus its workspace of 2 b H floats (a block's backward;
-// b H for ZB-H1's input half) and, on the last chunk, b D for the head's input gradient;
+// output gradient, kept from B to W), plus its workspace of b H floats (a block's fused
+// backward; none for ZB-H1's input half) and, on the last chunk, b D for the head's input
+// gradient;
 // the stage adds one received activation and one received gradient buffer of b D floats
 // where it receives them, and b O per micro-batch in flight (forward to backward or B,
 // peak_in_flight_per_chunk) on the last chunk for the loss gradient. Under mixed precision
