@@ -8,6 +8,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/diagnostics/watchdog.h"
+#include "runtime/job_start.h"
 #include "runtime/rank_context.h"
 #include "runtime/schedule/scheduler.h"
 #include "runtime/transport/mpi/mpi_collectives.h"
@@ -52,6 +53,7 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
         "the controlled scheduler runs thread worlds only; run without mpirun to use it");
   }
   if (model_.mpi) {
+    begin_work();  // passes the job's start (job_start.h) unless the program did
     mpi::MpiProcess& process = mpi::MpiProcess::instance();
     if (model_.threads < 1) {
       throw UsageError("rank threads per process " + std::to_string(model_.threads) +

@@ -102,7 +102,9 @@ class World {
   // A World laid out as `model` says (process_model.h): in an MPI model, every process of
   // the job builds its World with the same model and options, in the same order, and calls
   // run() the same number of times; this process runs ranks [first_rank(), + threads).
-  // Starts MPI on the first MPI World. UsageError if the model does not match the job.
+  // Starts MPI on the first MPI World, which passes the job's start (job_start.h) if the
+  // program did not: JobRefused if another process met a usage error there. UsageError if
+  // the model does not match the job.
   explicit World(ProcessModel model, WorldOptions options = {});
   ~World();
   World(const World&) = delete;

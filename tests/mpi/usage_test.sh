@@ -1,7 +1,8 @@
 #!/bin/bash
-# Bad input under mpirun: every process meets it before any work and exits 2, process 0
-# alone prints the one-line error (so the job prints it once), no process is stopped by
-# SIGTERM for it, and no file is made or replaced.
+# Bad input under mpirun: every process meets it before any work and exits 2, the job
+# prints the one-line error once (process 0's, or the lowest-numbered process's that met one,
+# named, when only some do: MPMD cases below), no process is stopped by SIGTERM for it, and
+# no file is made or replaced.
 #   tests/mpi/usage_test.sh MPIEXEC DTSIM [mpiexec flags...]
 set -u
 mpiexec=$1 dtsim=$(realpath "$2")
@@ -47,4 +48,27 @@ run 4 "--algo mpi runs MPI's collectives on the world communicator only, and thi
 run 2 "--strategy accum trains in one process; run it without mpirun" train --strategy accum
 run 3 "its runs take 4 ranks (the 3D row 8), which 3 MPI processes do not divide" demo
 run 2 "--report notes.txt exists" stress --report notes.txt
+# Errors that only some processes meet (as a folder that exists on one host only), in
+# mpirun's MPMD form: the processes agree at the start (runtime/job_start.h).
+mpmd() {  # mpmd NP WANT "ARGS OF PROCESS 0" "ARGS OF PROCESS 1" ...: one process each
+  local np=$1 want=$2 line words args=()
+  shift 2
+  for line in "$@"; do
+    [ ${#args[@]} -eq 0 ] || args+=(:)
+    read -ra words <<<"$line"
+    args+=(-np 1 "$dtsim" "${words[@]}")
+  done
+  check "$np" "$want" "${flags[@]}" "${args[@]}"
+}
+mpmd 2 "dtsim train: process 1: --trace nowhere/t.json: folder nowhere does not exist" \
+  "train --steps 2" "train --steps 2 --trace nowhere/t.json"
+mpmd 2 "dtsim train: --trace nowhere/t.json: folder nowhere does not exist" \
+  "train --steps 2 --trace nowhere/t.json" "train --steps 2"
+mpmd 3 "dtsim train: processes 1, 2: --trace nowhere/t.json: folder nowhere does not exist" \
+  "train --batch 30" "train --batch 30 --trace nowhere/t.json" \
+  "train --batch 30 --trace nowhere/t.json"
+mpmd 3 "dtsim train: process 1 (process 2 met another error): --trace nowhere/t.json: folder" \
+  "train --batch 30" "train --batch 30 --trace nowhere/t.json" \
+  "train --batch 30 --report notes.txt"
+mpmd 2 "dtsim: process 1: unknown command 'trian'" "train --steps 2" "trian --steps 2"
 [ "$fails" -eq 0 ] || exit 1

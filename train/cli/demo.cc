@@ -19,6 +19,7 @@
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
+#include "runtime/job_start.h"
 #include "runtime/process_model.h"
 #include "train/check.h"
 #include "train/cli/commands.h"
@@ -175,6 +176,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   // process of global rank 0 writes it.
   OutputFile html;
   if (given(a, "--html")) html = OutputFile("demo", "html", f.html, train::holds_global_rank0());
+  begin_work();
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/job_start.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
 #include "train/cli/report_json.h"
@@ -96,6 +97,7 @@ int run_mesh_estimate(const CLI::App& app, const EstimateFlags& f) {
   in.activation_bytes = f.activations;
   const train::MeshEstimate m = train::estimate_mesh(in);
   const train::pipeline::ScheduleSpec& s = in.schedule;
+  begin_work();
 
   std::printf(
       "dtsim estimate: %.4g params on a mesh of dp %d x tp %d x pp %d = %d devices, %s, %s\n",
@@ -164,6 +166,7 @@ int run_estimate(const CLI::App& app, const EstimateFlags& f) {
   const bool adam = f.optimizer == "adam";
   in.optimizer = adam ? model::OptimizerKind::kAdam : model::OptimizerKind::kSgd;
   const int only = f.stage;
+  begin_work();
 
   std::printf("dtsim estimate: %.4g params, %d ranks, %s, %s\n\n", in.params, in.ranks,
               bf16 ? "mixed precision (bf16 weights and gradients, fp32 master)" : "fp32",

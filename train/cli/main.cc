@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/gemm.h"
+#include "runtime/job_start.h"
 #include "runtime/process_model.h"
 #include "runtime/types.h"
 #include "runtime/world.h"
@@ -33,10 +34,70 @@ std::string version_text() {
                      dtsim::model::gemm_backend());
 }
 
-// Under mpirun every process parses the same flags and meets the same usage error (or
-// --help); process 0 alone prints it, so that the job prints it once. All exit alike.
+// Under mpirun every process parses the same flags and prints the same --help, or meets the
+// same usage error mid-run; process 0 alone prints it, so that the job prints it once.
 void print_once(std::FILE* to, const std::string& text) {
   if (dtsim::ProcessModel::from_environment(0, 1).process == 0) std::fputs(text.c_str(), to);
+}
+
+// Process numbers as a list with ranges: "1", "1-3, 5".
+std::string process_list(const std::vector<int>& ps) {
+  std::string out;
+  for (size_t i = 0; i < ps.size();) {
+    size_t j = i;
+    while (j + 1 < ps.size() && ps[j + 1] == ps[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ps[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ps[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// A one-line error as `who` reports it: "dtsim train: X" -> "dtsim train: process 1: X".
+// Several lines (the help) stay as they are.
+std::string said_by(const std::string& text, const std::string& who) {
+  if (const size_t nl = text.find('\n'); nl != std::string::npos && nl + 1 < text.size()) {
+    return text;
+  }
+  const size_t colon = text.rfind("dtsim", 0) == 0 ? text.find(": ") : std::string::npos;
+  if (colon == std::string::npos) return "dtsim: " + who + ": " + text;
+  return text.substr(0, colon + 2) + who + ": " + text.substr(colon + 2);
+}
+
+// A usage error met before the work. Under mpirun the processes agree at the job's start
+// (runtime/job_start.h) on which of them met one: the lowest-numbered prints its own, naming
+// itself unless it is process 0 (with those that met the same error, and those that met
+// others), and every process exits 2. After the start (mid-run) every process meets the same
+// error: process 0 prints it. `text` ends with a newline.
+int usage_error(const std::string& text) {
+  if (dtsim::job_started()) {
+    print_once(stderr, text);
+    return 2;
+  }
+  const int me = dtsim::ProcessModel::from_environment(0, 1).process;
+  const std::string alone = said_by(text, "process " + std::to_string(me));
+  const dtsim::JobStart start = dtsim::start_job(text, alone);
+  if (!start.agreed) {  // the others did not come: this process's own error, named
+    std::fputs(alone.c_str(), stderr);
+    return 2;
+  }
+  if (start.first_failed() != start.process) return 2;  // a lower-numbered process prints
+  if (start.process == 0) {
+    std::fputs(text.c_str(), stderr);
+    return 2;
+  }
+  std::vector<int> same, other;
+  for (int p = 0; p < static_cast<int>(start.errors.size()); ++p) {
+    if (start.errors[p] == 0) continue;
+    (start.errors[p] == start.errors[start.process] ? same : other).push_back(p);
+  }
+  std::string who = (same.size() == 1 ? "process " : "processes ") + process_list(same);
+  if (!other.empty()) {
+    who += fmt::format(" ({} {} met {})", other.size() == 1 ? "process" : "processes",
+                       process_list(other), other.size() == 1 ? "another error" : "other errors");
+  }
+  std::fputs(said_by(text, who).c_str(), stderr);
+  return 2;
 }
 
 // A usage error that names --ranks when the value came from $WORLD_SIZE (torchrun's) says
@@ -103,11 +164,10 @@ int main(int argc, char** argv) {
   if (argc >= 2 && argv[1][0] == '-') {
     const std::string flag = argv[1];
     if (flag != "-h" && flag != "--help" && flag != "--version") {
-      print_once(stderr, fmt::format("dtsim: {0} is not a flag of dtsim itself; flags follow the "
-                                     "command, as in dtsim train {0} (run dtsim --help for the "
-                                     "commands)\n",
-                                     flag));
-      return 2;
+      return usage_error(fmt::format(
+          "dtsim: {0} is not a flag of dtsim itself; flags follow the command, as in dtsim "
+          "train {0} (run dtsim --help for the commands)\n",
+          flag));
     }
   }
   if (argc >= 2 && argv[1][0] != '-') {
@@ -115,9 +175,8 @@ int main(int argc, char** argv) {
       if (c.app->get_name() == argv[1]) command = &c;
     }
     if (command == nullptr) {
-      print_once(stderr, fmt::format("dtsim: unknown command '{}'; run dtsim --help for the list\n",
-                                     argv[1]));
-      return 2;
+      return usage_error(
+          fmt::format("dtsim: unknown command '{}'; run dtsim --help for the list\n", argv[1]));
     }
   }
   const std::string name = command ? command->app->get_name() : "";
@@ -133,19 +192,20 @@ int main(int argc, char** argv) {
     const std::string text = dynamic_cast<const CLI::CallForVersion*>(&e)
                                  ? std::string(e.what()) + "\n"
                                  : dtsim.help();  // the named command's help when one was named
-    print_once(code == 0 ? stdout : stderr, text);
+    if (code != 0) return usage_error(text);      // no command: the help, as an error
+    print_once(stdout, text);
     return check_stdout(name, code);
   } catch (const CLI::ParseError& e) {
-    print_once(stderr, dtsim::cli::one_line(e, name, dtsim) + "\n");
-    return 2;
+    return usage_error(dtsim::cli::one_line(e, name, dtsim) + "\n");
   }
 
   int code = 0;
   try {
     code = command->run();
+  } catch (const dtsim::JobRefused&) {
+    return 2;  // another process met a usage error before the start: it prints it
   } catch (const dtsim::UsageError& e) {
-    print_once(stderr, with_ranks_source(e.what(), argc, argv) + "\n");
-    return 2;
+    return usage_error(with_ranks_source(e.what(), argc, argv) + "\n");
   } catch (const dtsim::RankFailure& e) {
     // A rank failed mid-run: the error, then what every rank was last doing.
     std::fprintf(stderr, "dtsim %s: %s\n%s\n", name.c_str(), e.what(), e.flight_report().c_str());

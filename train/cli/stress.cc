@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/job_start.h"
 #include "runtime/mutant.h"
 #include "runtime/process_model.h"
 #include "runtime/stress/stress.h"
@@ -164,6 +165,7 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
                          " is standard output; give a file, which --replay reads back");
     }
   }
+  begin_work();
   if (controlled) {
     ExploreFlags ef;
     ef.scheduler = f.scheduler;

@@ -16,6 +16,7 @@
 #include "model/moe_model.h"
 #include "model/param_layout.h"
 #include "runtime/algorithms/registry.h"
+#include "runtime/job_start.h"
 #include "runtime/process_model.h"
 #include "train/check.h"
 #include "train/cli/commands.h"
@@ -338,6 +339,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   config.trace = given(a, "--trace") || config.pp > 1;
   const bool check = f.check;
   const train::CheckPlan plan = train::plan_check(config);
+  begin_work();
 
   if (root) {
     std::printf("dtsim train: %s, %s (%zu params), %s, %d steps, batch %d",

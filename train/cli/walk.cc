@@ -15,6 +15,7 @@
 
 #include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
+#include "runtime/job_start.h"
 #include "runtime/split.h"
 #include "runtime/world.h"
 #include "train/cli/commands.h"
@@ -224,6 +225,7 @@ int run_walk(const WalkFlags& f) {
   // AlgoFor() accepted --algo for this op.
   parse_algo(f.algo.empty() ? (p.op == "all_reduce" ? "ring" : "auto") : f.algo, &p.algo);
   p.resolved = resolve_algorithm(op, p.algo, p.numel * sizeof(int64_t), p.n);
+  begin_work();
 
   WorldOptions opts;
   opts.trace = true;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/job_start.h"
 #include "train/cli/flags.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/pipeline_parallel/schedule_check.h"
@@ -52,6 +53,7 @@ int run_walk_pipeline(const PipelineFlags& f) {
   const pp::Schedule s = pp::make_schedule(spec);
   const pp::DryRun d = pp::dry_run(s);
   if (!d.error.empty()) throw std::logic_error("generated schedule is broken: " + d.error);
+  begin_work();
 
   const int p = spec.stages, v = spec.virtual_stages, m = spec.micro_batches;
   const bool zb = spec.kind == pp::ScheduleKind::kZeroBubbleH1;

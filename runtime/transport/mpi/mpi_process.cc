@@ -22,6 +22,14 @@ namespace {
 constexpr int kSpinRounds = 200;
 constexpr auto kYieldFor = std::chrono::microseconds(200);
 constexpr auto kIdleNap = std::chrono::microseconds(50);
+// How much longer than the start's deadline instance() waits for MPI_Init to return.
+constexpr auto kStartGrace = std::chrono::seconds(2);
+
+uint64_t g_start_error = 0;  // set_start()'s, read by the constructor
+std::string g_start_alone;
+// The constructor gave up on MPI_Init: the progress thread, if it ever returns from it,
+// must not touch the MpiProcess (set once, never cleared).
+std::atomic<bool> g_abandoned{false};
 
 sem_t g_signal_sem;
 volatile sig_atomic_t g_signal = 0;
@@ -36,7 +44,15 @@ MpiProcess& MpiProcess::instance() {
   return process;
 }
 
-MpiProcess::MpiProcess() {
+void MpiProcess::set_start(uint64_t error_hash, std::string error_alone) {
+  g_start_error = error_hash;
+  g_start_alone = std::move(error_alone);
+}
+
+MpiProcess::MpiProcess()
+    : start_deadline_(std::chrono::steady_clock::now() + kStartDeadline),
+      start_error_(g_start_error),
+      start_alone_(g_start_alone) {
   Doorbell::enable_asymmetric_fences();
   sem_init(&g_signal_sem, 0, 0);
   signal_thread_ = std::thread([this] { watch_signals(); });
@@ -47,7 +63,23 @@ MpiProcess::MpiProcess() {
   sigaction(SIGINT, &sa, nullptr);
   thread_ = std::thread([this] { main(); });
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return started_; });
+  // MPI_Init waits for every process of the job: one that never starts MPI must not hold
+  // this one forever. Then MPI is unusable here; the program ends (job_start.h).
+  if (!cv_.wait_until(lock, start_deadline_ + kStartGrace, [&] { return started_; })) {
+    abandoned_ = true;
+    g_abandoned.store(true, std::memory_order_release);
+    peer_lost_.store(true);
+    const ProcessModel job = ProcessModel::from_environment(0, 1);
+    rank_ = job.process;
+    size_ = job.processes;
+    start_.agreed = false;
+    start_.process = rank_;
+    start_.errors.assign(size_, 0);
+    start_.errors.at(rank_) = start_error_;
+    ending_.store(start_error_ != 0, std::memory_order_release);
+    start_done_.store(true, std::memory_order_release);
+    return;
+  }
   if (provided_ < MPI_THREAD_FUNNELED) {
     throw Error("MPI provides thread level " + std::to_string(provided_) +
                 ", below MPI_THREAD_FUNNELED; dtsim's progress thread needs FUNNELED");
@@ -59,7 +91,11 @@ MpiProcess::~MpiProcess() {
   sem_post(&g_signal_sem);
   if (signal_thread_.joinable()) signal_thread_.join();
   bell_.ring_always();
-  if (thread_.joinable()) thread_.join();
+  if (abandoned_) {
+    thread_.detach();  // still in MPI_Init, perhaps for good
+  } else if (thread_.joinable()) {
+    thread_.join();
+  }
 }
 
 void MpiProcess::attach(MpiLink* link) {
@@ -94,12 +130,22 @@ bool MpiProcess::detach(MpiLink* link, std::chrono::milliseconds timeout) {
 }
 
 void MpiProcess::watch_signals() {
-  while (sem_wait(&g_signal_sem) != 0) {
+  for (;;) {
+    while (sem_wait(&g_signal_sem) != 0) {
+    }
+    if (stop_.load()) return;
+    // The start ended the job: every process is exiting 2 already, and mpirun sends
+    // SIGTERM when the first of them exits.
+    if (!ending_.load(std::memory_order_acquire)) break;
   }
-  if (stop_.load()) return;
   const char* name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
   terminating_.store(true, std::memory_order_release);
   run_termination_cleanup();  // the run cannot finish now: discard its unfinished outputs
+  if (!start_done_.load(std::memory_order_acquire) && !start_alone_.empty()) {
+    // A process ended before the start: this one's usage error is the news, not the signal.
+    std::fputs(start_alone_.c_str(), stderr);
+    _exit(2);
+  }
   MpiLink* link = link_.load(std::memory_order_acquire);
   std::string where;
   int blamed = -1;
@@ -143,16 +189,54 @@ void MpiProcess::watch_signals() {
   _exit(1);
 }
 
+JobStart MpiProcess::agree_on_start(int rank, int size) {
+  JobStart start;
+  start.process = rank;
+  start.errors.assign(size, 0);
+  start.errors[rank] = start_error_;
+  if (size == 1) return start;
+  start_send_ = start_error_;
+  start_recv_.assign(size, 0);
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Iallgather(&start_send_, 1, MPI_UINT64_T, start_recv_.data(), 1, MPI_UINT64_T, comm_,
+                     &req) == MPI_SUCCESS) {
+    for (;;) {
+      int done = 0;
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      if (done) {
+        start.errors = start_recv_;
+        return start;
+      }
+      if (std::chrono::steady_clock::now() >= start_deadline_) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  // The request stays pending (a collective cannot be cancelled): its buffers are members.
+  start.agreed = false;
+  peer_lost_.store(true);  // finalizing could hang
+  return start;
+}
+
 void MpiProcess::main() {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  if (g_abandoned.load(std::memory_order_acquire)) return;  // the process is ending without it
   MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(comm_, &rank);
+  MPI_Comm_size(comm_, &size);
+  JobStart start = agree_on_start(rank, size);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (abandoned_) return;
     provided_ = provided;
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+    rank_ = rank;
+    size_ = size;
+    start_ = std::move(start);
+    ending_.store(start_.first_failed() >= 0, std::memory_order_release);
+    start_done_.store(true, std::memory_order_release);
     started_ = true;
   }
   cv_.notify_all();

@@ -7,13 +7,22 @@
 // MPI starts on the first MPI World and ends (MPI_Finalize) when the process exits,
 // unless a peer process was lost, in which case finalizing could hang and is skipped.
 //
+// The job's start (runtime/job_start.h): right after MPI_Init the progress thread gathers
+// from every process whether it met a usage error (one MPI_Iallgather), within
+// kStartDeadline of the first instance() call; MPI_Init waits for every process too, so when
+// it has not returned by then instance() returns with job_start().agreed false.
+//
 // Termination: mpirun ends a job whose process died by sending SIGTERM to the others
 // (then SIGKILL about a second later). In an MPI process a handler turns SIGTERM and
 // SIGINT into a failure of the running World, naming where each local rank was and whom
 // it waited for, so that ranks abort, output files are discarded as the stack unwinds,
 // and the process exits non-zero with that one line; between runs it exits at once.
+// Before the start completes a process that met a usage error prints it instead and exits
+// 2; once the start ends the job (some process met one) the signal is ignored, since every
+// process is exiting 2 already (mpirun sends it when the first of them exits).
 //
-// Thread safety: instance(), attach(), detach() and the accessors are safe from any thread.
+// Thread safety: instance(), attach(), detach() and the accessors are safe from any thread;
+// set_start() only before the first instance().
 #pragma once
 
 #include <mpi.h>
@@ -22,9 +31,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "runtime/job_start.h"
 #include "runtime/transport/mpi/wire.h"
 #include "runtime/transport/mpi/wire_pool.h"
 #include "runtime/transport/thread/doorbell.h"
@@ -35,8 +46,14 @@ class MpiLink;
 
 class MpiProcess {
  public:
-  // Starts MPI on first use (blocks until MPI_Init_thread returned).
+  // Starts MPI on first use and passes the job's start (blocks until both are done, or up
+  // to kStartDeadline and a little more).
   static MpiProcess& instance();
+  // What this process brings to the start: 0 or its usage error's hash, and the line it
+  // prints if a signal ends it before the start completes. No effect once MPI started.
+  static void set_start(uint64_t error_hash, std::string error_alone);
+  // The start's outcome, complete once instance() returned.
+  const JobStart& job_start() const { return start_; }
 
   int rank() const { return rank_; }  // in MPI_COMM_WORLD
   int size() const { return size_; }
@@ -62,6 +79,8 @@ class MpiProcess {
   MpiProcess();
   ~MpiProcess();
   void main();
+  // The start's collective, after MPI_Init (progress thread).
+  JobStart agree_on_start(int rank, int size);
   // Waits for SIGTERM / SIGINT (posted by the handler) and fails the running World.
   void watch_signals();
 
@@ -69,6 +88,13 @@ class MpiProcess {
   std::mutex mu_;
   std::condition_variable cv_;
   bool started_ = false;
+  bool abandoned_ = false;  // MPI_Init outlived the start's deadline: the thread is let go
+  std::chrono::steady_clock::time_point start_deadline_;
+  uint64_t start_error_ = 0;  // set_start()'s
+  std::string start_alone_;
+  JobStart start_;                       // written before started_ is set, then read-only
+  std::atomic<bool> start_done_{false};  // start_ is complete
+  std::atomic<bool> ending_{false};      // the start ends the job: every process exits 2
   std::atomic<bool> stop_{false};
   std::atomic<bool> peer_lost_{false};
   std::atomic<bool> terminating_{false};
@@ -85,6 +111,8 @@ class MpiProcess {
   // progress thread only
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<WireBuf> future_;
+  uint64_t start_send_ = 0;  // the start's buffers, alive as long as its request may be
+  std::vector<uint64_t> start_recv_;
   WirePool recv_pool_;
 };
 
