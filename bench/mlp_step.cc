@@ -25,25 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/step_clock.h"
 #include "model/data.h"
 #include "model/mlp.h"
 #include "model/optimizer.h"
 
-namespace {
-
-double now(clockid_t clock) {
-  timespec ts;
-  clock_gettime(clock, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
+using dtsim::bench::median;
+using dtsim::bench::seconds;
 
 int main(int argc, char** argv) {
   using namespace dtsim::model;
@@ -94,9 +82,9 @@ int main(int argc, char** argv) {
   for (int s = 0; s < steps; ++s) {
     // The batch is made before the clocks start, as bench/torch_mlp.py makes its batches
     // before its loop: the step timed is forward, backward and SGD on both sides.
-    const double d0 = now(CLOCK_THREAD_CPUTIME_ID);
+    const double d0 = seconds(CLOCK_THREAD_CPUTIME_ID);
     task.batch(s, 0, batch, x, y);
-    const double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
+    const double w0 = seconds(CLOCK_MONOTONIC), c0 = seconds(CLOCK_THREAD_CPUTIME_ID);
     if (fused) {
       model.forward_backward_sgd(x, y, batch, 1.0f / float(batch), sgd.plain_update());
     } else {
@@ -109,8 +97,8 @@ int main(int argc, char** argv) {
       sgd.step(model.params(), model.grads());
     }
     if (s > 0) {
-      wall.push_back(now(CLOCK_MONOTONIC) - w0);
-      cpu.push_back(now(CLOCK_THREAD_CPUTIME_ID) - c0);
+      wall.push_back(seconds(CLOCK_MONOTONIC) - w0);
+      cpu.push_back(seconds(CLOCK_THREAD_CPUTIME_ID) - c0);
       data.push_back(c0 - d0);
     }
   }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/step_clock.h"
 #include "model/data.h"
 #include "model/kernels.h"
 #include "model/mlp.h"
@@ -28,17 +29,9 @@
 
 namespace {
 
-double now() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
+using dtsim::bench::median;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double now() { return dtsim::bench::seconds(CLOCK_THREAD_CPUTIME_ID); }
 
 struct Phase {
   const char* name;
