@@ -55,16 +55,15 @@ void TpMlpBlock::forward(std::span<const float> p, std::span<const float> x, int
 }
 
 // The parts of backward, as in model::MlpBlock: input_part writes dpre (B, H/T) through the
-// local W2 columns and GELU (dh: a (B, H/T) scratch it overwrites); weight_part the local
+// local W2 columns and GELU (GELU's derivative applied as dh is stored); weight_part the local
 // weight gradients and the replicated b2's (dy, the block output's gradient, is replicated);
 // finish_dx the all-reduced input gradient on top of the residual's (workspace slot 2).
 void TpMlpBlock::input_part(std::span<const float> p, std::span<const float> dy,
-                            const model::MlpBlockState& s, int batch, std::span<float> dh,
-                            std::span<float> dpre) const {
+                            const model::MlpBlockState& s, int batch, std::span<float> dpre) const {
   const int D = dim_, H = local_hidden_;
   const model::MlpBlockOffsets o(D, H);
-  model::linear_input_grad(dy, p.subspan(o.w2, size_t(D) * H), dh, batch, H, D);
-  model::gelu_grad_from_kept(s.pre.span(), dh, dpre);
+  model::linear_input_grad_scaled(dy, p.subspan(o.w2, size_t(D) * H), s.pre.span(), dpre, batch, H,
+                                  D);
 }
 
 void TpMlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
@@ -99,8 +98,8 @@ void TpMlpBlock::backward(std::span<const float> p, std::span<const float> x,
   const int batch = scale.batch;
   const auto& s = static_cast<model::MlpBlockState&>(state);
   const size_t bh = size_t(batch) * local_hidden_;
-  std::span<float> dh = ws.take(0, bh), dpre = ws.take(1, bh);
-  input_part(p, dy, s, batch, dh, dpre);
+  std::span<float> dpre = ws.take(1, bh);
+  input_part(p, dy, s, batch, dpre);
   // Reads dy before dx (which may alias it) is written.
   weight_part(x, dy, dpre, s, batch, scale.write_grads, g);
   finish_dx(p, dy, dpre, batch, dx, ws);
@@ -116,7 +115,7 @@ void TpMlpBlock::backward_input(std::span<const float> p, std::span<const float>
   model::ensure_size(s.dy, s.ledger, dy.size());
   model::ensure_size(s.dpre, s.ledger, bh);
   std::copy(dy.begin(), dy.end(), s.dy.data());
-  input_part(p, s.dy.span(), s, batch, ws.take(0, bh), s.dpre.span());
+  input_part(p, s.dy.span(), s, batch, s.dpre.span());
   finish_dx(p, s.dy.span(), s.dpre.span(), batch, dx, ws);
 }
 

@@ -58,8 +58,7 @@ class TpMlpBlock : public model::Layer {
 
  private:
   void input_part(std::span<const float> p, std::span<const float> dy,
-                  const model::MlpBlockState& s, int batch, std::span<float> dh,
-                  std::span<float> dpre) const;
+                  const model::MlpBlockState& s, int batch, std::span<float> dpre) const;
   void weight_part(std::span<const float> x, std::span<const float> dy, std::span<const float> dpre,
                    const model::MlpBlockState& s, int batch, bool write, std::span<float> g) const;
   void finish_dx(std::span<const float> p, std::span<const float> dy, std::span<const float> dpre,
