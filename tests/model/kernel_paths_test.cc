@@ -1,7 +1,8 @@
 // Each shortcut path of model/kernels.h against the kernels it stands for, bitwise: the GELU
 // derivative kept by the forward against gelu_forward and gelu_grad, over sizes around the
 // 16-float packs and the 4096-element chunks and over values where GELU's formula changes
-// branch (e^{-2u} overflowing below x ~ -10.4, signed zeros, infinities, NaN).
+// branch (e^{-2u} overflowing below x ~ -10.4, signed zeros, infinities, NaN); and the input
+// gradient with GELU's derivative applied as it is stored against the two calls it replaces.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +59,38 @@ TEST_P(GeluKeptTest, ForwardAndGradEqualGeluForwardAndGeluGrad) {
 INSTANTIATE_TEST_SUITE_P(Sizes, GeluKeptTest, ::testing::Values(1, 15, 16, 17, 4099, 3 * 4096 + 5),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "n" + std::to_string(info.param);
+                         });
+
+struct LinearShape {
+  int batch, in, out;
+};
+
+class InputGradScaledTest : public ::testing::TestWithParam<LinearShape> {};
+
+// Shapes the thread pool cuts into column slices (in large: each slice must scale by its
+// own columns of s), edges of the 16-column tiles, and -0s in s (a -0 product reads +0).
+TEST_P(InputGradScaledTest, EqualsInputGradThenGeluGradFromKept) {
+  const auto [batch, in, out] = GetParam();
+  const std::vector<float> dy = random_vector(size_t(batch) * out, 43);
+  const std::vector<float> w = random_vector(size_t(out) * in, 44);
+  std::vector<float> s = random_vector(size_t(batch) * in, 45);
+  for (size_t i = 0; i < s.size(); i += 5) s[i] = -0.0f;
+  const float nan = std::nanf("");
+  std::vector<float> dh(s.size(), nan), want(s.size(), nan), got(s.size(), nan);
+  linear_input_grad(dy, w, dh, batch, in, out);
+  gelu_grad_from_kept(s, dh, want);
+  linear_input_grad_scaled(dy, w, s, got, batch, in, out);
+  EXPECT_TRUE(same_bits(got, want));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, InputGradScaledTest,
+                         ::testing::Values(LinearShape{64, 1024, 256}, LinearShape{64, 4096, 16},
+                                           LinearShape{7, 33, 5}, LinearShape{1, 1, 1},
+                                           LinearShape{13, 17, 9}),
+                         [](const ::testing::TestParamInfo<LinearShape>& info) {
+                           const LinearShape& p = info.param;
+                           return "b" + std::to_string(p.batch) + "_in" + std::to_string(p.in) +
+                                  "_out" + std::to_string(p.out);
                          });
 
 }  // namespace
