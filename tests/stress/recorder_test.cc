@@ -2,7 +2,10 @@
 // number, fingerprint, state and timings; a fixed-size ring that keeps the newest calls.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/communicator.h"
@@ -89,15 +92,27 @@ TEST(FlightRecorder, RingKeepsTheNewestCallsAndResetsPerRun) {
   EXPECT_EQ(e[0].seq, 0u);
 }
 
+// Rank 0 gives up only once ranks 1 and 2 have finished the first call: finishing its own
+// share does not mean they have theirs, and the abort releases a rank still waiting in the
+// first call with that call failed (seen under TSan: ranks 1 and 2 recorded one call).
 TEST(FlightRecorder, FailedCallIsMarkedAndInTheReport) {
   WorldOptions o;
   o.timeout = std::chrono::milliseconds(2000);
   World world(3, o);
-  EXPECT_THROW(world.run([](Communicator& c) {
+  std::atomic<int> finished_first{0};
+  EXPECT_THROW(world.run([&](Communicator& c) {
     std::vector<int32_t> x(7, 1);
     c.all_reduce(std::span<int32_t>(x));
-    if (c.rank() == 0) throw std::runtime_error("rank 0 gives up");
-    c.all_reduce(std::span<int32_t>(x));
+    if (c.rank() != 0) {
+      finished_first.fetch_add(1);
+      c.all_reduce(std::span<int32_t>(x));
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (finished_first.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    ASSERT_EQ(finished_first.load(), 2) << "ranks 1 and 2 did not finish the first call";
+    throw std::runtime_error("rank 0 gives up");
   }),
                RankFailure);
   for (int r = 1; r < 3; ++r) {
