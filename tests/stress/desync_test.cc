@@ -142,22 +142,33 @@ TEST(Desync, SubgroupMismatchIsCaughtToo) {
   EXPECT_TRUE(has(o.failure, "communicator group[1,3]")) << o.failure;
 }
 
+// Ranks 0, 1 and 3 enter the second all_reduce only once every rank has finished the first:
+// finishing one's own share does not mean the others have theirs, and the report, written
+// when the first of them times out, must show every rank's last completed call as the first.
+// Released, rank 2 makes the call it was late for: a rank that caught its error has not yet
+// failed the world, and a barrier there could meet the others' all_reduce messages at seq 1
+// first and fail the run as a mismatch (seen under load: the report was rank 2's mismatch).
 TEST(Watchdog, ReportNamesLastSeqBlockedCallAndTheMissingRank) {
   // Rank 2 never reaches the second all_reduce in time: it is busy in its own code.
   std::atomic<bool> released{false};
+  std::atomic<int> finished_first{0};
   const Outcome o = run_catching(4, milliseconds(300), [&](Communicator& c) {
     std::vector<float> x(8, 1.0f);
     c.all_reduce(std::span<float>(x));
+    finished_first.fetch_add(1);
     if (c.rank() == 2) {
       const auto until = Clock::now() + milliseconds(3000);
       while (!released.load() && Clock::now() < until) std::this_thread::sleep_for(milliseconds(5));
     } else {
-      try {
-        c.all_reduce(std::span<float>(x));
-      } catch (...) {
-        released = true;
-        throw;
-      }
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (finished_first.load() < 4 && Clock::now() < deadline) std::this_thread::yield();
+      ASSERT_EQ(finished_first.load(), 4) << "not every rank finished the first call";
+    }
+    try {
+      c.all_reduce(std::span<float>(x));
+    } catch (...) {
+      released = true;
+      throw;
     }
     c.barrier();
   });
@@ -175,10 +186,14 @@ TEST(Watchdog, ReportNamesLastSeqBlockedCallAndTheMissingRank) {
   for (int r = 0; r < 4; ++r) EXPECT_FALSE(o.errors[r].empty()) << "rank " << r;
 }
 
+// Rank 5 throws only once every other rank has finished the first all_reduce: finishing its
+// own share does not mean they have theirs, and a rank still in the first call when the
+// abort lands fails there, outside the try that times its wake-up.
 TEST(Abort, ThrowingRankReleasesEveryOtherWithin100ms) {
   constexpr int n = 8;
   std::atomic<int64_t> thrown_at{0};
   std::array<std::atomic<int64_t>, n> woke{};
+  std::atomic<int> finished_first{0};
   auto now_ns = [] { return Clock::now().time_since_epoch().count(); };
   WorldOptions opts;
   World world(n, opts);
@@ -187,10 +202,14 @@ TEST(Abort, ThrowingRankReleasesEveryOtherWithin100ms) {
       std::vector<float> x(4096, 1.0f);
       c.all_reduce(std::span<float>(x));
       if (c.rank() == 5) {
+        const auto deadline = Clock::now() + std::chrono::seconds(10);
+        while (finished_first.load() < n - 1 && Clock::now() < deadline) std::this_thread::yield();
+        ASSERT_EQ(finished_first.load(), n - 1) << "not every other rank finished the first call";
         std::this_thread::sleep_for(milliseconds(50));  // the others are blocked by now
         thrown_at = now_ns();
         throw std::runtime_error("boom: rank 5's own error");
       }
+      finished_first.fetch_add(1);
       try {
         c.all_reduce(std::span<float>(x));
       } catch (const AbortedError&) {
