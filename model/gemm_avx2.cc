@@ -35,26 +35,24 @@ struct QSource {
 // columns outer keeps a Q panel in L1 across P's tiles.
 template <bool kUnitK, class Epi>
 void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_outer, Epi&& epi) {
-  alignas(64) float t[kMr * kNr];
-  alignas(64) float t2[kMr * kNr];
-  // The closures below capture by value (micro_tile in gemm_avx2_tile.h says why).
+  alignas(64) float t[2 * kMr * kNr];  // a partial tile (pair: the second panel's at kMr * kNr)
+  // The closures below capture by value, built once here where they can be (micro_tile in
+  // gemm_avx2_tile.h says why).
   const std::remove_cvref_t<Epi> e = epi;
+  const auto direct = [e](int row, int col, __m256 lo, __m256 hi) { e.direct(row, col, lo, hi); };
   float* const tp = t;
-  float* const tp2 = t2;
   auto tile = [&](int r0, int j0) {
     const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0);
     e.prefetch(r0, mr, j0);  // what the epilogue reads arrives while the tile computes
     if constexpr (std::remove_cvref_t<Epi>::kDirect) {
       if (nc == kNr) {  // a whole tile: straight from the registers
-        micro_tile<kUnitK>(o, r0, mr, j0, [e, r0, j0](int r, __m256 lo, __m256 hi) {
-          e.direct(r0 + r, j0, lo, hi);
-        });
+        micro_tile<kUnitK>(o, r0, mr, j0, direct);
         return;
       }
     }
-    micro_tile<kUnitK>(o, r0, mr, j0, [tp](int r, __m256 lo, __m256 hi) {
-      _mm256_store_ps(tp + r * kNr, lo);
-      _mm256_store_ps(tp + r * kNr + 8, hi);
+    micro_tile<kUnitK>(o, r0, mr, j0, [tp, r0](int row, int, __m256 lo, __m256 hi) {
+      _mm256_store_ps(tp + (row - r0) * kNr, lo);
+      _mm256_store_ps(tp + (row - r0) * kNr + 8, hi);
     });
     e(r0, mr, j0, nc, t);
   };
@@ -65,19 +63,17 @@ void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_
     e.prefetch(r0, mr, j0 + kNr);
     if constexpr (std::remove_cvref_t<Epi>::kDirect) {
       if (nc == kNr) {
-        micro_tile_pair<kUnitK>(o, r0, mr, j0, [e, r0, j0](int r, int h, __m256 lo, __m256 hi) {
-          e.direct(r0 + r, j0 + h * kNr, lo, hi);
-        });
+        micro_tile_pair<kUnitK>(o, r0, mr, j0, direct);
         return;
       }
     }
-    micro_tile_pair<kUnitK>(o, r0, mr, j0, [tp, tp2](int r, int h, __m256 lo, __m256 hi) {
-      float* dst = (h == 0 ? tp : tp2) + r * kNr;
+    micro_tile_pair<kUnitK>(o, r0, mr, j0, [tp, r0, j0](int row, int col, __m256 lo, __m256 hi) {
+      float* dst = tp + (col == j0 ? 0 : kMr * kNr) + (row - r0) * kNr;
       _mm256_store_ps(dst, lo);
       _mm256_store_ps(dst + 8, hi);
     });
     e(r0, mr, j0, kNr, t);
-    e(r0, mr, j0 + kNr, nc, t2);
+    e(r0, mr, j0 + kNr, nc, t + kMr * kNr);
   };
   const int width = chunk * kNr;
   o.q_panel = panel_stride(o.k);

@@ -26,14 +26,17 @@ struct Operands {
   int k;
 };
 
-// Computes the (MR, kNr) tile at rows r0, columns j0 and calls out(r, lo, hi) with row r's
-// 16 sums (two vectors). The twelve accumulators are named variables, not an array: GCC
-// keeps an array of __m256 on the stack and stores it every step. `out` is taken by value
-// and should capture by value: the epilogue's stores (_mm256_storeu_ps) may alias any
+// Computes the (MR, kNr) tile at rows r0, columns j0 and calls out(r0 + r, j0, lo, hi) with
+// row r's 16 sums (two vectors). The twelve accumulators are named variables, not an array:
+// GCC keeps an array of __m256 on the stack and stores it every step. `out` is taken by
+// value and should capture by value: the epilogue's stores (_mm256_storeu_ps) may alias any
 // memory, so a closure reached through a reference, or holding references, was reloaded
 // from memory after every store (epilogue fields, tile origin: ~15 instructions per store).
+// Out gets C's coordinates, so a closure needs nothing of the tile and can be built once
+// per product: one over 16 bytes goes by memory, and built per tile (scalar stores, then
+// one 32-byte load to pass it) it stalled every call on store forwarding.
 template <int MR, bool kUnitK, class Out>
-void micro(const Operands& o, int r0, int j0, Out out) {
+[[gnu::always_inline]] inline void micro(const Operands& o, int r0, int j0, Out out) {
   const __m256 z = _mm256_setzero_ps();
   __m256 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
   __m256 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
@@ -60,16 +63,16 @@ void micro(const Operands& o, int r0, int j0, Out out) {
     q += kNr;
     if (!kUnitK) p += pks;
   }
-  out(0, c00, c01);
-  if constexpr (MR > 1) out(1, c10, c11);
-  if constexpr (MR > 2) out(2, c20, c21);
-  if constexpr (MR > 3) out(3, c30, c31);
-  if constexpr (MR > 4) out(4, c40, c41);
-  if constexpr (MR > 5) out(5, c50, c51);
+  out(r0, j0, c00, c01);
+  if constexpr (MR > 1) out(r0 + 1, j0, c10, c11);
+  if constexpr (MR > 2) out(r0 + 2, j0, c20, c21);
+  if constexpr (MR > 3) out(r0 + 3, j0, c30, c31);
+  if constexpr (MR > 4) out(r0 + 4, j0, c40, c41);
+  if constexpr (MR > 5) out(r0 + 5, j0, c50, c51);
 }
 
 template <bool kUnitK, class Out>
-void micro_tile(const Operands& o, int r0, int rows, int j0, Out out) {
+[[gnu::noinline]] void micro_tile(const Operands& o, int r0, int rows, int j0, Out out) {
   switch (rows) {
     case 6:
       return micro<6, kUnitK>(o, r0, j0, out);
@@ -89,11 +92,12 @@ void micro_tile(const Operands& o, int r0, int rows, int j0, Out out) {
 #if DTSIM_GEMM_AVX512
 // Two adjacent panels at once (columns j0 .. j0 + 31) on AVX-512: MR rows by two 16-lane
 // registers, one load per panel and MR broadcasts per k step; the same in-order FMA chain
-// per element as micro(), so the same bits. out(r, h, lo, hi) gets row r of panel h.
+// per element as micro(), so the same bits. out(r0 + r, j0 + 16 h, lo, hi) gets row r of
+// panel h.
 constexpr bool kPairs = true;
 
 template <int MR, bool kUnitK, class Out>
-void micro_pair(const Operands& o, int r0, int j0, Out out) {
+[[gnu::always_inline]] inline void micro_pair(const Operands& o, int r0, int j0, Out out) {
   const __m512 z = _mm512_setzero_ps();
   __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
   __m512 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
@@ -120,20 +124,23 @@ void micro_pair(const Operands& o, int r0, int j0, Out out) {
     q += kNr;
     if (!kUnitK) p += pks;
   }
-  auto put = [&](int r, __m512 v0, __m512 v1) {
-    out(r, 0, _mm512_castps512_ps256(v0), _mm512_extractf32x8_ps(v0, 1));
-    out(r, 1, _mm512_castps512_ps256(v1), _mm512_extractf32x8_ps(v1, 1));
-  };
-  put(0, c00, c01);
-  if constexpr (MR > 1) put(1, c10, c11);
-  if constexpr (MR > 2) put(2, c20, c21);
-  if constexpr (MR > 3) put(3, c30, c31);
-  if constexpr (MR > 4) put(4, c40, c41);
-  if constexpr (MR > 5) put(5, c50, c51);
+  // A macro, not a lambda: GCC called a [&] lambda here out of line, through references.
+#define DTSIM_GEMM_PUT(r)                                                                       \
+  if constexpr (MR > r) {                                                                       \
+    out(r0 + r, j0, _mm512_castps512_ps256(c##r##0), _mm512_extractf32x8_ps(c##r##0, 1));       \
+    out(r0 + r, j0 + kNr, _mm512_castps512_ps256(c##r##1), _mm512_extractf32x8_ps(c##r##1, 1)); \
+  }
+  DTSIM_GEMM_PUT(0)
+  DTSIM_GEMM_PUT(1)
+  DTSIM_GEMM_PUT(2)
+  DTSIM_GEMM_PUT(3)
+  DTSIM_GEMM_PUT(4)
+  DTSIM_GEMM_PUT(5)
+#undef DTSIM_GEMM_PUT
 }
 
 template <bool kUnitK, class Out>
-void micro_tile_pair(const Operands& o, int r0, int rows, int j0, Out out) {
+[[gnu::noinline]] void micro_tile_pair(const Operands& o, int r0, int rows, int j0, Out out) {
   switch (rows) {
     case 6:
       return micro_pair<6, kUnitK>(o, r0, j0, out);

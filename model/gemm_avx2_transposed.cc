@@ -67,17 +67,18 @@ void transposed_product(int m, int n, int k, const float* a, int lda, const floa
           float* st = stage + (r0 - g0) * kStageCols;  // C row j0 in stage column j0 - s0
           for (int j0 = s0; j0 < s1; j0 += kNr) {
             if (kPairs && j0 + kNr < s1) {
-              float* const at = st + (j0 - s0);  // by value: see micro_tile
-              micro_tile_pair<true>(o, r0, mr, j0, [at](int r, int h, __m256 lo, __m256 hi) {
-                float* dst = at + r * kStageCols + h * kNr;
-                _mm256_store_ps(dst, lo);
-                _mm256_store_ps(dst + 8, hi);
-              });
+              float* const at = st + (j0 - s0);  // by value, 16 bytes: see micro_tile
+              micro_tile_pair<true>(o, r0, mr, j0,
+                                    [at, r0, j0](int row, int col, __m256 lo, __m256 hi) {
+                                      float* dst = at + (row - r0) * kStageCols + (col - j0);
+                                      _mm256_store_ps(dst, lo);
+                                      _mm256_store_ps(dst + 8, hi);
+                                    });
               j0 += kNr;
             } else {
               float* const at = st + (j0 - s0);
-              micro_tile<true>(o, r0, mr, j0, [at](int r, __m256 lo, __m256 hi) {
-                float* dst = at + r * kStageCols;
+              micro_tile<true>(o, r0, mr, j0, [at, r0](int row, int, __m256 lo, __m256 hi) {
+                float* dst = at + (row - r0) * kStageCols;
                 _mm256_store_ps(dst, lo);
                 _mm256_store_ps(dst + 8, hi);
               });
