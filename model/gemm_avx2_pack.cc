@@ -112,12 +112,26 @@ const float* pack_tiles(const float* a, int lda, int m, int k) {
       _mm_storel_pi(reinterpret_cast<__m64*>(dst + 4), _mm256_extractf128_ps(v, 1));
     }
   };
+  // Four steps of a tile (24 floats) as three whole 8-float stores, none across a line.
+  const __m256i up6 = _mm256_setr_epi32(0, 0, 0, 0, 0, 0, 0, 1);
+  const __m256i mid = _mm256_setr_epi32(2, 3, 4, 5, 0, 1, 2, 3);
+  const __m256i low = _mm256_setr_epi32(4, 5, 0, 1, 2, 3, 4, 5);
   for (int k0 = 0; k0 < k; k0 += kRows) {
     const int k1 = std::min(k, k0 + kRows);
     for (int t = 0; t < tiles; ++t) {
       const int r0 = t * kMr;
       float* dst = out + t * tile_len + size_t(k0) * kMr;
       const float* in = a + ptrdiff_t(k0) * lda + r0;
+      if (k1 - k0 == kRows && t < wide) {
+        const __m256 s0 = _mm256_loadu_ps(in), s1 = _mm256_loadu_ps(in + lda);
+        const __m256 s2 = _mm256_loadu_ps(in + 2 * lda), s3 = _mm256_loadu_ps(in + 3 * lda);
+        const __m256 s2m = _mm256_permutevar8x32_ps(s2, mid);
+        _mm256_storeu_ps(dst, _mm256_blend_ps(s0, _mm256_permutevar8x32_ps(s1, up6), 0xc0));
+        _mm256_storeu_ps(dst + 8, _mm256_blend_ps(_mm256_permutevar8x32_ps(s1, mid), s2m, 0xf0));
+        _mm256_storeu_ps(dst + 16, _mm256_blend_ps(_mm256_permutevar8x32_ps(s2, low),
+                                                   _mm256_permutevar8x32_ps(s3, low), 0xfc));
+        continue;
+      }
       for (int kk = k0; kk < k1; ++kk, in += lda, dst += kMr) {
         step(in, r0, t >= wide, kk + 1 == k, dst);
       }
