@@ -112,7 +112,8 @@ const float* pack_tiles(const float* a, int lda, int m, int k) {
       _mm_storel_pi(reinterpret_cast<__m64*>(dst + 4), _mm256_extractf128_ps(v, 1));
     }
   };
-  // Four steps of a tile (24 floats) as three whole 8-float stores, none across a line.
+  // Four steps of a tile (24 floats) as three 8-float stores, 32-byte aligned (so none
+  // across a line) when k is a multiple of 4, as the model's batch is.
   const __m256i up6 = _mm256_setr_epi32(0, 0, 0, 0, 0, 0, 0, 1);
   const __m256i mid = _mm256_setr_epi32(2, 3, 4, 5, 0, 1, 2, 3);
   const __m256i low = _mm256_setr_epi32(4, 5, 0, 1, 2, 3, 4, 5);
