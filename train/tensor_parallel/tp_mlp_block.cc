@@ -98,7 +98,7 @@ void TpMlpBlock::backward(std::span<const float> p, std::span<const float> x,
   const int batch = scale.batch;
   const auto& s = static_cast<model::MlpBlockState&>(state);
   const size_t bh = size_t(batch) * local_hidden_;
-  std::span<float> dpre = ws.take(1, bh);
+  std::span<float> dpre = ws.take(0, bh);
   input_part(p, dy, s, batch, dpre);
   // Reads dy before dx (which may alias it) is written.
   weight_part(x, dy, dpre, s, batch, scale.write_grads, g);
