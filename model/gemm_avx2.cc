@@ -25,9 +25,21 @@ struct QSource {
   bool transposed;
 };
 
+// An epilogue's whole-tile entry points, handed to the micro-kernels by value: a row's 16
+// sums as two 8-lane halves, or (AVX-512) as one 16-lane register.
+template <class Epi>
+struct Direct {
+  Epi e;
+  void operator()(int row, int col, __m256 lo, __m256 hi) const { e.direct(row, col, lo, hi); }
+#if DTSIM_GEMM_AVX512
+  void operator()(int row, int col, __m512 v) const { e.direct(row, col, v); }
+#endif
+};
+
 // Runs every tile of P (rows, K) * Q (K, cols) and hands it to epi(r0, rows, j0, cols, t),
 // after epi.prefetch(r0, rows, j0) before the tile's product; an Epi with kDirect takes
-// whole tiles row by row from the registers instead, epi.direct(row, j0, lo, hi). Q is
+// whole tiles row by row from the registers instead, epi.direct(row, j0, lo, hi) (AVX-512:
+// epi.direct(row, j0, v), 16 lanes, the same arithmetic lane by lane). Q is
 // packed `chunk` panels at a time (pack_panels): a weight's rows lie 1-4 KiB apart, so
 // read in place a panel's lines would share a few L1 sets and evict each other. Within a
 // chunk, rows_outer keeps a P tile in L1 across Q's panels and walks C along its rows (for
@@ -39,7 +51,7 @@ void run(Operands o, int rows, int cols, const QSource& q, int chunk, bool rows_
   // The closures below capture by value, built once here where they can be (micro_tile in
   // gemm_avx2_tile.h says why).
   const std::remove_cvref_t<Epi> e = epi;
-  const auto direct = [e](int row, int col, __m256 lo, __m256 hi) { e.direct(row, col, lo, hi); };
+  const Direct<std::remove_cvref_t<Epi>> direct{e};
   float* const tp = t;
   auto tile = [&](int r0, int j0) {
     const int mr = std::min(kMr, rows - r0), nc = std::min(kNr, cols - j0);
@@ -143,6 +155,17 @@ struct StoreEpi {
     _mm256_storeu_ps(dst, lo);
     _mm256_storeu_ps(dst + 8, hi);
   }
+#if DTSIM_GEMM_AVX512
+  void direct(int row, int j0, __m512 v) const {
+    float* dst = c + ptrdiff_t(row) * ldc + j0;
+    if (beta == 1.0f) {
+      v = _mm512_add_ps(_mm512_loadu_ps(dst), v);
+    } else if (beta != 0.0f) {
+      v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(dst)), v);
+    }
+    _mm512_storeu_ps(dst, v);
+  }
+#endif
   void operator()(int r0, int rows, int j0, int cols, const float* t) const {
     for (int r = 0; r < rows; ++r) {
       float* dst = c + ptrdiff_t(r0 + r) * ldc + j0;
@@ -173,6 +196,11 @@ struct BiasEpi {
     _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(bias + j0), lo));
     _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_loadu_ps(bias + j0 + 8), hi));
   }
+#if DTSIM_GEMM_AVX512
+  void direct(int row, int j0, __m512 v) const {
+    _mm512_storeu_ps(c + ptrdiff_t(row) * ldc + j0, _mm512_add_ps(_mm512_loadu_ps(bias + j0), v));
+  }
+#endif
   void operator()(int r0, int rows, int j0, int cols, const float* t) const {
     for (int r = 0; r < rows; ++r) {
       float* dst = c + ptrdiff_t(r0 + r) * ldc + j0;
@@ -198,6 +226,13 @@ struct ScaleEpi {
     _mm256_storeu_ps(c + at, _mm256_add_ps(z, _mm256_mul_ps(lo, _mm256_loadu_ps(s + at))));
     _mm256_storeu_ps(c + at + 8, _mm256_add_ps(z, _mm256_mul_ps(hi, _mm256_loadu_ps(s + at + 8))));
   }
+#if DTSIM_GEMM_AVX512
+  void direct(int row, int j0, __m512 v) const {
+    const ptrdiff_t at = ptrdiff_t(row) * ldc + j0;
+    const __m512 prod = _mm512_mul_ps(v, _mm512_loadu_ps(s + at));
+    _mm512_storeu_ps(c + at, _mm512_add_ps(_mm512_setzero_ps(), prod));
+  }
+#endif
   void operator()(int r0, int rows, int j0, int cols, const float* t) const {
     for (int r = 0; r < rows; ++r) {
       const ptrdiff_t at = ptrdiff_t(r0 + r) * ldc + j0;
@@ -225,6 +260,14 @@ struct SgdEpi {
     _mm256_storeu_ps(dst, apply(_mm256_loadu_ps(dst), lo));
     _mm256_storeu_ps(dst + 8, apply(_mm256_loadu_ps(dst + 8), hi));
   }
+#if DTSIM_GEMM_AVX512
+  void direct(int row, int j0, __m512 g) const {
+    float* dst = c + ptrdiff_t(row) * ldc + j0;
+    const __m512 w = _mm512_loadu_ps(dst);
+    const __m512 step = _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(u.weight_decay), w));
+    _mm512_storeu_ps(dst, _mm512_sub_ps(w, _mm512_mul_ps(_mm512_set1_ps(u.lr), step)));
+  }
+#endif
   void operator()(int r0, int rows, int j0, int cols, const float* t) const {
     for (int r = 0; r < rows; ++r) {
       float* dst = c + ptrdiff_t(r0 + r) * ldc + j0;

@@ -92,12 +92,14 @@ template <bool kUnitK, class Out>
 #if DTSIM_GEMM_AVX512
 // Two adjacent panels at once (columns j0 .. j0 + 31) on AVX-512: MR rows by two 16-lane
 // registers, one load per panel and MR broadcasts per k step; the same in-order FMA chain
-// per element as micro(), so the same bits. out(r0 + r, j0 + 16 h, lo, hi) gets row r of
-// panel h.
+// per element as micro(), so the same bits. out(r0 + r, j0 + 16 h, v) gets row r of panel
+// h as one 16-lane register when out takes one (half the epilogue's instructions), else
+// out(r0 + r, j0 + 16 h, lo, hi) its two halves.
 constexpr bool kPairs = true;
 
 template <int MR, bool kUnitK, class Out>
 [[gnu::always_inline]] inline void micro_pair(const Operands& o, int r0, int j0, Out out) {
+  constexpr bool kWide = requires(Out f, __m512 v) { f(0, 0, v); };
   const __m512 z = _mm512_setzero_ps();
   __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
   __m512 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
@@ -125,10 +127,15 @@ template <int MR, bool kUnitK, class Out>
     if (!kUnitK) p += pks;
   }
   // A macro, not a lambda: GCC called a [&] lambda here out of line, through references.
-#define DTSIM_GEMM_PUT(r)                                                                       \
-  if constexpr (MR > r) {                                                                       \
-    out(r0 + r, j0, _mm512_castps512_ps256(c##r##0), _mm512_extractf32x8_ps(c##r##0, 1));       \
-    out(r0 + r, j0 + kNr, _mm512_castps512_ps256(c##r##1), _mm512_extractf32x8_ps(c##r##1, 1)); \
+#define DTSIM_GEMM_PUT(r)                                                                         \
+  if constexpr (MR > r) {                                                                         \
+    if constexpr (kWide) {                                                                        \
+      out(r0 + r, j0, c##r##0);                                                                   \
+      out(r0 + r, j0 + kNr, c##r##1);                                                             \
+    } else {                                                                                      \
+      out(r0 + r, j0, _mm512_castps512_ps256(c##r##0), _mm512_extractf32x8_ps(c##r##0, 1));       \
+      out(r0 + r, j0 + kNr, _mm512_castps512_ps256(c##r##1), _mm512_extractf32x8_ps(c##r##1, 1)); \
+    }                                                                                             \
   }
   DTSIM_GEMM_PUT(0)
   DTSIM_GEMM_PUT(1)
