@@ -292,26 +292,30 @@ void gelu_grad(std::span<const float> x, std::span<const float> dy, std::span<fl
 #ifdef EIGEN_VECTORIZE
 namespace {
 
-// gelu_exp, gelu_forward's quotient and gelu_derivative on one register of P, op for op
+// gelu_exp, gelu_forward's quotient and gelu_derivative on kN registers of P, op for op
 // (packet_exp; with fp contraction off every other op rounds as the Array expressions do),
-// without the Arrays' round trips through the stack.
-
-struct GeluP {
-  P y, d;
-};
-
-GeluP gelu_packet(P v) {
+// without the Arrays' round trips through the stack. One register's ops form a long chain
+// of dependent steps; kN independent chains, interleaved step by step, keep the pipes busy
+// where the out-of-order window alone did not.
+template <int kN>
+[[gnu::always_inline]] inline void gelu_packets(const P* v, P* y, P* d) {
   using namespace Eigen::internal;
   const P one = pset1<P>(1.0f);
-  const P cube = pmul(pmul(v, v), v);
-  const P e =
-      packet_exp(pmul(pset1<P>(-2.0f * kSqrt2OverPi), padd(v, pmul(pset1<P>(kGeluC), cube))));
-  const P s = pdiv(one, padd(one, e));
-  const P du =
-      pmul(pset1<P>(2.0f * kSqrt2OverPi), padd(one, pmul(pset1<P>(3.0f * kGeluC), pmul(v, v))));
-  const P d = padd(s, pmul(pmul(pmul(v, du), pmul(e, s)), s));
-  const P finite = pcmp_lt(e, pset1<P>(std::numeric_limits<float>::infinity()));
-  return {pdiv(v, padd(one, e)), pand(finite, d)};
+  P e[kN];
+  for (int u = 0; u < kN; ++u) {
+    const P cube = pmul(pmul(v[u], v[u]), v[u]);
+    e[u] = pmul(pset1<P>(-2.0f * kSqrt2OverPi), padd(v[u], pmul(pset1<P>(kGeluC), cube)));
+  }
+  for (int u = 0; u < kN; ++u) e[u] = packet_exp(e[u]);
+  for (int u = 0; u < kN; ++u) {
+    const P s = pdiv(one, padd(one, e[u]));
+    const P du = pmul(pset1<P>(2.0f * kSqrt2OverPi),
+                      padd(one, pmul(pset1<P>(3.0f * kGeluC), pmul(v[u], v[u]))));
+    const P g = padd(s, pmul(pmul(pmul(v[u], du), pmul(e[u], s)), s));
+    const P finite = pcmp_lt(e[u], pset1<P>(std::numeric_limits<float>::infinity()));
+    y[u] = pdiv(v[u], padd(one, e[u]));
+    d[u] = pand(finite, g);
+  }
 }
 
 // Calls fn(i, n) for the kLanes-float groups of [0, n), n = kLanes except for the tail.
@@ -341,10 +345,25 @@ void store_p(P v, float* p, int n) {
 
 void gelu_forward_keep_grad(std::span<const float> x, std::span<float> y, std::span<float> d) {
   DTSIM_CHECK(y.size() >= x.size() && d.size() >= x.size());
-  for_lanes(x.size(), [&](size_t i, int n) {
-    const GeluP g = gelu_packet(load_p(x.data() + i, n));  // x read before d, which may alias it
-    store_p(g.y, y.data() + i, n);
-    store_p(g.d, d.data() + i, n);
+  constexpr int kGroup = 4;  // registers per gelu_packets call
+  for_elements(x.size(), [&](size_t i0, size_t i1) {
+    size_t i = i0;
+    for (; i + kGroup * kLanes <= i1; i += kGroup * kLanes) {
+      P v[kGroup], gy[kGroup], gd[kGroup];
+      for (int u = 0; u < kGroup; ++u) v[u] = Eigen::internal::ploadu<P>(x.data() + i + u * kLanes);
+      gelu_packets<kGroup>(v, gy, gd);  // x read before d, which may alias it, is written
+      for (int u = 0; u < kGroup; ++u) {
+        Eigen::internal::pstoreu(y.data() + i + u * kLanes, gy[u]);
+        Eigen::internal::pstoreu(d.data() + i + u * kLanes, gd[u]);
+      }
+    }
+    for (; i < i1; i += kLanes) {
+      const int n = static_cast<int>(std::min<size_t>(kLanes, i1 - i));
+      P v = load_p(x.data() + i, n), gy, gd;
+      gelu_packets<1>(&v, &gy, &gd);
+      store_p(gy, y.data() + i, n);
+      store_p(gd, d.data() + i, n);
+    }
   });
 }
 

@@ -131,7 +131,7 @@ TEST(ElementwiseAccuracyTest, ResultDependsOnTheValueNotThePosition) {
 // GELU has the bits of the same formula on Eigen's 4-lane SSE packets, which every x86-64
 // build has, whatever vector width the build's kernels run: so AVX2 and AVX-512 builds
 // agree. (Eigen's pexp<Packet16f> is not pexp_float: an AVX-512 build calling it failed
-// this test.) The formula here is gelu_packet's in model/kernels.cc, op for op.
+// this test.) The formula here is gelu_packets' in model/kernels.cc, op for op.
 TEST(ElementwiseAccuracyTest, GeluBitsAreTheFourLanePacketsWhateverTheVectorWidth) {
   using namespace Eigen::internal;
   using P4 = Packet4f;

@@ -1,8 +1,9 @@
 // Each shortcut path of model/kernels.h against the kernels it stands for, bitwise: the GELU
 // derivative kept by the forward against gelu_forward and gelu_grad, over sizes around the
-// 16-float packs and the 4096-element chunks and over values where GELU's formula changes
-// branch (e^{-2u} overflowing below x ~ -10.4, signed zeros, infinities, NaN); and the input
-// gradient with GELU's derivative applied as it is stored against the two calls it replaces.
+// 16-float packs, the 4-register groups and the 4096-element chunks and over values where GELU's
+// formula changes branch (e^{-2u} overflowing below x ~ -10.4, signed zeros, infinities, NaN); and
+// the input gradient with GELU's derivative applied as it is stored against the two calls it
+// replaces.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,7 +57,8 @@ TEST_P(GeluKeptTest, ForwardAndGradEqualGeluForwardAndGeluGrad) {
   EXPECT_TRUE(same_bits(dx2, dx_ref));
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, GeluKeptTest, ::testing::Values(1, 15, 16, 17, 4099, 3 * 4096 + 5),
+INSTANTIATE_TEST_SUITE_P(Sizes, GeluKeptTest,
+                         ::testing::Values(1, 15, 16, 17, 64, 65, 100, 4099, 3 * 4096 + 5),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "n" + std::to_string(info.param);
                          });
