@@ -10,8 +10,10 @@
 # with plain SGD), bench/torch_mlp.py with zero_grad(set_to_none=False) and with
 # set_to_none=True. Prints each one's first quartile, median and minimum over the rounds of
 # its per-run median step CPU time; the per-round torch/dtsim ratios of the same round's
-# runs for four pairings (median, quartiles, how many rounds reach issue 12's 2); then
-# build/bench/fma_floor's floor for the same step. Needs python3-torch
+# runs for four pairings (median, quartiles, how many rounds reach issue 12's 2); the
+# host's speed per round (build/bench/fma_floor's floor for the step, run after each
+# round's five) and the first pairing's median over the rounds with the quicker half of
+# the floors; then the floor once more. Needs python3-torch
 # (scripts/quickstart.sh does not install it: bench/torch_compare.sh says how). Torch's
 # OpenBLAS runs its fastest kernel for this CPU (bench/torch_blas.sh; the header says which).
 set -euo pipefail
@@ -44,6 +46,7 @@ pair_names=("torch False / dtsim SGD in backward (dtsim train's step)"
   "torch True / dtsim overwrite (both write fresh)")
 pair_t=(2 2 2 3) pair_d=(4 1 0 1)
 declare -a ratios=("" "" "" "")
+floors=""
 for ((r = 1; r <= rounds; r++)); do
   v=()
   v[0]=$(taskset -c 0 build/bench/mlp_step --steps 50 --overwrite 0 | awk '{print $5}')
@@ -51,6 +54,8 @@ for ((r = 1; r <= rounds; r++)); do
   v[2]=$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 | awk '{print $7}')
   v[3]=$(taskset -c 0 "$python" bench/torch_mlp.py --steps 50 --set-to-none | awk '{print $7}')
   v[4]=$(taskset -c 0 build/bench/mlp_step --steps 50 --fused 1 | awk '{print $5}')
+  # The host's speed this round: fma_floor's floor for the step (ms; lower is quicker).
+  floors+="$(taskset -c 0 build/bench/fma_floor | sed -n 's/.*-> floor \([0-9.]*\) ms.*/\1/p') "
   for i in 0 1 2 3 4; do runs[$i]+="${v[$i]} "; done
   for p in 0 1 2 3; do
     ratios[$p]+="$(awk -v t="${v[${pair_t[$p]}]}" -v d="${v[${pair_d[$p]}]}" 'BEGIN { printf "%.4f", t / d }') "
@@ -66,5 +71,15 @@ for p in 0 1 2 3; do
        (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2, a[int(NR / 4) + 1],
        a[NR - int(NR / 4)], hit, NR}'
 done
+# The ratio moves with the host's speed (a busy host stretches torch's step more than
+# dtsim's), so the first pairing's rounds are also split by their round's floor.
+by_floor=$(paste -d' ' <(tr ' ' '\n' <<<"$floors" | grep -v '^$') \
+  <(tr ' ' '\n' <<<"${ratios[0]}" | grep -v '^$') | sort -g)
+half=$(((rounds + 1) / 2))
+quick=$(head -n "$half" <<<"$by_floor" | awk '{print $2}' | sort -g | awk \
+  '{a[NR] = $1} END {printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+awk '{f[NR] = $1} END {printf "per round fma_floor floor ms: min %.3f median %.3f max %.3f", f[1],
+  (NR % 2) ? f[(NR + 1) / 2] : (f[NR / 2] + f[NR / 2 + 1]) / 2, f[NR]}' <<<"$by_floor"
+echo "; torch False / dtsim SGD in backward over the $half quickest-host rounds: median $quick"
 taskset -c 0 build/bench/fma_floor | tail -1
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
