@@ -1,6 +1,6 @@
 // Eigen against OpenBLAS (CBLAS, one thread) on the five GEMMs of one MLP block step
 // (D = 256, H = 1024) at batch 64 (N = 1) and 16 (N = 4's micro-batch): whole, cut into
-// 32-row blocks of C (what dtsim did with Eigen), and cut as model/kernels.cc now does
+// 32-row blocks of C (what dtsim did with Eigen), and cut as model/linear_kernels.cc now does
 // (gemm_slice_width slices along C's larger weight dimension). Prints GFLOP/s (CPU time).
 //
 //   fwd1   Y (B, H) = X (B, D) W1^T        fwd2   Y (B, D) = A (B, H) W2^T
