@@ -261,11 +261,13 @@ struct SgdEpi {
     _mm256_storeu_ps(dst + 8, apply(_mm256_loadu_ps(dst + 8), hi));
   }
 #if DTSIM_GEMM_AVX512
+  __m512 apply(__m512 w, __m512 g) const {
+    const __m512 step = _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(u.weight_decay), w));
+    return _mm512_sub_ps(w, _mm512_mul_ps(_mm512_set1_ps(u.lr), step));
+  }
   void direct(int row, int j0, __m512 g) const {
     float* dst = c + ptrdiff_t(row) * ldc + j0;
-    const __m512 w = _mm512_loadu_ps(dst);
-    const __m512 step = _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(u.weight_decay), w));
-    _mm512_storeu_ps(dst, _mm512_sub_ps(w, _mm512_mul_ps(_mm512_set1_ps(u.lr), step)));
+    _mm512_storeu_ps(dst, apply(_mm512_loadu_ps(dst), g));
   }
 #endif
   void operator()(int r0, int rows, int j0, int cols, const float* t) const {
