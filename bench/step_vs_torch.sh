@@ -76,10 +76,10 @@ done
 by_floor=$(paste -d' ' <(tr ' ' '\n' <<<"$floors" | grep -v '^$') \
   <(tr ' ' '\n' <<<"${ratios[0]}" | grep -v '^$') | sort -g)
 half=$(((rounds + 1) / 2))
-quick=$(head -n "$half" <<<"$by_floor" | awk '{print $2}' | sort -g | awk \
-  '{a[NR] = $1} END {printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
-awk '{f[NR] = $1} END {printf "per round fma_floor floor ms: min %.3f median %.3f max %.3f", f[1],
-  (NR % 2) ? f[(NR + 1) / 2] : (f[NR / 2] + f[NR / 2 + 1]) / 2, f[NR]}' <<<"$by_floor"
-echo "; torch False / dtsim SGD in backward over the $half quickest-host rounds: median $quick"
+floor_sorted=$(awk '{print $1}' <<<"$by_floor")
+printf 'per round fma_floor floor ms: min %.3f median %.3f max %.3f; %s over the %d %s: median %.2f\n' \
+  "$(head -n 1 <<<"$floor_sorted")" "$(median <<<"$floor_sorted")" "$(tail -n 1 <<<"$floor_sorted")" \
+  "torch False / dtsim SGD in backward" "$half" "quickest-host rounds" \
+  "$(head -n "$half" <<<"$by_floor" | awk '{print $2}' | median)"
 taskset -c 0 build/bench/fma_floor | tail -1
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
