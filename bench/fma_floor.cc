@@ -138,9 +138,10 @@ int main(int argc, char** argv) {
   measure(Sse2::kName, gflops<Sse2>(&sink));
 #endif
   const double step_flop = double(batch) * (10.0 * dim * hidden + 6.0 * dim * out);
-  std::printf("fma_floor: MLP step D %ld H %ld O %ld B %ld = %.1f MFLOP -> floor %.3f ms (%s, "
-              "checksum %.3g)\n",
-              dim, hidden, out, batch, step_flop / 1e6, step_flop / (best * 1e9) * 1e3, best_isa,
-              double(sink));
+  std::printf(
+      "fma_floor: MLP step D %ld H %ld O %ld B %ld = %.1f MFLOP -> floor %.3f ms (%s, "
+      "checksum %.3g)\n",
+      dim, hidden, out, batch, step_flop / 1e6, step_flop / (best * 1e9) * 1e3, best_isa,
+      double(sink));
   return 0;
 }
