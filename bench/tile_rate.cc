@@ -11,21 +11,15 @@
 // product's prefetch of the next tile's rows.
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <vector>
 
+#include "bench/step_clock.h"
 #include "model/gemm_avx2_tile.h"
 
 #if DTSIM_GEMM_AVX2
 namespace {
 
 using namespace dtsim::model::avx2;
-
-double thread_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
 
 // Best GFLOP/s of 7 runs of `reps` passes over P's row tiles.
 double rate(int k, int p_rows, int reps, bool prefetch) {
@@ -40,7 +34,7 @@ double rate(int k, int p_rows, int reps, bool prefetch) {
   };
   double best = 1e30;
   for (int run = 0; run < 7; ++run) {
-    const double t0 = thread_seconds();
+    const double t0 = dtsim::bench::seconds(CLOCK_THREAD_CPUTIME_ID);
     for (int r = 0; r < reps; ++r) {
       for (int r0 = 0; r0 + kMr <= p_rows; r0 += kMr) {
         if (prefetch) prefetch_tile_rows(o, r0 + kMr, std::min(kMr, p_rows - r0 - kMr));
@@ -51,7 +45,7 @@ double rate(int k, int p_rows, int reps, bool prefetch) {
         }
       }
     }
-    best = std::min(best, thread_seconds() - t0);
+    best = std::min(best, dtsim::bench::seconds(CLOCK_THREAD_CPUTIME_ID) - t0);
   }
   return 2.0 * k * width * (p_rows / kMr * kMr) * double(reps) / best / 1e9;
 }
