@@ -1,5 +1,6 @@
 #include "train/launch.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <string>
@@ -72,9 +73,10 @@ std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts) {
   return std::move(parts.at(0));
 }
 
-AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::string strategy) {
-  return [full = std::move(full), local = std::move(local),
-          strategy = std::move(strategy)](std::vector<std::vector<float>>& parts) {
+AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::string strategy,
+                               HeldRanges held) {
+  return [full = std::move(full), local = std::move(local), strategy = std::move(strategy),
+          held = std::move(held)](std::vector<std::vector<float>>& parts) {
     std::vector<float> out(full.size());
     std::vector<int> owner(full.size(), -1);  // the first rank that wrote each element
     for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
@@ -84,8 +86,16 @@ AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::
                     std::to_string(parts[r].size()) + " parameters, its layout holds " +
                     std::to_string(mine.size()));
       }
+      std::vector<char> is_held;
+      if (held) {
+        is_held.assign(mine.size(), 0);
+        for (const model::ParamRange& h : held(r)) {
+          std::fill(is_held.begin() + h.begin, is_held.begin() + h.end, 1);
+        }
+      }
       for (const model::ParamSlice& s : model::slices_into(mine, full)) {
         for (size_t i = 0; i < s.count; ++i) {
+          if (!is_held.empty() && !is_held[s.local + i]) continue;
           const float v = parts[r][s.local + i];
           const size_t f = s.full + i;
           if (owner[f] < 0) {
@@ -102,6 +112,9 @@ AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::
           }
         }
       }
+    }
+    for (size_t f = 0; f < owner.size(); ++f) {
+      if (owner[f] < 0) throw Error(strategy + ": no rank holds parameter " + std::to_string(f));
     }
     return out;
   };

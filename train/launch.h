@@ -74,10 +74,15 @@ std::optional<RunResult> launch_replicated(const TrainConfig& config) {
 
 // Rank r's parameter layout (model::slices_into places its tensors in the full layout).
 using LocalLayout = std::function<model::ParamLayout(int rank)>;
+// The ranges of rank r's local layout whose values it holds (ZeRO-3: its shards); an empty
+// function, or an empty list from it... is "all of them" only for the empty function.
+using HeldRanges = std::function<std::vector<model::ParamRange>(int rank)>;
 // For strategies whose ranks hold slices of the model (tensor, expert parallel): puts every
 // rank's part into the `full` layout; an element that several ranks hold (a replicated
 // tensor, a data-parallel copy) must be bitwise equal on all of them, else the assembly
-// throws Error naming `strategy`, the ranks and the tensor.
-AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::string strategy);
+// throws Error naming `strategy`, the ranks and the tensor. With `held`, only the ranges it
+// names of each rank's part are read (the rest of the part is ignored).
+AssembleParams assemble_slices(model::ParamLayout full, LocalLayout local, std::string strategy,
+                               HeldRanges held = {});
 
 }  // namespace dtsim::train

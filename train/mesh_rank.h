@@ -1,9 +1,9 @@
-// What a rank of a (dp, tp) or (dp, ep) mesh strategy holds whatever its model parallelism:
-// its config, mesh, Trainee, timeline, phase hooks and parameter/gradient views, and the
-// data-parallel parts of a step (its replica's micro-batches, fed with gradients that carry
-// 1/B so that sums over dp are global means, the first writing the gradients; forward and
-// backward with the phase hooks). TpRank (tensor_parallel.cc) and EpRank (expert_parallel.cc)
-// derive from it. Thread safety: one per rank, used only by that rank's thread.
+// MeshRank: one rank of a dp x tp x ep mesh without pipeline stages (ddp, zero1-3, tp, ep,
+// dp-tp and every --dp --tp --ep --zero mesh): its model-parallel layers (parallelize.h) fed
+// its replica's micro-batches, wrapped in the one data-parallel wrapper (DataParallel).
+// Every rank of a tensor-parallel group computes the same loss: its rank 0 reports it.
+//
+// Thread safety: one per rank, used only by that rank's thread.
 #pragma once
 
 #include <span>
@@ -11,7 +11,10 @@
 
 #include "train/accounting.h"
 #include "train/config.h"
+#include "train/data_parallel/data_parallel.h"
+#include "train/expert_parallel/ep_moe_layer.h"
 #include "train/mesh.h"
+#include "train/parallelize.h"
 #include "train/step_runner.h"
 #include "train/trainee.h"
 
@@ -22,32 +25,51 @@ class MeshRank : public RankStrategy {
  public:
   MeshRank(const TrainConfig& config, Mesh& mesh, Trainee& trainee, StepRunner& runner,
            std::span<T> params, std::span<T> grads)
-      : config_(config),
-        mesh_(mesh),
-        trainee_(trainee),
-        timeline_(runner.timeline()),
-        hooks_(&runner.timeline()),
-        params_(params),
-        grads_(grads) {}
+      : trainee_(trainee),
+        peak_(runner.peak()),
+        dp_(DpContext{.config = &config,
+                      .zero = zero_stage(config),
+                      .dp = mesh.dp(),
+                      .expert_dp = mesh.shape().ep > 1 ? mesh.expert_dp() : nullptr,
+                      .replicas = mesh.shape().dp,
+                      .timeline = &runner.timeline(),
+                      .observe = [this] { observe_memory(peak_); }},
+            trainee.store().layout(), rank_dp_parts(config, mesh.shape(), trainee.store().layout()),
+            params, grads) {
+    micro_ = data_parallel_micro_batches(config, mesh.shape().dp, mesh.coord().dp);
+    for (MicroBatch& mb : micro_) mb.reports_loss = mesh.coord().tp == 0;
+    micro_ = dp_.micro_batches(std::move(micro_));
+  }
 
-  // Replica d takes data-parallel rank d's samples; gradients carry 1/B (the global mean);
-  // micro-batch 0 writes them.
-  std::vector<MicroBatch> micro_batches() const override {
-    return data_parallel_micro_batches(config_, mesh_.shape().dp, mesh_.coord().dp,
-                                       1.0f / static_cast<float>(config_.global_batch));
+  std::vector<MicroBatch> micro_batches() const override { return micro_; }
+  void before_micro_batch(int index) override {
+    dp_.before_micro_batch(index, static_cast<int>(micro_.size()));
   }
   float forward_backward(int step, const MicroBatch& mb) override {
-    return run_micro_batch(trainee_, step, mb, hooks_);
+    return run_micro_batch(trainee_, step, mb, dp_.hooks());
   }
-  std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
+  void sync_gradients() override {
+    finish_expert_gradients(trainee_.stack());  // expert parallelism's per-source partials
+    dp_.sync_gradients();
+  }
+  void optimizer_step() override { dp_.optimizer_step(); }
+  void sync_params() override { dp_.sync_params(); }
+  void observe_memory(PeakMemory& peak) override {
+    model::MemoryLedger state;
+    for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+      const auto cat = static_cast<model::MemoryCategory>(c);
+      state.add(cat, trainee_.memory().bytes(cat));
+    }
+    dp_.add_model_state(state, expert_partial_bytes(trainee_.stack()));
+    peak.observe(state, trainee_.memory());
+  }
+  std::vector<float> final_params() override { return dp_.final_params(); }
 
- protected:
-  const TrainConfig& config_;
-  Mesh& mesh_;
+ private:
   Trainee& trainee_;
-  RankTimeline& timeline_;
-  PhaseHooks hooks_;
-  std::span<T> params_, grads_;
+  PeakMemory& peak_;
+  DataParallel<T> dp_;
+  std::vector<MicroBatch> micro_;
 };
 
 }  // namespace dtsim::train

@@ -181,9 +181,10 @@ void validate_mesh(const TrainConfig& c) {
   require(c.zero <= 2 || m.ep == 1, "--zero 3 with --ep " + str(m.ep) +
                                         " is not supported (ZeRO-3 gathers whole layers, experts "
                                         "included); use --zero 1 or 2");
-  require(c.zero <= 2 || m.pp == 1,
-          "--zero 3 with --pp is not supported (ZeRO-3 gathers each layer at each "
-          "use, which the pipeline stages do not do); use --zero 1 or 2");
+  require(c.zero <= 2 || m.pp == 1 || c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
+          "--zero 3 with --schedule zb-h1 is not supported (ZeRO-3 reduce-scatters a layer's "
+          "gradients when its backward ends, which zb-h1 splits in two); use another "
+          "--schedule or --zero 1 or 2");
   require(c.zero == 0 || m.dp > 1, "--zero " + str(c.zero) +
                                        " shards along the data axis: it needs --dp > 1 (give "
                                        "--dp N, or --ranks N for --dp to fill)");
@@ -233,22 +234,9 @@ std::optional<RunResult> launch_training(const TrainConfig& requested) {
       return run_single(config);
     case Strategy::kAccum:
       return run_accum(config);
-    case Strategy::kDdp:
-      return run_ddp(config);
-    case Strategy::kZero1:
-    case Strategy::kZero2:
-    case Strategy::kZero3:
-      return run_zero(config);
-    case Strategy::kTp:
-      return run_tp(config);
-    case Strategy::kEp:
-      return run_ep(config);
-    case Strategy::kDpTp:
-      return run_dp_tp(config);
-    case Strategy::kMesh:
+    default:
       if (config.pp > 1) return run_pipeline(config);  // train/pipeline_parallel/
-      if (config.model == ModelKind::kMlp) return run_tensor_parallel(config, config.mesh());
-      return run_expert_parallel(config, config.mesh());
+      return run_mesh(config);
   }
   fail("--strategy has an unknown value");
 }

@@ -26,20 +26,17 @@ std::optional<RunResult> launch_training(const TrainConfig& config);
 // thread world): throws Error in a process without it.
 RunResult run_training(const TrainConfig& config);
 
-RunResult run_single(const TrainConfig& config);              // reference.cc
-RunResult run_accum(const TrainConfig& config);               // reference.cc
-std::optional<RunResult> run_ddp(const TrainConfig& config);  // data_parallel/ddp.cc
-std::optional<RunResult> run_zero(
-    const TrainConfig& config);  // data_parallel/zero.cc (stage from strategy)
-std::optional<RunResult> run_tp(const TrainConfig& config);  // tensor_parallel/tensor_parallel.cc
-std::optional<RunResult> run_ep(const TrainConfig& config);  // expert_parallel/expert_parallel.cc
-std::optional<RunResult> run_dp_tp(const TrainConfig& config);  // tensor_parallel/dp_tp.cc
-// Tensor parallel on a dp x tp mesh, ZeRO-1/2 (config.zero) along dp: tp, dp-tp and mesh.
-std::optional<RunResult> run_tensor_parallel(const TrainConfig& config,
-                                             const MeshShape& shape);  // tensor_parallel/
-// Expert parallel on a dp mesh with experts over groups of shape.ep dp ranks: ep and mesh.
-std::optional<RunResult> run_expert_parallel(const TrainConfig& config,
-                                             const MeshShape& shape);  // expert_parallel/
+RunResult run_single(const TrainConfig& config);  // reference.cc
+RunResult run_accum(const TrainConfig& config);   // reference.cc
+// Every strategy without pipeline stages (ddp, zero1-3, tp, ep, dp-tp, a dp x tp x ep mesh):
+// the model-parallel layers of each rank in the one data-parallel wrapper (run_mesh.cc).
+std::optional<RunResult> run_mesh(const TrainConfig& config);
+// The presets by name, for tests and callers that name one (each is run_mesh).
+inline std::optional<RunResult> run_ddp(const TrainConfig& c) { return run_mesh(c); }
+inline std::optional<RunResult> run_zero(const TrainConfig& c) { return run_mesh(c); }
+inline std::optional<RunResult> run_tp(const TrainConfig& c) { return run_mesh(c); }
+inline std::optional<RunResult> run_ep(const TrainConfig& c) { return run_mesh(c); }
+inline std::optional<RunResult> run_dp_tp(const TrainConfig& c) { return run_mesh(c); }
 // Pipeline parallel (config.pp > 1) on the Mesh (pipeline_parallel/pipeline_parallel.cc).
 std::optional<RunResult> run_pipeline(const TrainConfig& config);
 

@@ -7,7 +7,6 @@
 #include <cstdio>
 
 #include "model/param_layout.h"
-#include "train/data_parallel/zero3_hooks.h"
 #include "train/estimate.h"
 #include "train/intra_op.h"
 #include "train/strategies.h"

@@ -12,7 +12,6 @@
 #include "model/moe_model.h"
 #include "model/param_layout.h"
 #include "runtime/world.h"
-#include "train/data_parallel/zero3_hooks.h"
 #include "train/mesh.h"
 #include "train/strategies.h"
 #include "train/tensor_parallel/tp_mlp_block.h"
@@ -308,13 +307,15 @@ INSTANTIATE_TEST_SUITE_P(
                   c.zero = 3;
                 },
                 "--zero 3 with --ep 2 is not supported"},
-        BadMesh{"PipelineWithZero3",
+        BadMesh{"Zero3WithZeroBubbleSchedule",
                 [](TrainConfig& c) {
                   c.tp_size = 1;
                   c.pp = 2;
+                  c.micro_batches = 2;
+                  c.schedule = pipeline::ScheduleKind::kZeroBubbleH1;
                   c.zero = 3;
                 },
-                "--zero 3 with --pp is not supported"},
+                "--zero 3 with --schedule zb-h1 is not supported"},
         BadMesh{"LayersDoNotSplitIntoStages",
                 [](TrainConfig& c) {
                   c.pp = 2;

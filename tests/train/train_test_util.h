@@ -11,10 +11,33 @@
 #include "model/memory.h"
 #include "train/check.h"
 #include "train/config.h"
+#include "train/data_parallel/data_parallel.h"
 #include "train/result.h"
 #include "train/strategies.h"
 
 namespace dtsim::train {
+
+// ZeRO-3's shard sizes of a whole-replica layout over n ranks (DataParallel's segments: one
+// per layer, padded to a multiple of n), for the tests' expected memory and traffic.
+class Zero3Layout {
+ public:
+  Zero3Layout(const model::ParamLayout& layout, int n) : n_(n) {
+    const int sizes[2] = {n, 1};
+    segments_ = zero3_segments(layout, DpParts::whole(layout), sizes);
+  }
+  int num_layers() const { return static_cast<int>(segments_.size()); }
+  size_t padded(int l) const { return segments_[l].shard * n_; }
+  size_t shard_size() const {
+    size_t n = 0;
+    for (const Zero3Segment& s : segments_) n += s.shard;
+    return n;
+  }
+  const std::vector<Zero3Segment>& segments() const { return segments_; }
+
+ private:
+  int n_;
+  std::vector<Zero3Segment> segments_;
+};
 
 // The stated tolerances, from train/check.h (the one place that decides them): fp32 rtol
 // 1e-5 atol 1e-6; bf16 two rounding steps, rtol 2/256 atol 2e-3.

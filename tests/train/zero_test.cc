@@ -8,7 +8,6 @@
 #include <cstdio>
 
 #include "model/param_layout.h"
-#include "train/data_parallel/zero3_hooks.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 
@@ -159,7 +158,7 @@ TEST(Zero, Stage3SendsOneAndAHalfTimesDdp) {
               ddp.bytes_sent_per_step(), z3.bytes_sent_per_step(), ratio, padding);
 }
 
-TEST(Zero3Layout, PoisonLeavesOnlyTheOwnedShard) {
+TEST(Zero3Segments, EachLayerIsPaddedAndOwnedInContiguousShards) {
   model::ParamLayout layout;
   layout.begin_layer("a");
   layout.add("a.w", 5, 1);  // 5 over 2 ranks: padded to 6, shards of 3
@@ -167,12 +166,27 @@ TEST(Zero3Layout, PoisonLeavesOnlyTheOwnedShard) {
   layout.add("b.w", 2, 1);
   const Zero3Layout z(layout, 2);
   EXPECT_EQ(z.shard_size(), 4u);
-  std::vector<float> p = {0, 1, 2, 3, 4, 5, 6};
-  z.poison_all(1, std::span<float>(p));
-  for (size_t i : {0u, 1u, 2u, 5u}) EXPECT_TRUE(std::isnan(p[i])) << i;
-  EXPECT_EQ(p[3], 3);
-  EXPECT_EQ(p[4], 4);
-  EXPECT_EQ(p[6], 6);
+  ASSERT_EQ(z.segments().size(), 2u);
+  EXPECT_EQ(zero3_owned(z.segments()[0], 0), (model::ParamRange{0, 3}));
+  EXPECT_EQ(zero3_owned(z.segments()[0], 1), (model::ParamRange{3, 5}));
+  EXPECT_EQ(zero3_owned(z.segments()[1], 1), (model::ParamRange{6, 7}));
+  EXPECT_EQ(z.segments()[1].offset, 3u);
+}
+
+// Under expert parallelism a layer's dense and expert runs are separate segments, each
+// sharded over its own group.
+TEST(Zero3Segments, ExpertRunsShardOverTheirOwnGroup) {
+  model::ParamLayout layout;
+  layout.begin_layer("moe");
+  layout.add("router", 4, 1);
+  layout.add("experts", 6, 1);
+  const DpParts parts{{{0, 4}}, {{4, 10}}};
+  const int sizes[2] = {4, 2};
+  const std::vector<Zero3Segment> s = zero3_segments(layout, parts, sizes);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].shard, 1u);
+  EXPECT_EQ(s[1].shard, 3u);
+  EXPECT_EQ(zero3_owned(s[1], 1), (model::ParamRange{7, 10}));
 }
 
 }  // namespace

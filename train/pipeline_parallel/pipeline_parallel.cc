@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -12,12 +13,12 @@
 #include "model/layer_stack.h"
 #include "model/mlp.h"
 #include "train/accounting.h"
-#include "train/data_parallel/zero3_hooks.h"
+#include "train/data_parallel/data_parallel.h"
 #include "train/expert_parallel/ep_moe_layer.h"
-#include "train/expert_parallel/ep_zero.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/mesh.h"
+#include "train/parallelize.h"
 #include "train/pipeline_parallel/pipeline_stage.h"
 #include "train/pipeline_parallel/schedule_check.h"
 #include "train/slice_optimizer.h"
@@ -30,18 +31,28 @@
 namespace dtsim::train::pipeline {
 namespace {
 
-// A chunk's LayerStack as the executor drives it.
+// A chunk's LayerStack as the executor drives it, with the data-parallel wrapper's layer
+// hooks when it has any to run (ZeRO-3's gathers; null otherwise).
 class LayerStackChunk : public StageChunk {
  public:
-  explicit LayerStackChunk(model::LayerStack& stack) : stack_(stack) {}
+  // `before_backward(k)`: called before the chunk's k-th backward of the step.
+  LayerStackChunk(model::LayerStack& stack, model::LayerHooks* hooks, bool always_write,
+                  std::function<void(int)> before_backward)
+      : stack_(stack),
+        hooks_(hooks),
+        always_write_(always_write),
+        before_backward_(std::move(before_backward)) {}
   int in_dim() const override { return stack_.in_dim(); }
   int out_dim() const override { return stack_.out_dim(); }
   std::span<const float> forward(int pass, std::span<const float> x, int batch) override {
-    return stack_.forward(pass, x, batch);
+    return stack_.forward(pass, x, batch, hooks_);
   }
   std::span<const float> backward(int pass, std::span<float> dy, int batch, float grad_scale,
                                   bool input_grad, bool write_grads) override {
-    return stack_.backward(pass, dy, {grad_scale, batch, write_grads}, nullptr, input_grad);
+    if (write_grads) backwards_ = 0;  // the step's first backward of this chunk
+    if (before_backward_) before_backward_(backwards_++);
+    return stack_.backward(pass, dy, {grad_scale, batch, write_grads || always_write_}, hooks_,
+                           input_grad);
   }
   bool splits_backward() const override { return stack_.splits_backward(); }
   std::span<const float> backward_input(int pass, std::span<float> dy, int batch, float grad_scale,
@@ -54,32 +65,25 @@ class LayerStackChunk : public StageChunk {
 
  private:
   model::LayerStack& stack_;
+  model::LayerHooks* hooks_;
+  bool always_write_;
+  std::function<void(int)> before_backward_;
+  int backwards_ = 0;
 };
 
-// Where a rank sits on the model-parallel axes inside its stage: its tensor-parallel rank
-// (blocks split Megatron-style) and expert-parallel rank (MoE experts sharded), with the
-// groups their layers talk on (null for the layout only).
-struct ChunkParallel {
-  int tp_rank = 0, tp_size = 1;
-  TracedComm* tp = nullptr;
-  int ep_rank = 0, ep_size = 1;
-  TracedComm* ep = nullptr;
-};
+}  // namespace
 
-// Chunk `chunk`'s layers on the rank `at`.
 model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
-                              const ChunkParallel& at = {}) {
+                              const ChunkParallel& at) {
   const auto [first, last] = chunk_layers(config, spec, chunk);
-  model::Layers all;
-  if (config.model == ModelKind::kMoe) {
-    all = at.ep_size == 1 ? model::moe_model_layers(config.moe)
-                          : ep_moe_model_layers(config.moe, at.ep_rank, at.ep_size, at.ep,
-                                                {config.precision, config.micro_batches});
-  } else if (at.tp_size == 1) {
+  if (config.model == ModelKind::kMlp && at.tp_size == 1) {
     return model::mlp_layers(config.mlp, first, last);
-  } else {
-    all = tp_mlp_layers(config.mlp, at.tp_rank, at.tp_size, at.tp);
   }
+  const MeshShape shape{.tp = at.tp_size, .ep = at.ep_size};
+  MeshCoord coord;
+  coord.tp = at.tp_rank;
+  coord.ep = at.ep_rank;
+  model::Layers all = rank_layers(config, shape, coord, {at.tp, at.ep});
   return model::Layers(std::make_move_iterator(all.begin() + first),
                        std::make_move_iterator(all.begin() + last));
 }
@@ -94,52 +98,45 @@ model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& s
   return model::layout_of(all);
 }
 
+namespace {
+
 // One rank: stage s of replica d. Its step is one MicroBatch for the runner (the replica's
-// M micro-batches, which the schedule orders); only the last stage reports the loss.
+// M micro-batches, which the schedule orders); only the last stage reports the loss. Each
+// chunk's buffer has its own data-parallel wrapper over the stage's dp (and expert_dp) group.
 template <class T>
 class PipelineRank : public RankStrategy {
  public:
   PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, const PipelineGroups& groups,
                bool reports_loss, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
-               int zero_stage)
-      : config_(config),
-        spec_(spec),
-        dp_(groups.dp),
-        expert_dp_(groups.expert_dp),
-        chunks_(chunks),
-        micro_(data_parallel_micro_batches(config, dp_ ? dp_->size() : 1, dp_ ? dp_->rank() : 0)),
-        timeline_(&runner.timeline()),
-        zero_stage_(zero_stage) {
+               const MeshShape& shape)
+      : chunks_(chunks),
+        micro_(data_parallel_micro_batches(config, shape.dp, groups.dp ? groups.dp->rank() : 0)),
+        peak_(runner.peak()) {
+    const int zero = zero_stage(config);
     std::vector<StageChunk*> views;
-    ep_zero_.reserve(2 * chunks_.size());
     for (auto& t : chunks_) {
-      adapters_.push_back(std::make_unique<LayerStackChunk>(t->stack()));
-      views.push_back(adapters_.back().get());
       with_buffers(t->store(), [&](auto params, auto grads) {
         if constexpr (std::is_same_v<typename decltype(params)::value_type, T>) {
-          params_.push_back(params);
-          grads_.push_back(grads);
-          if (groups.ep != nullptr && zero_stage >= 1 && dp_ != nullptr) {
-            // ZeRO along dp x ep (ep_zero.h): replicated tensors over dp, experts over
-            // expert_dp, divided by dp as the stage's replicas' means.
-            const EpParamSplit split = ep_param_split(t->store().layout(), config.moe.moe);
-            shards_.push_back({0, params.size()});  // ZeRO-2's count is the parts'
-            ep_zero_.emplace_back(config, dp_, split.replicated, params, &t->memory(), dp_->size());
-            ep_zero_.emplace_back(config, expert_dp_, split.experts, params, &t->memory(),
-                                  dp_->size());
-            return;
-          }
-          // ZeRO-1: this dp rank's shard of the chunk's optimizer state only.
-          const model::ParamRange mine =
-              zero_stage >= 1 && dp_ ? model::shard_range(params.size(), dp_->size(), dp_->rank())
-                                     : model::ParamRange{0, params.size()};
-          shards_.push_back(mine);
-          opts_.push_back(
-              make_slice_optimizer(config, params.subspan(mine.begin, mine.size()), &t->memory()));
+          dp_.push_back(std::make_unique<DataParallel<T>>(
+              DpContext{.config = &config,
+                        .zero = zero,
+                        .dp = groups.dp,
+                        .expert_dp = shape.ep > 1 ? groups.expert_dp : nullptr,
+                        .replicas = shape.dp,
+                        .timeline = &runner.timeline(),
+                        .observe = [this] { observe_memory(peak_); },
+                        .layer_hooks = zero == 3,
+                        .time_phases = false},
+              t->store().layout(), rank_dp_parts(config, shape, t->store().layout()), params,
+              grads));
         }
       });
-      if (groups.ep != nullptr)
-        split_.push_back(ep_param_split(t->store().layout(), config.moe.moe));
+      DataParallel<T>& dp = *dp_.back();
+      const int m = spec.micro_batches;
+      adapters_.push_back(std::make_unique<LayerStackChunk>(
+          t->stack(), zero == 3 ? &dp.hooks() : nullptr, zero == 3,
+          [&dp, m](int k) { dp.before_micro_batch(k, m); }));
+      views.push_back(adapters_.back().get());
     }
     Communicator* pipe = groups.pipe;
     const int stage = pipe ? pipe->rank() : 0;
@@ -173,83 +170,17 @@ class PipelineRank : public RankStrategy {
     stage_->run(mbs_, data, losses);
     return true;
   }
-  // Plain data parallelism all-reduces each chunk's gradients over the stage's dp group;
-  // ZeRO-1 reduce-scatters them (the shard's sum lands in its slice of the buffer).
   void sync_gradients() override {
-    // Under --ep: each expert's gradient completed from its sources, in their order.
-    for (auto& t : chunks_) finish_expert_gradients(t->stack());
-    if (dp_ == nullptr || dp_->size() == 1) return;
-    Communicator& dp = *dp_;
-    for (size_t j = 0; j < grads_.size(); ++j) {
-      std::span<T> g = grads_[j];
-      if (!ep_zero_.empty()) {
-        for (int part : {0, 1}) ep_zero_[2 * j + part].sync_gradients(g, *timeline_);
-        continue;
-      }
-      if (!split_.empty()) {
-        sync_expert_parallel(g, split_[j]);
-        continue;
-      }
-      if (zero_stage_ == 0) {
-        timeline_->collective("all_reduce", dp,
-                              [&] { dp.all_reduce(g, ReduceOp::kSum, config_.algo); });
-        divide(g, dp.size());
-        continue;
-      }
-      shard_sum_.resize(shards_[j].size());
-      timeline_->collective("reduce_scatter", dp, [&] {
-        dp.reduce_scatter(std::span<const T>(g), std::span<T>(shard_sum_), ReduceOp::kSum,
-                          reduce_scatter_algo(config_.algo));
-      });
-      std::span<T> mine = g.subspan(shards_[j].begin, shards_[j].size());
-      std::copy(shard_sum_.begin(), shard_sum_.end(), mine.begin());
-      divide(mine, dp.size());
+    for (size_t j = 0; j < chunks_.size(); ++j) {
+      finish_expert_gradients(chunks_[j]->stack());  // expert parallelism's partials
+      dp_[j]->sync_gradients();
     }
-  }
-  // Expert parallelism inside the stage: the replicated tensors (embed, head, routers) are
-  // summed over dp, each expert's gradient (complete over its expert group's tokens) over the
-  // expert_dp ranks that hold the same experts; then all of it is divided by dp.
-  void sync_expert_parallel(std::span<T> g, const EpParamSplit& split) {
-    packed_.clear();
-    for (const model::ParamRange& r : split.replicated) {
-      packed_.insert(packed_.end(), g.begin() + r.begin, g.begin() + r.end);
-    }
-    timeline_->collective("all_reduce", *dp_, [&] {
-      dp_->all_reduce(std::span<T>(packed_), ReduceOp::kSum, config_.algo);
-    });
-    size_t at = 0;
-    for (const model::ParamRange& r : split.replicated) {
-      std::copy_n(packed_.begin() + at, r.size(), g.begin() + r.begin);
-      at += r.size();
-    }
-    for (const model::ParamRange& r : split.experts) {
-      if (expert_dp_ == nullptr) break;
-      timeline_->collective("all_reduce", *expert_dp_, [&] {
-        expert_dp_->all_reduce(g.subspan(r.begin, r.size()), ReduceOp::kSum, config_.algo);
-      });
-    }
-    divide(g, dp_->size());
   }
   void optimizer_step() override {
-    for (size_t j = 0; j < opts_.size(); ++j) {
-      const model::ParamRange r = shards_[j];
-      opts_[j]->step(params_[j].subspan(r.begin, r.size()), grads_[j].subspan(r.begin, r.size()));
-    }
-    for (EpZeroPart<T>& part : ep_zero_) part.optimizer_step();
+    for (auto& dp : dp_) dp->optimizer_step();
   }
-  // ZeRO-1: the updated shards travel back to every dp rank of the stage.
   void sync_params() override {
-    if (zero_stage_ == 0 || dp_ == nullptr || dp_->size() == 1) return;
-    for (size_t j = 0; j < ep_zero_.size(); ++j) {
-      ep_zero_[j].sync_params(params_[j / 2], *timeline_);
-    }
-    for (size_t j = 0; j < opts_.size(); ++j) {
-      const model::ParamRange r = shards_[j];
-      timeline_->collective("all_gather", *dp_, [&] {
-        dp_->all_gather(std::span<const T>(params_[j].subspan(r.begin, r.size())), params_[j],
-                        all_gather_algo(config_.algo));
-      });
-    }
+    for (auto& dp : dp_) dp->sync_params();
   }
   void observe_memory(PeakMemory& peak) override {
     model::MemoryLedger all;
@@ -259,53 +190,29 @@ class PipelineRank : public RankStrategy {
       for (auto& t : chunks_) bytes += t->memory().bytes(cat);
       all.add(cat, bytes);
     }
-    if (zero_stage_ == 2 && dp_ != nullptr) {
-      // ZeRO-2 holds its shard's summed gradient; the buffer the micro-batches accumulate
-      // into is not counted, as for zero2 over the world (zero.cc).
-      for (size_t j = 0; j < grads_.size(); ++j) {
-        const int64_t full = static_cast<int64_t>(grads_[j].size() * sizeof(T));
-        const int64_t shard = static_cast<int64_t>(shards_[j].size() * sizeof(T));
-        all.add(model::MemoryCategory::kGradients, shard - full);
-      }
-      for (const EpZeroPart<T>& part : ep_zero_) {
-        all.add(model::MemoryCategory::kGradients,
-                -static_cast<int64_t>((part.size() - part.shard_size()) * sizeof(T)));
-      }
-      for (auto& t : chunks_) {
-        all.add(model::MemoryCategory::kGradients, -expert_partial_bytes(t->stack()));
-      }
+    for (size_t j = 0; j < chunks_.size(); ++j) {
+      dp_[j]->add_model_state(all, expert_partial_bytes(chunks_[j]->stack()));
     }
     peak.observe(all);
   }
   std::vector<float> final_params() override {
     std::vector<float> out;
-    for (auto& t : chunks_) {
-      const std::vector<float> p = t->store().params_as_float();
+    for (auto& dp : dp_) {
+      const std::vector<float> p = dp->final_params();
       out.insert(out.end(), p.begin(), p.end());
     }
     return out;
   }
 
  private:
-  const TrainConfig& config_;
-  ScheduleSpec spec_;
-  Communicator* dp_;
-  Communicator* expert_dp_;  // under --ep: the ranks holding the same experts (null: none)
   std::vector<std::unique_ptr<Trainee>>& chunks_;
   std::vector<MicroBatch> micro_;
   std::vector<StageMicroBatch> mbs_;
+  PeakMemory& peak_;
+  std::vector<std::unique_ptr<DataParallel<T>>> dp_;  // per chunk
   std::vector<std::unique_ptr<LayerStackChunk>> adapters_;
-  std::vector<std::span<T>> params_, grads_;
-  std::vector<std::unique_ptr<SliceOptimizer>> opts_;
   model::MemoryLedger buffers_;  // the stage's received activations, gradients, loss grads
   std::unique_ptr<PipelineStage> stage_;
-  RankTimeline* timeline_;
-  int zero_stage_;
-  std::vector<model::ParamRange> shards_;  // per chunk: this dp rank's optimizer shard
-  std::vector<T> shard_sum_;               // reduce-scatter output (scratch)
-  std::vector<EpParamSplit> split_;        // under --ep, per chunk: replicated and experts
-  std::vector<EpZeroPart<T>> ep_zero_;     // under --ep and ZeRO: per chunk, those two parts
-  std::vector<T> packed_;                  // the replicated gradients of a chunk (scratch)
 };
 
 }  // namespace
@@ -428,7 +335,7 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 }
 
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
-                       const PipelineGroups& groups, StepRunner& runner, int zero_stage) {
+                       const PipelineGroups& groups, StepRunner& runner, const MeshShape& shape) {
   const int p = spec.stages, stage = groups.pipe ? groups.pipe->rank() : 0;
   std::unique_ptr<TracedComm> tp, ep;
   ChunkParallel at;
@@ -450,8 +357,7 @@ void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
     with_buffers(chunks.back()->store(), [&](auto, auto grads) { runner.add_gradients(grads); });
   }
   auto run = [&](auto tag) {
-    PipelineRank<decltype(tag)> rank(config, spec, groups, at.tp_rank == 0, runner, chunks,
-                                     zero_stage);
+    PipelineRank<decltype(tag)> rank(config, spec, groups, at.tp_rank == 0, runner, chunks, shape);
     runner.run(rank);
   };
   if (config.precision == model::Precision::kFp32) {
@@ -471,9 +377,32 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
   if (std::string why = pipeline::validate_pipeline(config, spec, shape.dp); !why.empty()) {
     throw UsageError("dtsim train: " + why);
   }
-  if (config.zero < 0 || config.zero > 2) {
-    throw UsageError("dtsim train: --zero " + std::to_string(config.zero) +
-                     " with --pp: a pipeline shards along dp with ZeRO-1 or 2 (--zero 0, 1 or 2)");
+  auto chunk_layout = [config, spec, shape](int chunk, const MeshCoord& c) {
+    return model::layout_of(pipeline::layers_of_chunk(
+        config, spec, chunk,
+        {.tp_rank = c.tp, .tp_size = shape.tp, .ep_rank = c.ep, .ep_size = shape.ep}));
+  };
+  const int chunks = spec.stages * spec.virtual_stages;
+  // ZeRO-3: each chunk's segments, shard by shard, at the chunk's offset in the stage.
+  HeldRanges held;
+  if (zero_stage(config) == 3) {
+    held = [config, shape, chunk_layout, chunks, p = spec.stages](int rank) {
+      const MeshCoord at = mesh_coord(shape, rank);
+      const int sizes[2] = {shape.dp, shape.ep > 1 ? shape.dp / shape.ep : 1};
+      const int ranks[2] = {at.dp, shape.ep > 1 ? at.ep_group : 0};
+      std::vector<model::ParamRange> out;
+      size_t base = 0;
+      for (int c = at.pp; c < chunks; c += p) {
+        const model::ParamLayout layout = chunk_layout(c, at);
+        for (const Zero3Segment& s :
+             zero3_segments(layout, rank_dp_parts(config, shape, layout), sizes)) {
+          const model::ParamRange o = zero3_owned(s, ranks[s.part]);
+          out.push_back({base + o.begin, base + o.end});
+        }
+        base += layout.size();
+      }
+      return out;
+    };
   }
   return launch(
       config,
@@ -481,7 +410,7 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
         Mesh mesh(world, shape);
         pipeline::run_pipeline_rank(config, spec,
                                     {mesh.pp(), mesh.dp(), mesh.tp(), mesh.ep(), mesh.expert_dp()},
-                                    runner, config.zero);
+                                    runner, shape);
       },
       assemble_slices(
           model_layout(config),
@@ -491,7 +420,7 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
                 config, spec, c.pp,
                 {.tp_rank = c.tp, .tp_size = shape.tp, .ep_rank = c.ep, .ep_size = shape.ep});
           },
-          "pipeline"));
+          "pipeline", held));
 }
 
 }  // namespace dtsim::train

@@ -22,11 +22,14 @@
 #include <utility>
 #include <vector>
 
+#include "model/layer.h"
 #include "runtime/communicator.h"
 #include "train/config.h"
+#include "train/mesh_shape.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/result.h"
 #include "train/step_runner.h"
+#include "train/traced_comm.h"
 
 namespace dtsim::train::pipeline {
 
@@ -90,12 +93,22 @@ struct PipelineGroups {
   Communicator* expert_dp = nullptr;
 };
 
-// One rank's part of a run: builds the stage's chunks and runs `runner` over them.
-// zero_stage 1 shards each stage's optimizer state over its dp ranks (ZeRO-1 along dp:
-// reduce-scatter the gradients, step the shard, all-gather the parameters); 2 does the same
-// and counts only the shard's gradient (the step's micro-batches accumulate into the full
-// buffer, uncounted as for zero2 over the world); 0 all-reduces.
+// Where a rank sits on the model-parallel axes inside its stage, with the groups its layers
+// talk on (null for the layout only).
+struct ChunkParallel {
+  int tp_rank = 0, tp_size = 1;
+  TracedComm* tp = nullptr;
+  int ep_rank = 0, ep_size = 1;
+  TracedComm* ep = nullptr;
+};
+// Chunk `chunk`'s layers on the rank `at` (rank_layers, cut to the chunk).
+model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
+                              const ChunkParallel& at = {});
+
+// One rank's part of a run: builds the stage's chunks and runs `runner` over them, each
+// chunk's buffer in its own data-parallel wrapper (data_parallel.h) over the stage's dp
+// group with the config's ZeRO stage.
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
-                       const PipelineGroups& groups, StepRunner& runner, int zero_stage = 0);
+                       const PipelineGroups& groups, StepRunner& runner, const MeshShape& shape);
 
 }  // namespace dtsim::train::pipeline
