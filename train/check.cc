@@ -204,17 +204,73 @@ CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
   return r;
 }
 
+namespace {
+
+// A lockstep run as one comparable result: every step's parameters one after the other.
+RunResult lockstep_view(const RunResult& r) {
+  RunResult v;
+  v.losses = r.losses;
+  v.steps = r.steps;
+  for (const std::vector<float>& p : r.param_history) {
+    v.params.insert(v.params.end(), p.begin(), p.end());
+  }
+  return v;
+}
+
+bool lockstep(const CheckPlan& plan) { return plan.reference.lockstep != nullptr; }
+
+// The run's loss above kDivergenceFactor times its first step's: training that blew up,
+// which a reference started from the same parameters (lockstep) blows up with it.
+constexpr double kDivergenceFactor = 100;
+
+}  // namespace
+
 CheckResult judge(const CheckPlan& plan, const RunResult& run, const RunResult& reference,
                   const RunFn& run_fn) {
-  if (plan.bitwise || compare(run, reference, plan.tolerance.rtol, plan.tolerance.atol).passed) {
-    return judge_with_partner(plan, run, reference, reference);  // no floor to measure
+  const bool step = lockstep(plan);
+  const RunResult run_v = step ? lockstep_view(run) : RunResult();
+  const RunResult ref_v = step ? lockstep_view(reference) : RunResult();
+  const RunResult& a = step ? run_v : run;
+  const RunResult& b = step ? ref_v : reference;
+  CheckResult r;
+  if (plan.bitwise || compare(a, b, plan.tolerance.rtol, plan.tolerance.atol).passed) {
+    r = judge_with_partner(plan, a, b, b);  // no floor to measure
+  } else {
+    const RunResult partner =
+        run_fn ? run_fn(plan.floor_partner) : run_training(plan.floor_partner);
+    r = judge_with_partner(plan, a, b, step ? lockstep_view(partner) : partner);
   }
-  const RunResult partner = run_fn ? run_fn(plan.floor_partner) : run_training(plan.floor_partner);
-  return judge_with_partner(plan, run, reference, partner);
+  r.lockstep = step;
+  if (r.passed && !run.losses.empty() && std::isfinite(run.losses[0])) {
+    for (size_t s = 0; s < run.losses.size(); ++s) {
+      if (run.losses[s] > kDivergenceFactor * std::abs(run.losses[0])) {
+        r.passed = false;
+        r.verdict = Verdict::kFail;
+        r.verdict_text =
+            fmt("FAIL (the run diverged: loss %.3g at step %.0f is over %.0f x its "
+                "first, %.3g; lower --lr)",
+                run.losses[s], static_cast<double>(s), kDivergenceFactor, run.losses[0]);
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+CheckPlan lockstep_plan(CheckPlan plan, const RunResult& run) {
+  if (run.param_history.empty() || plan.reference.precision != model::Precision::kFp32) {
+    return plan;
+  }
+  for (TrainConfig* c : {&plan.reference, &plan.floor_partner}) {
+    c->lockstep = &run.param_history;
+    c->record_history = true;
+  }
+  plan.description += " (lockstep)";
+  return plan;
 }
 
 CheckResult check(const TrainConfig& config, const RunResult& run, const RunFn& run_fn) {
-  const CheckPlan plan = plan_check(config);
+  const CheckPlan plan = lockstep_plan(plan_check(config), run);
   const RunResult reference = run_fn ? run_fn(plan.reference) : run_training(plan.reference);
   return judge(plan, run, reference, run_fn);
 }

@@ -18,6 +18,15 @@
 //   - Stated tolerance (allclose on every parameter and loss): fp32 rtol 1e-5 atol 1e-6; bf16
 //     keeps 8 significant bits, so two rounding steps, rtol 2/256 atol 2e-3.
 //
+// Lockstep. When the run recorded its parameters after every step (record_history, fp32),
+// the reference and the floor partner start every step from the run's parameters of the
+// step before (lockstep_plan), and the comparisons below are over every step's parameters:
+// round-off cannot compound through Adam from step to step, so a correct run passes however
+// long or wide it is, while an error of one step (a forgotten division, a dropped
+// all-reduce, a wrong shard) still shows in that step.
+// Divergence. A run whose loss grows past 100 x its first step's fails whatever the
+// comparison says (a reference started from its parameters diverges with it).
+//
 // Verdict. A bitwise pair passes only when bitwise equal. Otherwise a run passes when it is
 // allclose to the reference within the stated tolerance. When it is not, that can still be
 // correct training: a different summation order rounds differently, and Adam turns a tiny
@@ -90,6 +99,7 @@ struct CheckResult {
   // "PASS", "PASS (within float drift: 3.1e-05 <= 1.5e-06 tol + 4 x 2.7e-05 floor)",
   // "FAIL (beyond float drift: ...)", or plain "FAIL" (bitwise, or no floor measured).
   std::string verdict_text;
+  bool lockstep = false;  // every step compared from the same starting parameters
 };
 
 // Runs one configuration; empty means run_training (the CLI passes one with progress or a cache).
@@ -107,7 +117,13 @@ CheckResult judge(const CheckPlan& plan, const RunResult& run, const RunResult& 
 CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
                                const RunResult& reference, const RunResult& partner);
 
-// plan_check, run the reference, judge.
+// `plan` for a run that recorded its parameters after every step (record_history) in fp32:
+// the reference and the floor partner start each step from the run's parameters after the
+// step before, and record theirs; judge() then compares every step's parameters, so a
+// step's round-off is judged on its own and cannot compound. Otherwise `plan` unchanged.
+CheckPlan lockstep_plan(CheckPlan plan, const RunResult& run);
+
+// plan_check (lockstep_plan when the run recorded its history), run the reference, judge.
 CheckResult check(const TrainConfig& config, const RunResult& run, const RunFn& run_fn = {});
 
 }  // namespace dtsim::train

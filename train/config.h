@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/memory.h"
 #include "model/mlp.h"
@@ -79,6 +80,12 @@ struct TrainConfig {
   // (StepRunner::add_gradients). A step writes each gradient before it reads it, so the
   // run's bits are those without it; a strategy that reads last step's gradients ends in NaN.
   bool poison_gradients = false;
+  // The lockstep check (check.h): record the full parameters after every step
+  // (RunResult::param_history); and, for the references (single, accum) in fp32, start each
+  // step s > 0 from (*lockstep)[s - 1] instead of their own parameters (borrowed; must
+  // outlive the run), so that round-off cannot compound from step to step.
+  bool record_history = false;
+  const std::vector<std::vector<float>>* lockstep = nullptr;
   // Options of the rank threads' World (the controlled scheduler for schedule tests,
   // planted mutants); the defaults run free threads.
   WorldOptions world;

@@ -19,6 +19,12 @@ RunResult build_result(const TrainConfig& config, std::vector<RankOutcome>& outc
   result.losses = std::move(outcomes[0].losses);
   result.seconds_per_step = median_seconds(outcomes[0].step_seconds);
   std::vector<std::vector<float>> parts;
+  for (size_t step = 0; step < outcomes[0].history.size(); ++step) {
+    parts.clear();
+    for (RankOutcome& o : outcomes) parts.push_back(std::move(o.history.at(step)));
+    result.param_history.push_back(assemble(parts));
+  }
+  parts.clear();
   for (RankOutcome& o : outcomes) {
     parts.push_back(std::move(o.params));
     result.ranks.push_back(std::move(o.report));

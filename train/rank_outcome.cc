@@ -132,6 +132,8 @@ std::vector<std::byte> encode(const RankOutcome& o) {
   w.put_array(std::span<const double>(o.step_seconds));
   w.put_array(std::span<const double>(o.losses));
   w.put_array(std::span<const float>(o.params));
+  w.put(uint64_t{o.history.size()});
+  for (const std::vector<float>& h : o.history) w.put_array(std::span<const float>(h));
   return w.take();
 }
 
@@ -169,6 +171,9 @@ RankOutcome decode(std::span<const std::byte> bytes) {
   o.step_seconds = in.get_array<double>();
   o.losses = in.get_array<double>();
   o.params = in.get_array<float>();
+  const auto steps = in.get<uint64_t>();
+  for (uint64_t i = 0; i < steps && !in.done(); ++i) o.history.push_back(in.get_array<float>());
+  if (o.history.size() != steps) throw Error("rank outcome: truncated parameter history");
   if (!in.done()) throw Error("rank outcome: trailing bytes after the encoding");
   return o;
 }

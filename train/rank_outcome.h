@@ -19,6 +19,8 @@ struct RankOutcome {
   std::vector<double> step_seconds;  // wall time of each step on this rank
   std::vector<double> losses;        // global mean loss per step, as this rank knows it
   std::vector<float> params;         // this rank's part of the final parameters (may be empty)
+  // TrainConfig::record_history: this rank's part of the parameters after each step.
+  std::vector<std::vector<float>> history;
 };
 
 // A self-contained byte string (host byte order: every rank of a job runs the same binary

@@ -45,7 +45,8 @@ class SoloRank : public RankStrategy {
         params_(params),
         grads_(grads),
         opt_(make_slice_optimizer(config, params, &trainee.memory())),
-        hooks_(&runner.timeline()) {
+        hooks_(&runner.timeline()),
+        lockstep_(config.precision == model::Precision::kFp32 ? config.lockstep : nullptr) {
     if (sgd_in_backward && opt_->plain_sgd() != nullptr && trainee.stack().fuses_sgd()) {
       fused_sgd_ = opt_->plain_sgd();
     }
@@ -64,6 +65,13 @@ class SoloRank : public RankStrategy {
   }
   void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
+  // Lockstep: step s starts from the parameters the checked run had after step s - 1.
+  void before_step(int step) override {
+    if (lockstep_ == nullptr || step == 0) return;
+    const std::vector<float>& from = lockstep_->at(step - 1);
+    DTSIM_CHECK(from.size() == params_.size());
+    for (size_t i = 0; i < from.size(); ++i) params_[i] = narrow<T>(from[i]);
+  }
 
  protected:
   Trainee& trainee_;
@@ -73,6 +81,7 @@ class SoloRank : public RankStrategy {
   std::unique_ptr<SliceOptimizer> opt_;
   PhaseHooks hooks_;
   const model::Sgd* fused_sgd_ = nullptr;  // SGD applied inside backward
+  const std::vector<std::vector<float>>* lockstep_;
 };
 
 // run_single: the whole global batch as one micro-batch.

@@ -40,6 +40,9 @@ struct RankReport {
 struct RunResult {
   std::vector<double> losses;  // global mean loss per step (what single-rank would report)
   std::vector<float> params;   // final full parameter vector (fp32; bf16 widened), gathered
+  // TrainConfig::record_history: the full parameter vector after each step (the last is
+  // `params`), for the lockstep check (check.h).
+  std::vector<std::vector<float>> param_history;
   std::vector<RankReport> ranks;
   int steps = 0;
   double seconds_per_step = 0;  // wall clock, median over steps after the first

@@ -5,6 +5,7 @@
 
 #include "runtime/types.h"
 #include "runtime/world.h"
+#include "train/memory_plan.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/strategies.h"
 
@@ -185,9 +186,6 @@ void validate_mesh(const TrainConfig& c) {
           "--zero 3 with --schedule zb-h1 is not supported (ZeRO-3 reduce-scatters a layer's "
           "gradients when its backward ends, which zb-h1 splits in two); use another "
           "--schedule or --zero 1 or 2");
-  require(c.zero == 0 || m.dp > 1, "--zero " + str(c.zero) +
-                                       " shards along the data axis: it needs --dp > 1 (give "
-                                       "--dp N, or --ranks N for --dp to fill)");
   const bool mlp = c.model == ModelKind::kMlp;
   if (m.tp > 1) {
     require(mlp, "--tp " + str(m.tp) + " splits the MLP blocks: it needs --model mlp");
@@ -223,6 +221,7 @@ void validate(const TrainConfig& config) {
   validate_mesh(config);
   validate_pipeline(config);
   validate_mpi_algo(config);
+  require_memory(config);  // memory_plan.h: refuse what cannot fit, before any work
 }
 
 std::optional<RunResult> launch_training(const TrainConfig& requested) {

@@ -45,6 +45,7 @@ void StepRunner::run(RankStrategy& s) {
   for (int step = 0; step < config_.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     std::fill(sums.begin(), sums.end(), 0.0);
+    s.before_step(step);
     if (config_.poison_gradients) poison_gradients();
     losses.assign(micro.size(), 0.0f);
     if (!s.run_micro_batches(step, micro, &losses)) {
@@ -67,6 +68,7 @@ void StepRunner::run(RankStrategy& s) {
     outcome_.losses.push_back(loss);
     const bool root = channel_ == nullptr || channel_->rank() == 0;
     if (root && config_.on_step) config_.on_step(step + 1, loss);
+    if (config_.record_history) outcome_.history.push_back(s.final_params());
   }
   outcome_.params = s.final_params();
   outcome_.report.memory = peak_.bytes();

@@ -89,8 +89,11 @@ class RankStrategy {
   virtual void sync_params() {}
   virtual void observe_memory(PeakMemory& peak) = 0;
   // After the last step: this rank's part of the final parameters (fp32), for the strategy's
-  // assemble function on rank 0 (launch.h).
+  // assemble function on rank 0 (launch.h); also after every step under
+  // TrainConfig::record_history.
   virtual std::vector<float> final_params() = 0;
+  // Before step `step` begins (the references start it from TrainConfig::lockstep).
+  virtual void before_step(int /*step*/) {}
 };
 
 class StepRunner {

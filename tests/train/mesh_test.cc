@@ -289,13 +289,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadMesh{"EpOnAnMlp", [](TrainConfig& c) { c.ep = 2; }, "--ep 2 shards the MoE's experts"},
         BadMesh{"TpOnAnMoe", [](TrainConfig& c) { c.model = ModelKind::kMoe; },
                 "--tp 2 splits the MLP blocks"},
-        BadMesh{"ZeroWithoutDataAxis",
-                [](TrainConfig& c) {
-                  c.dp = 1;
-                  c.tp_size = 4;
-                  c.zero = 1;
-                },
-                "--zero 1 shards along the data axis: it needs --dp > 1"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
         BadMesh{"Zero3WithEp",

@@ -150,7 +150,9 @@ inline std::ostream& operator<<(std::ostream& os, const CheckResult& r) {
 }
 
 // Runs `config` and judges it as `dtsim train --check` does (train/check.h).
-inline CheckResult run_and_check(const TrainConfig& config, RunResult* run_out = nullptr) {
+// The run records its parameters after every step, so the check runs in lockstep.
+inline CheckResult run_and_check(TrainConfig config, RunResult* run_out = nullptr) {
+  config.record_history = true;
   RunResult run = run_training(config);
   CheckResult r = check(config, run);
   if (run_out != nullptr) *run_out = std::move(run);

@@ -338,7 +338,9 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   // pipeline for the wall-time bubble.
   config.trace = given(a, "--trace") || config.pp > 1;
   const bool check = f.check;
-  const train::CheckPlan plan = train::plan_check(config);
+  // --check compares in lockstep: the run records its parameters after every step.
+  config.record_history = check;
+  train::CheckPlan plan = train::plan_check(config);
   begin_work();
 
   if (root) {
@@ -373,6 +375,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
     trained = train::launch_training(config);
     if (!trained) return 0;  // global rank 0 is in another process: it reports
     if (check) {
+      plan = train::lockstep_plan(plan, *trained);
       progress.advance(std::string("reference ") + train::to_string(plan.reference.strategy));
       train::TrainConfig reference_config = plan.reference;
       reference_config.on_step = on_step;

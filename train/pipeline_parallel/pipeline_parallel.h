@@ -105,6 +105,10 @@ struct ChunkParallel {
 model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
                               const ChunkParallel& at = {});
 
+// The parameters stage `stage` holds, chunk after chunk.
+model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& spec, int stage,
+                                const ChunkParallel& at);
+
 // One rank's part of a run: builds the stage's chunks and runs `runner` over them, each
 // chunk's buffer in its own data-parallel wrapper (data_parallel.h) over the stage's dp
 // group with the config's ZeRO stage.

@@ -1,0 +1,128 @@
+#include "train/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "model/layer_stack.h"
+#include "train/mesh_shape.h"
+#include "train/parallelize.h"
+#include "train/pipeline_parallel/pipeline_parallel.h"
+
+namespace dtsim::train {
+namespace {
+
+// Floats of the activations one micro-batch of `rows` samples keeps through the model's
+// layers on a rank holding 1/tp of each MLP block (a bound: inputs, outputs, pre-activations
+// and a workspace per block; an MoE layer's routed copies and expert hidden rows).
+int64_t activation_floats(const TrainConfig& c, int64_t rows, int tp, int layers_share) {
+  if (c.model == ModelKind::kMlp) {
+    const int64_t d = c.mlp.input_dim, h = c.mlp.hidden_dim / std::max(1, tp);
+    const int64_t blocks = std::max<int64_t>(1, c.mlp.num_blocks / layers_share);
+    return rows * (d + blocks * (2 * d + 3 * h) + 2 * c.mlp.output_dim);
+  }
+  const model::MoeConfig& m = c.moe.moe;
+  const int64_t blocks = std::max<int64_t>(1, c.moe.num_blocks / layers_share);
+  // Routed rows travel out and back in forward and backward (the exchange's send and
+  // receive buffers) and keep the experts' hidden rows; twice that bounds capacity padding
+  // and the per-source copies of expert parallelism.
+  const int64_t routed = rows * m.top_k;
+  return rows * (c.moe.input_dim + 2 * m.d_model + 2 * c.moe.num_classes) +
+         2 * blocks *
+             (rows * (4 * m.d_model + 2 * m.num_experts) + routed * (6 * m.d_model + 4 * m.d_ff));
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const TrainConfig& config) {
+  MemoryPlan plan;
+  const bool solo = config.strategy == Strategy::kSingle || config.strategy == Strategy::kAccum;
+  const MeshShape shape = solo ? MeshShape{} : config.mesh();
+  const int ranks = solo ? 1 : shape.world();
+  const int zero = solo ? 0 : zero_stage(config);
+  const int64_t t = config.precision == model::Precision::kFp32 ? 4 : 2;
+  const bool adam = config.optimizer == model::OptimizerKind::kAdam;
+  const bool momentum = config.optimizer == model::OptimizerKind::kSgdMomentum;
+  const int64_t state = (adam       ? 8
+                         : momentum ? 4
+                                    : 0) +
+                        (config.precision == model::Precision::kFp32 ? 0 : 4);  // fp32 master
+  const pipeline::ScheduleSpec spec = schedule_spec(config);
+  const int micro = std::max(1, config.micro_batches);
+  const int64_t rows = std::max(1, config.global_batch / (shape.dp * micro));
+  // Every rank of a stage holds the same amount: lay out one rank per (pp, tp, ep) position.
+  for (int r = 0; r < ranks; ++r) {
+    const MeshCoord at = mesh_coord(shape, r);
+    size_t params = 0, largest = 0;
+    if (shape.pp > 1) {
+      const model::ParamLayout l = pipeline::stage_layout(
+          config, spec, at.pp,
+          {.tp_rank = at.tp, .tp_size = shape.tp, .ep_rank = at.ep, .ep_size = shape.ep});
+      params = l.size();
+      for (int i = 0; i < l.num_layers(); ++i) largest = std::max(largest, l.layer_range(i).size());
+    } else {
+      const model::ParamLayout l = model::layout_of(rank_layers(config, shape, at));
+      params = l.size();
+      for (int i = 0; i < l.num_layers(); ++i) largest = std::max(largest, l.layer_range(i).size());
+    }
+    const int64_t p = static_cast<int64_t>(params), dp = shape.dp;
+    int64_t bytes = 0;
+    if (zero == 3) {
+      bytes += (p / dp + 1) * (2 * t + state) + 2 * static_cast<int64_t>(largest) * t;
+    } else {
+      bytes += p * t;                                 // weights
+      bytes += zero == 2 ? (p / dp + 1) * t : p * t;  // gradients
+      bytes += (zero >= 1 ? p / dp + 1 : p) * state;
+    }
+    const int in_flight = shape.pp > 1 ? std::min(micro, shape.pp * spec.virtual_stages) : 1;
+    bytes +=
+        activation_floats(config, solo ? config.global_batch / micro : rows, shape.tp, shape.pp) *
+        4 * in_flight;
+    plan.rank_bytes.push_back(bytes);
+  }
+  const int per_process = std::max(1, config.threads_per_process);
+  const bool threads = per_process == 1 && !ProcessModel::from_environment(1, 1).mpi;
+  if (threads) {
+    for (int64_t b : plan.rank_bytes) plan.process_bytes += b;
+  } else {
+    plan.process_bytes =
+        *std::max_element(plan.rank_bytes.begin(), plan.rank_bytes.end()) * per_process;
+  }
+  return plan;
+}
+
+int64_t available_memory() {
+  int64_t available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") available = kib * 1024;
+  }
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+  std::string limit;
+  if (cgroup >> limit && limit != "max") {
+    const int64_t cap = std::stoll(limit);
+    if (available < 0 || cap < available) available = cap;
+  }
+  return available;
+}
+
+void require_memory(const TrainConfig& config) {
+  const int64_t available = available_memory();
+  if (available < 0) return;
+  const MemoryPlan plan = plan_memory(config);
+  if (plan.process_bytes <= available) return;
+  const auto gb = [](int64_t b) { return static_cast<double>(b) / 1e9; };
+  throw UsageError(fmt::format(
+      "this run needs about {:.1f} GB ({} rank{} of up to {:.1f} GB: weights, gradients, "
+      "optimizer state and activations) but {:.1f} GB is available; use a smaller --dim, "
+      "--hidden, --layers or --batch, more --zero sharding, or more machines under mpirun",
+      gb(plan.process_bytes), plan.rank_bytes.size(), plan.rank_bytes.size() == 1 ? "" : "s",
+      gb(*std::max_element(plan.rank_bytes.begin(), plan.rank_bytes.end())), gb(available)));
+}
+
+}  // namespace dtsim::train
