@@ -61,6 +61,9 @@ struct TrainConfig {
   // The pipeline (pp > 1): schedule and chunks per rank; m is micro_batches.
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
+  // Blocks per pipeline chunk, chunk 0 first (--stage-layers); empty: balanced, chunk c
+  // taking blocks [c L / C, (c + 1) L / C) of L over C = pp x virtual_stages chunks.
+  std::vector<int> stage_layers;
   Pitfall pitfall = Pitfall::kNone;
   uint64_t seed = 1;
   bool trace = false;  // record per-rank phase and collective timings

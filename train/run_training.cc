@@ -6,6 +6,7 @@
 #include "runtime/types.h"
 #include "runtime/world.h"
 #include "train/memory_plan.h"
+#include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/strategies.h"
 
@@ -130,13 +131,10 @@ void validate_pipeline(const TrainConfig& c) {
               to_string(c.strategy));
   const std::string why = pipeline::validate(schedule_spec(c));
   require(why.empty(), why);
-  const int chunks = c.pp * c.virtual_stages;
-  // The pipeline cuts the MLP's blocks or the MoE's MoE layers (--layers either way).
-  const int blocks = c.model == ModelKind::kMlp ? c.mlp.num_blocks : c.moe.num_blocks;
-  require(blocks % chunks == 0, "--layers " + str(blocks) + " does not divide into --pp " +
-                                    str(c.pp) + " x --virtual-stages " + str(c.virtual_stages) +
-                                    " = " + str(chunks) +
-                                    " pipeline chunks; give --layers a multiple of " + str(chunks));
+  // The pipeline cuts the MLP's blocks or the MoE's MoE layers (--layers either way),
+  // evenly where they divide, else as evenly as they can (or as --stage-layers says).
+  const std::string split = pipeline::validate_stage_layers(c, c.pp * c.virtual_stages);
+  require(split.empty(), split);
   require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || c.model == ModelKind::kMlp,
           "--schedule zb-h1 needs --model mlp (its layers split backward into input and "
           "weight gradients; MoE layers do not)");

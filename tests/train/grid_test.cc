@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train_test_util.h"
 
@@ -120,6 +121,69 @@ TEST(Grid, EveryCellPassesTheCheckOrIsRefusedWithItsReason) {
   }
   std::printf("grid: %d cells train and pass, %d refused, %d fail\n", passed, refused, failed);
   EXPECT_EQ(failed, 0);
+}
+
+}  // namespace
+}  // namespace dtsim::train
+
+namespace dtsim::train {
+namespace {
+
+// Uneven pipeline stages: layers need not divide by pp x virtual stages; the balanced split
+// and an explicit one both train and pass the check, and each chunk holds its blocks.
+struct UnevenCase {
+  const char* name;
+  int pp, layers, micro;
+  std::vector<int> stage_layers;
+};
+
+class UnevenStages : public ::testing::TestWithParam<UnevenCase> {};
+
+TEST_P(UnevenStages, TrainAndPassTheCheck) {
+  const UnevenCase p = GetParam();
+  TrainConfig c = make_config({.strategy = Strategy::kMesh,
+                               .ranks = p.pp,
+                               .batch = 16,
+                               .micro_batches = p.micro,
+                               .layers = p.layers});
+  c.pp = p.pp;
+  c.tp_size = 1;
+  c.stage_layers = p.stage_layers;
+  const pipeline::ScheduleSpec spec = schedule_spec(c);
+  int blocks = 0;
+  for (int chunk = 0; chunk < p.pp; ++chunk) {
+    const auto [first, last] = pipeline::chunk_layers(c, spec, chunk);
+    const int mine = last - first - (chunk == p.pp - 1 ? 1 : 0);  // the head rides last
+    if (!p.stage_layers.empty()) {
+      EXPECT_EQ(mine, p.stage_layers[chunk]) << "chunk " << chunk;
+    }
+    EXPECT_GE(mine, 1) << "chunk " << chunk;
+    blocks += mine;
+  }
+  EXPECT_EQ(blocks, p.layers);
+  const CheckResult r = run_and_check(c);
+  EXPECT_TRUE(r.passed) << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, UnevenStages,
+                         ::testing::Values(UnevenCase{"pp3_layers4", 3, 4, 4, {}},
+                                           UnevenCase{"pp2_layers3", 2, 3, 2, {}},
+                                           UnevenCase{"pp2_explicit_2_1", 2, 3, 2, {2, 1}},
+                                           UnevenCase{"pp3_explicit_1_3_1", 3, 5, 4, {1, 3, 1}}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(UnevenStages, CountsThatDoNotAddUpAreRefused) {
+  TrainConfig c =
+      make_config({.strategy = Strategy::kMesh, .ranks = 2, .micro_batches = 2, .layers = 3});
+  c.pp = 2;
+  c.tp_size = 1;
+  c.stage_layers = {1, 1};
+  EXPECT_THROW(validate(c), UsageError);
+  c.stage_layers = {3, 0};
+  EXPECT_THROW(validate(c), UsageError);
+  c.stage_layers = {};
+  c.mlp.num_blocks = 1;
+  EXPECT_THROW(validate(c), UsageError);
 }
 
 }  // namespace

@@ -311,11 +311,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "--zero 3 with --schedule zb-h1 is not supported"},
         BadMesh{"LayersDoNotSplitIntoStages",
                 [](TrainConfig& c) {
-                  c.pp = 2;
-                  c.ranks = 8;
+                  c.pp = 4;
+                  c.ranks = 16;
                   c.mlp.num_blocks = 3;
                 },
-                "--layers 3 does not divide into --pp 2"}),
+                "--layers 3 is fewer than --pp x --virtual-stages = 4 pipeline chunks"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

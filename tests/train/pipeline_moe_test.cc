@@ -168,8 +168,8 @@ TEST(PipelineMoeChunks, EmbeddingRidesWithTheFirstChunkAndTheHeadWithTheLast) {
   EXPECT_EQ(chunk_layers(config, spec, 3), std::make_pair(4, 6));
   config.moe.num_blocks = 1;
   EXPECT_EQ(validate_pipeline(config, spec, 1),
-            "--layers 1 must be a multiple of --pp x --virtual-stages = 4 (each chunk holds the "
-            "same number of blocks)");
+            "--layers 1 is fewer than --pp x --virtual-stages = 4 pipeline chunks; every chunk "
+            "needs a block: give --layers 4 or more");
 }
 
 }  // namespace

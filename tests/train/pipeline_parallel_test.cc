@@ -196,10 +196,10 @@ INSTANTIATE_TEST_SUITE_P(Pipeline, PipelineTrace,
 
 TEST(PipelineTrainingRejects, WhatCannotRun) {
   TrainConfig config = config_of({{ScheduleKind::kOneFOneB, 4, 8, 1}, 1, 4});
-  config.mlp.num_blocks = 6;
+  config.mlp.num_blocks = 3;
   EXPECT_EQ(validate_pipeline(config, {ScheduleKind::kOneFOneB, 4, 8, 1}, 1),
-            "--layers 6 must be a multiple of --pp x --virtual-stages = 4 (each chunk holds the "
-            "same number of blocks)");
+            "--layers 3 is fewer than --pp x --virtual-stages = 4 pipeline chunks; every chunk "
+            "needs a block: give --layers 4 or more");
   config.mlp.num_blocks = 4;
   config.model = ModelKind::kMoe;
   config.moe.num_blocks = 4;

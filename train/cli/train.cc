@@ -42,6 +42,7 @@ struct TrainFlags {
   int ranks = 4, steps = 20, batch = 32, micro_batches = 1, dim = 16, hidden = 64, layers = 2;
   int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
   int dp = 1, pp = 1, ep = 1, zero = 0, virtual_stages = 1;
+  std::vector<int> stage_layers;
   std::string schedule = "1f1b";
   double lr = 0.05;
   int64_t seed = 1;
@@ -105,6 +106,10 @@ void declare(CLI::App* app, TrainFlags& f) {
   app->add_option("--virtual-stages", f.virtual_stages,
                   "model chunks per pipeline rank (--schedule interleaved)")
       ->transform(Integer(1, 64));
+  app->add_option("--stage-layers", f.stage_layers,
+                  "blocks per pipeline chunk, e.g. 1,2,1 (default: as even as --layers allows)")
+      ->delimiter(',')
+      ->type_name("N,N,...");
   // The all_reduce algorithm (the other collectives follow it where the registry lists it
   // for them, else run their auto one). Checked after --threads-per-process (declared
   // above): `mpi` needs mpirun with one rank per process.
@@ -157,13 +162,14 @@ void parse_mesh(const CLI::App& a, const TrainFlags& f, train::TrainConfig& c) {
   } else if (mesh || given(a, "--tp")) {
     c.strategy = train::Strategy::kMesh;
   }
-  for (const char* flag : {"--schedule", "--virtual-stages"}) {
+  for (const char* flag : {"--schedule", "--virtual-stages", "--stage-layers"}) {
     if (given(a, flag) && f.pp == 1) {
       fail("train", std::string(flag) + " applies to a pipeline: give --pp > 1");
     }
   }
   train::pipeline::parse_schedule(f.schedule, &c.schedule);  // OneOf accepted it
   c.virtual_stages = f.virtual_stages;
+  c.stage_layers = f.stage_layers;
   if (c.strategy != train::Strategy::kMesh) return;
   c.pp = f.pp;
   c.ep = f.ep;

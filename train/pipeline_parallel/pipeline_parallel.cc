@@ -224,9 +224,15 @@ int pipeline_blocks(const TrainConfig& config) {
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
   const int blocks = pipeline_blocks(config), chunks = spec.stages * spec.virtual_stages;
   const int lead = config.model == ModelKind::kMlp ? 0 : 1;  // the MoE's embedding
-  const int first = chunk == 0 ? 0 : lead + first_layer(chunk, blocks, chunks);
-  const int last =
-      chunk == chunks - 1 ? lead + blocks + 1 : lead + first_layer(chunk + 1, blocks, chunks);
+  // Where chunk c's blocks begin: the explicit counts' prefix sum, else the balanced split.
+  const auto begin = [&](int c) {
+    if (config.stage_layers.empty()) return first_layer(c, blocks, chunks);
+    int at = 0;
+    for (int i = 0; i < c; ++i) at += config.stage_layers[i];
+    return at;
+  };
+  const int first = chunk == 0 ? 0 : lead + begin(chunk);
+  const int last = chunk == chunks - 1 ? lead + blocks + 1 : lead + begin(chunk + 1);
   return {first, last};
 }
 
@@ -310,6 +316,31 @@ double measured_wall_bubble(const TrainConfig& config, const RunResult& run) {
   return *mid;
 }
 
+std::string validate_stage_layers(const TrainConfig& config, int chunks) {
+  const int blocks = pipeline_blocks(config);
+  if (config.stage_layers.empty()) {
+    if (blocks >= chunks) return "";
+    return fmt::format(
+        "--layers {} is fewer than --pp x --virtual-stages = {} pipeline chunks; every chunk "
+        "needs a block: give --layers {} or more",
+        blocks, chunks, chunks);
+  }
+  if (static_cast<int>(config.stage_layers.size()) != chunks) {
+    return fmt::format("--stage-layers gives {} counts for --pp x --virtual-stages = {} chunks",
+                       config.stage_layers.size(), chunks);
+  }
+  int sum = 0;
+  for (int n : config.stage_layers) {
+    if (n < 1) return fmt::format("--stage-layers {}: every chunk needs at least one block", n);
+    sum += n;
+  }
+  if (sum != blocks) {
+    return fmt::format("--stage-layers add up to {} but --layers is {}; make them agree", sum,
+                       blocks);
+  }
+  return "";
+}
+
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
   if (std::string why = validate(spec); !why.empty()) return why;
   if (spec.kind == ScheduleKind::kZeroBubbleH1 && config.model != ModelKind::kMlp) {
@@ -317,12 +348,7 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
            "gradients; MoE layers do not)";
   }
   const int chunks = spec.stages * spec.virtual_stages;
-  if (pipeline_blocks(config) % chunks != 0) {
-    return fmt::format(
-        "--layers {} must be a multiple of --pp x --virtual-stages = {} (each "
-        "chunk holds the same number of blocks)",
-        pipeline_blocks(config), chunks);
-  }
+  if (std::string why = validate_stage_layers(config, chunks); !why.empty()) return why;
   if (config.micro_batches != spec.micro_batches) {
     return fmt::format("--micro-batches {} but the schedule has {}", config.micro_batches,
                        spec.micro_batches);

@@ -41,6 +41,10 @@ int pipeline_blocks(const TrainConfig& config);
 // for the last.
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk);
 
+// "" when the model's blocks split into `chunks` pipeline chunks of at least one block each,
+// by --stage-layers (one count per chunk, adding up to --layers) or evenly; else one line.
+std::string validate_stage_layers(const TrainConfig& config, int chunks);
+
 // "" when `config` can run as dp x pp with `spec`, else one line naming the flag: its
 // blocks (--layers) divisible by p v, the batch by dp M, config.micro_batches = M
 // (the mesh's own checks are train::validate's).
