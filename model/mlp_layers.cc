@@ -86,7 +86,7 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
   }
   linear_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(), batch, D, H);
   if (s.selective) {
-    gelu_forward_keep_grad(s.pre.span(), hid, ws.take(1, bh));
+    gelu_forward(s.pre.span(), hid);  // bitwise gelu_forward_keep_grad's output
   } else {
     gelu_forward_keep_grad(s.pre.span(), hid, s.pre.span());  // pre := gelu'(pre)
   }

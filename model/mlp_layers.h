@@ -61,9 +61,9 @@ class Linear : public Layer {
 // A residual Linear-GELU-Linear block "<name>.w1" (H, D), ".b1" (H), ".w2" (D, H), ".b2" (D).
 // Saves gelu'(pre) (in MlpBlockState::pre) and hid = gelu(pre), pre = W1 x + b1, (B, H)
 // each; backward uses workspace slots 0 and 1 (B, H) and may run in place (dx aliasing dy).
-// Selective recomputation: a selective state saves pre itself (B, H) only (forward takes
-// gelu(pre) and gelu'(pre) from workspace slots 0 and 1); rebuild_state recomputes both
-// from it, as forward would have saved them; release_rebuilt frees hid again.
+// Selective recomputation: a selective state saves pre itself (B, H) only (forward puts
+// gelu(pre) in workspace slot 0); rebuild_state recomputes gelu(pre) and gelu'(pre) from it,
+// bitwise what forward saves otherwise; release_rebuilt frees hid again.
 class MlpBlock : public Layer {
  public:
   MlpBlock(std::string name, int dim, int hidden)
