@@ -248,7 +248,10 @@ float CrossEntropyLoss::forward_backward(std::span<const float> y, const Targets
                                          float grad_scale, std::span<float> dy) {
   DTSIM_CHECK(t.labels.size() == size_t(batch));
   const size_t n = size_t(batch) * classes_;
-  if (probs_.size() != n) probs_ = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+  if (probs_.size() != n) {
+    probs_.release();
+    probs_ = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+  }
   const float loss = softmax_cross_entropy_forward(y, t.labels, probs_.span(), batch, classes_);
   std::fill(dy.begin(), dy.end(), 0.0f);
   softmax_cross_entropy_backward(probs_.span(), t.labels, batch, classes_, grad_scale, dy);

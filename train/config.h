@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "model/layer_stack.h"
 #include "model/memory.h"
 #include "model/mlp.h"
 #include "model/moe_model.h"
@@ -61,6 +62,8 @@ struct TrainConfig {
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
   Pitfall pitfall = Pitfall::kNone;
+  // Activation recomputation of every rank's LayerStack (model/layer_stack.h).
+  model::Recompute recompute = model::Recompute::kNone;
   uint64_t seed = 1;
   bool trace = false;  // record per-rank phase and collective timings
   // Called on global rank 0 (the only rank of single/accum) as each step finishes, with the
