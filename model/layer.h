@@ -21,10 +21,12 @@
 
 namespace dtsim::model {
 
-// What one layer saved in forward for one micro-batch's backward.
+// What one layer saved in forward for one micro-batch's backward. `selective` is set by
+// the stack before forward when the layer recomputes selectively (Layer::rebuild_state).
 class LayerState {
  public:
   virtual ~LayerState() = default;
+  bool selective = false;
 };
 
 // Scratch buffers for the inside of one forward or backward call, recorded as activations:
@@ -37,7 +39,10 @@ class Workspace {
   std::span<float> take(int slot, size_t n) {
     if (slots_.size() <= size_t(slot)) slots_.resize(slot + 1);
     TrackedBuffer<float>& b = slots_[slot];
-    if (b.size() < n) b = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+    if (b.size() < n) {
+      b.release();  // before the larger one: the ledger's peak never holds both
+      b = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+    }
     return b.span().first(n);
   }
   void clear() { slots_.clear(); }
@@ -109,6 +114,18 @@ class Layer {
                               std::span<float> dx, LayerState& state, Workspace& ws);
   virtual void backward_weight(std::span<const float> x, const BackwardScale& scale,
                                std::span<float> grads, LayerState& state, Workspace& ws);
+
+  // Selective recomputation (Korthikanti et al. 2022, section 5), for layers with
+  // recomputes_selectively(): given a state with `selective` set, forward saves only what is
+  // expensive to recompute (linear outputs) and keeps the cheap elementwise results out of
+  // the state; rebuild_state then restores them from what was saved (and x), so that the
+  // state is bitwise what forward saves without `selective`; release_rebuilt frees what
+  // rebuild_state allocated once the state's backward (or backward_weight) is done. Which
+  // tensors are dropped is stated by each layer. The defaults do nothing (nothing dropped).
+  virtual bool recomputes_selectively() const { return false; }
+  virtual void rebuild_state(std::span<const float> /*params*/, std::span<const float> /*x*/,
+                             int /*batch*/, LayerState& /*state*/) {}
+  virtual void release_rebuilt(LayerState& /*state*/) {}
 };
 
 inline void Layer::backward_sgd(std::span<float>, std::span<const float>, std::span<const float>,

@@ -1,6 +1,8 @@
 #include "model/layer_stack.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "model/check.h"
 #include "model/kernels.h"
@@ -28,12 +30,26 @@ ParamLayout layout_of(const Layers& layers) {
   return layout;
 }
 
-LayerStack::LayerStack(Layers layers, Precision precision, bool copy_input)
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "unknown";
+}
+
+LayerStack::LayerStack(Layers layers, Precision precision, bool copy_input, Recompute recompute)
     : layers_(std::move(layers)),
       store_(layout_of(layers_), precision, &ledger_),
       copy_input_(copy_input),
+      recompute_(recompute),
       ws_(&ledger_),
-      grad_ws_(&ledger_) {
+      grad_ws_(&ledger_),
+      redo_ws_(&ledger_) {
   DTSIM_CHECK(!layers_.empty());
   for (size_t i = 1; i < layers_.size(); ++i) {
     DTSIM_CHECK(layers_[i]->in_dim() == layers_[i - 1]->out_dim());
@@ -45,7 +61,8 @@ LayerStack::Pass& LayerStack::pass(int p, int batch) {
   while (passes_.size() <= size_t(p)) passes_.push_back(std::make_unique<Pass>());
   Pass& s = *passes_[p];
   if (s.states.empty()) {
-    for (const std::unique_ptr<Layer>& l : layers_) s.states.push_back(l->make_state(&ledger_));
+    s.states.resize(layers_.size());
+    for (int i = 0; i < num_layers(); ++i) fresh_state(s, i);
   }
   if (batch != s.capacity) {
     s.capacity = batch;
@@ -53,8 +70,9 @@ LayerStack::Pass& LayerStack::pass(int p, int batch) {
     auto make = [&](size_t n) {
       return TrackedBuffer<float>(&ledger_, MemoryCategory::kActivations, n);
     };
-    if (copy_input_) s.input_copy = make(b * in_dim());
+    s.input_copy.release();  // old buffers go before the new ones come
     s.outs.clear();
+    if (copy_input_) s.input_copy = make(b * in_dim());
     for (const std::unique_ptr<Layer>& l : layers_) s.outs.push_back(make(b * l->out_dim()));
   }
   s.batch = batch;
@@ -65,6 +83,7 @@ std::span<const float> LayerStack::forward(int p, std::span<const float> x, int 
                                            LayerHooks* hooks) {
   DTSIM_CHECK(x.size() == size_t(batch) * in_dim());
   Pass& s = pass(p, batch);
+  s.in_flight = true;
   if (batch != ws_batch_) {  // workspaces follow the batch
     ws_.clear();
     grad_ws_.clear();
@@ -82,10 +101,39 @@ std::span<const float> LayerStack::forward(int p, std::span<const float> x, int 
     if (hooks) hooks->before_forward(i);
     std::span<float> out = s.outs[i].span();
     layers_[i]->forward(store_.layer_params(i), in, batch, out, *s.states[i], ws_);
+    if (recompute_ == Recompute::kFull) fresh_state(s, i);
     if (hooks) hooks->after_forward(i);
     in = out;
   }
   return in;
+}
+
+void LayerStack::fresh_state(Pass& s, int i) {
+  s.states[i] = layers_[i]->make_state(&ledger_);
+  s.states[i]->selective =
+      recompute_ == Recompute::kSelective && layers_[i]->recomputes_selectively();
+}
+
+std::span<const float> LayerStack::input_of(Pass& s, int i) {
+  return i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
+}
+
+void LayerStack::rebuild(Pass& s, int i) {
+  if (recompute_ == Recompute::kFull) {
+    const size_t n = size_t(s.batch) * layers_[i]->out_dim();
+    layers_[i]->forward(store_.layer_params(i), input_of(s, i), s.batch, redo_ws_.take(0, n),
+                        *s.states[i], ws_);
+  } else if (s.states[i]->selective) {
+    layers_[i]->rebuild_state(store_.layer_params(i), input_of(s, i), s.batch, *s.states[i]);
+  }
+}
+
+void LayerStack::release(Pass& s, int i) {
+  if (recompute_ == Recompute::kFull) {
+    fresh_state(s, i);
+  } else if (s.states[i]->selective) {
+    layers_[i]->release_rebuilt(*s.states[i]);
+  }
 }
 
 std::span<float> LayerStack::loss_grad(int batch) {
@@ -112,6 +160,15 @@ std::span<const float> LayerStack::backward_sgd(int p, std::span<float> dy,
                                                 const BackwardScale& scale, const SgdUpdate& u,
                                                 LayerHooks* hooks, bool input_grad) {
   DTSIM_CHECK(fuses_sgd());
+  if (recompute_ == Recompute::kFull) {
+    for (size_t q = 0; q < passes_.size(); ++q) {
+      if (q != size_t(p) && passes_[q]->in_flight) {
+        throw std::logic_error(
+            "backward_sgd with --recompute full needs one pass in flight: pass " +
+            std::to_string(q) + " would recompute its forward from updated parameters");
+      }
+    }
+  }
   BackwardScale s = scale;
   s.write_grads = true;
   return run_backward(*passes_.at(p), dy, s, hooks, input_grad, false, &u);
@@ -126,12 +183,13 @@ std::span<const float> LayerStack::backward_input(int p, std::span<float> dy,
 void LayerStack::backward_weight(int p, const BackwardScale& scale) {
   Pass& s = *passes_.at(p);
   for (int i = num_layers() - 1; i >= 0; --i) {
-    std::span<const float> x = i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
     std::span<float> grads = store_.begin_layer_grads(i, scale.write_grads);
-    layers_[i]->backward_weight(x, layer_scale(*layers_[i], scale, grads), grads, *s.states[i],
-                                ws_);
+    layers_[i]->backward_weight(input_of(s, i), layer_scale(*layers_[i], scale, grads), grads,
+                                *s.states[i], ws_);
     store_.end_layer_grads(i);
+    release(s, i);
   }
+  s.in_flight = false;
 }
 
 std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
@@ -153,8 +211,9 @@ std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
         dx = grad_ws_.take(cur_slot, n);
       }
     }
-    std::span<const float> x = i > 0 ? std::span<const float>(s.outs[i - 1].span()) : s.input;
+    std::span<const float> x = input_of(s, i);
     if (hooks) hooks->before_backward(i);
+    rebuild(s, i);  // reads the layer's parameters, after the hook has made them ready
     std::span<const float> params = store_.layer_params(i);
     if (sgd != nullptr) {
       const ParamRange r = layout().layer_range(i);
@@ -168,9 +227,11 @@ std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
                      ws_);
       store_.end_layer_grads(i);
     }
+    if (!split) release(s, i);  // the split keeps the state until backward_weight
     if (hooks) hooks->after_backward(i);
     cur = dx;
   }
+  if (!split) s.in_flight = false;
   return cur;
 }
 
@@ -187,7 +248,10 @@ float CrossEntropyLoss::forward_backward(std::span<const float> y, const Targets
                                          float grad_scale, std::span<float> dy) {
   DTSIM_CHECK(t.labels.size() == size_t(batch));
   const size_t n = size_t(batch) * classes_;
-  if (probs_.size() != n) probs_ = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+  if (probs_.size() != n) {
+    probs_.release();
+    probs_ = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+  }
   const float loss = softmax_cross_entropy_forward(y, t.labels, probs_.span(), batch, classes_);
   std::fill(dy.begin(), dy.end(), 0.0f);
   softmax_cross_entropy_backward(probs_.span(), t.labels, batch, classes_, grad_scale, dy);

@@ -15,7 +15,26 @@
 // also the layers of its ParamStore's layout.
 //
 // Memory: activations (pass inputs and outputs, layer states, workspaces, gradient buffers)
-// are recorded in the stack's ledger together with its weights and gradients.
+// are recorded in the stack's ledger together with its weights and gradients;
+// activation_peak() is the most they reached.
+//
+// Activation recomputation (Korthikanti et al. 2022; Megatron-LM's --recompute-granularity)
+// trades compute for activation memory, with gradients bitwise those without it:
+//   kNone       every layer's state lives from its pass's forward to its backward.
+//   kSelective  layers with recomputes_selectively() keep only their expensive tensors and
+//               rebuild the cheap elementwise ones just before backward (Layer::rebuild_state):
+//               MlpBlock keeps its pre-activation W1 x + b1 (B, H) and drops gelu(pre) and
+//               gelu'(pre) (B, H each); MoeBlock drops every expert's GELU output (n_e, F).
+//               Linear saves nothing in forward either way.
+//   kFull       a pass keeps its input and every layer's output (the next layer's input,
+//               Megatron's per-layer checkpoint) and no layer state: forward frees each
+//               layer's state as soon as the layer is done, and backward re-runs layer i's
+//               forward from its kept input just before layer i's backward, then frees it
+//               again. One extra forward per step; at most one layer's state is live at once
+//               (under the split backward, a pass's rebuilt states live from backward_input
+//               to backward_weight). The output of the recomputed forward is discarded.
+// Recomputed states are allocated and freed per layer per step (the memory is really given
+// back), which costs time; bench/ measures speed, not this.
 //
 // Thread safety: none; one stack belongs to one rank thread.
 #pragma once
@@ -35,11 +54,16 @@ namespace dtsim::model {
 // The layout a sequence of layers gives, layer after layer.
 ParamLayout layout_of(const Layers& layers);
 
+enum class Recompute { kNone, kSelective, kFull };
+// "none", "selective", "full".
+const char* recompute_name(Recompute r);
+
 class LayerStack {
  public:
   // `copy_input`: a pass saves a copy of its input (false: the caller's x must stay valid
-  // and unchanged until the pass's backward).
-  LayerStack(Layers layers, Precision precision, bool copy_input = true);
+  // and unchanged until the pass's backward). `recompute`: see above.
+  LayerStack(Layers layers, Precision precision, bool copy_input = true,
+             Recompute recompute = Recompute::kNone);
   LayerStack(const LayerStack&) = delete;
   LayerStack& operator=(const LayerStack&) = delete;
 
@@ -50,6 +74,10 @@ class LayerStack {
   ParamStore& store() { return store_; }
   const ParamLayout& layout() const { return store_.layout(); }
   MemoryLedger& memory() { return ledger_; }
+  Recompute recompute() const { return recompute_; }
+  // The most activation bytes live at once since construction (memory().reset_peaks()
+  // restarts it).
+  int64_t activation_peak() const { return ledger_.peak_bytes(MemoryCategory::kActivations); }
 
   // Forward of one micro-batch x (B, in) in pass `pass`; returns its output (B, out), valid
   // until the pass's next forward.
@@ -67,7 +95,9 @@ class LayerStack {
   // scale.write_grads, except that each layer applies `u` to its parameters as it computes
   // their gradients (Layer::backward_sgd) and the store's gradients are left as they were.
   // Bitwise backward then Sgd::step (momentum 0) over all parameters. Hooks run as in
-  // backward (there are no gradients for after_backward to read).
+  // backward (there are no gradients for after_backward to read). Under kFull the pass must
+  // be the only one in flight (a later pass's recomputed forward would read parameters this
+  // one updated): std::logic_error otherwise.
   bool fuses_sgd() const;
   std::span<const float> backward_sgd(int pass, std::span<float> dy, const BackwardScale& scale,
                                       const SgdUpdate& u, LayerHooks* hooks = nullptr,
@@ -81,19 +111,29 @@ class LayerStack {
   std::span<const float> backward_input(int pass, std::span<float> dy, const BackwardScale& scale,
                                         bool input_grad = false);
   void backward_weight(int pass, const BackwardScale& scale);
-  // The state layer `layer` saved in pass `pass`'s last forward.
+  // The state layer `layer` saved in pass `pass`'s last forward (under kFull an empty one
+  // outside that layer's backward).
   LayerState& state(int pass, int layer) { return *passes_.at(pass)->states[layer]; }
 
  private:
   struct Pass {
     int capacity = 0;                        // batch the buffers are sized for
     int batch = 0;                           // batch of the last forward
+    bool in_flight = false;                  // forward done, backward (weight) not yet
     std::span<const float> input;            // the input the first layer saw
     TrackedBuffer<float> input_copy;         // (B, in) when copy_input
     std::vector<TrackedBuffer<float>> outs;  // (B, out_i) per layer
     std::vector<std::unique_ptr<LayerState>> states;
   };
   Pass& pass(int p, int batch);
+  // Layer i's input in pass s.
+  std::span<const float> input_of(Pass& s, int i);
+  // Before layer i's backward of pass s: rebuilds what recomputation dropped from its state.
+  void rebuild(Pass& s, int i);
+  // After layer i's backward (or backward_weight): frees what rebuild() made.
+  void release(Pass& s, int i);
+  // Replaces layer i's state in pass s by a fresh, empty one (frees the old one's buffers).
+  void fresh_state(Pass& s, int i);
   // backward's loop over the layers; `split`: the input halves only; `sgd`: backward_sgd.
   std::span<const float> run_backward(Pass& s, std::span<float> dy, const BackwardScale& scale,
                                       LayerHooks* hooks, bool input_grad, bool split,
@@ -103,10 +143,12 @@ class LayerStack {
   Layers layers_;
   ParamStore store_;
   bool copy_input_;
+  Recompute recompute_;
   std::vector<std::unique_ptr<Pass>> passes_;
   int ws_batch_ = 0;   // the batch the workspaces are sized for
   Workspace ws_;       // layers' scratch
   Workspace grad_ws_;  // slots 0, 1: backward's gradient buffers; 2: the loss gradient
+  Workspace redo_ws_;  // kFull: slot 0 takes the recomputed forward's (discarded) output
 };
 
 // Targets of one micro-batch: regression values (B, O) or class labels (B).

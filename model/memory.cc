@@ -30,7 +30,21 @@ int static_bytes_per_param(Precision precision, OptimizerKind optimizer) {
 }
 
 void MemoryLedger::add(MemoryCategory c, int64_t bytes) {
-  bytes_[static_cast<int>(c)].fetch_add(bytes, std::memory_order_relaxed);
+  const int i = static_cast<int>(c);
+  const int64_t now = bytes_[i].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = peaks_[i].load(std::memory_order_relaxed);
+  while (now > peak && !peaks_[i].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+int64_t MemoryLedger::peak_bytes(MemoryCategory c) const {
+  return peaks_[static_cast<int>(c)].load(std::memory_order_relaxed);
+}
+
+void MemoryLedger::reset_peaks() {
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    peaks_[i].store(bytes_[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
 }
 
 int64_t MemoryLedger::bytes(MemoryCategory c) const {

@@ -52,6 +52,10 @@ class MemoryLedger {
   void add(MemoryCategory c, int64_t bytes);
   // Live bytes of one category.
   int64_t bytes(MemoryCategory c) const;
+  // The most live bytes of one category at any moment since construction or reset_peaks().
+  int64_t peak_bytes(MemoryCategory c) const;
+  // Restarts every category's peak from its live bytes.
+  void reset_peaks();
   // Live bytes of every category but activations: the static cost of the model state.
   int64_t static_bytes() const;
   // Live bytes of all categories.
@@ -59,6 +63,7 @@ class MemoryLedger {
 
  private:
   std::array<std::atomic<int64_t>, kNumMemoryCategories> bytes_{};
+  std::array<std::atomic<int64_t>, kNumMemoryCategories> peaks_{};
 };
 
 // std::allocator, except that blocks of 2 MiB and more are 2 MiB aligned and advised as
@@ -117,6 +122,8 @@ class TrackedBuffer {
   TrackedBuffer& operator=(const TrackedBuffer&) = delete;
   ~TrackedBuffer() { record(-1); }
 
+  // Frees the elements (size 0), updating the ledger.
+  void release() { *this = TrackedBuffer(); }
   // Resizes to n elements (new ones value-initialised), updating the ledger.
   void resize(size_t n) {
     record(-1);

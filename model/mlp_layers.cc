@@ -70,14 +70,27 @@ std::unique_ptr<LayerState> MlpBlock::make_state(MemoryLedger* ledger) const {
 }
 
 void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int batch,
-                       std::span<float> y, LayerState& state, Workspace& /*ws*/) {
+                       std::span<float> y, LayerState& state, Workspace& ws) {
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
   auto& s = static_cast<MlpBlockState&>(state);
-  s.ensure(size_t(batch) * H);
+  const size_t bh = size_t(batch) * H;
+  std::span<float> hid;
+  if (s.selective) {  // pre stays the pre-activation; gelu and gelu' go to the workspace
+    ensure_size(s.pre, s.ledger, bh);
+    s.hid.release();
+    hid = ws.take(0, bh);
+  } else {
+    s.ensure(bh);
+    hid = s.hid.span();
+  }
   linear_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(), batch, D, H);
-  gelu_forward_keep_grad(s.pre.span(), s.hid.span(), s.pre.span());  // pre := gelu'(pre)
-  linear_forward(s.hid.span(), p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), y, batch, H, D);
+  if (s.selective) {
+    gelu_forward(s.pre.span(), hid);  // bitwise gelu_forward_keep_grad's output
+  } else {
+    gelu_forward_keep_grad(s.pre.span(), hid, s.pre.span());  // pre := gelu'(pre)
+  }
+  linear_forward(hid, p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), y, batch, H, D);
   const size_t bd = size_t(batch) * D;
   for (size_t i = 0; i < bd; ++i) y[i] += x[i];  // residual
 }
@@ -163,6 +176,20 @@ void MlpBlock::backward_weight(std::span<const float> x, const BackwardScale& sc
                                std::span<float> g, LayerState& state, Workspace& /*ws*/) {
   const auto& s = static_cast<MlpBlockState&>(state);
   weight_part(x, s.dy.span(), s.dpre.span(), s, scale.batch, scale.write_grads, g);
+}
+
+void MlpBlock::rebuild_state(std::span<const float> /*p*/, std::span<const float> /*x*/, int batch,
+                             LayerState& state) {
+  auto& s = static_cast<MlpBlockState&>(state);
+  const size_t bh = size_t(batch) * hidden_;
+  DTSIM_CHECK(s.selective && s.pre.size() == bh);
+  ensure_size(s.hid, s.ledger, bh);
+  // forward's own call on the same pre: the bits a non-selective forward saves.
+  gelu_forward_keep_grad(s.pre.span(), s.hid.span(), s.pre.span());  // pre := gelu'(pre)
+}
+
+void MlpBlock::release_rebuilt(LayerState& state) {
+  static_cast<MlpBlockState&>(state).hid.release();
 }
 
 }  // namespace dtsim::model

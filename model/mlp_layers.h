@@ -61,6 +61,9 @@ class Linear : public Layer {
 // A residual Linear-GELU-Linear block "<name>.w1" (H, D), ".b1" (H), ".w2" (D, H), ".b2" (D).
 // Saves gelu'(pre) (in MlpBlockState::pre) and hid = gelu(pre), pre = W1 x + b1, (B, H)
 // each; backward uses workspace slots 0 and 1 (B, H) and may run in place (dx aliasing dy).
+// Selective recomputation: a selective state saves pre itself (B, H) only (forward puts
+// gelu(pre) in workspace slot 0); rebuild_state recomputes gelu(pre) and gelu'(pre) from it,
+// bitwise what forward saves otherwise; release_rebuilt frees hid again.
 class MlpBlock : public Layer {
  public:
   MlpBlock(std::string name, int dim, int hidden)
@@ -89,6 +92,10 @@ class MlpBlock : public Layer {
                       LayerState& state, Workspace& ws) override;
   void backward_weight(std::span<const float> x, const BackwardScale& scale, std::span<float> grads,
                        LayerState& state, Workspace& ws) override;
+  bool recomputes_selectively() const override { return true; }
+  void rebuild_state(std::span<const float> params, std::span<const float> x, int batch,
+                     LayerState& state) override;
+  void release_rebuilt(LayerState& state) override;
 
  private:
   void input_part(std::span<const float> p, std::span<const float> dy, const MlpBlockState& s,
@@ -104,7 +111,9 @@ class MlpBlock : public Layer {
 
 // Sizes `b` for n activation floats (contents unspecified) unless it has that size.
 inline void ensure_size(TrackedBuffer<float>& b, MemoryLedger* ledger, size_t n) {
-  if (b.size() != n) b = TrackedBuffer<float>(ledger, MemoryCategory::kActivations, n);
+  if (b.size() == n) return;
+  b.release();  // before the new one: the ledger's peak never holds both
+  b = TrackedBuffer<float>(ledger, MemoryCategory::kActivations, n);
 }
 
 // What a Linear keeps for a split backward's weight half: its output gradient (B, out).

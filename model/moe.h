@@ -24,7 +24,7 @@ struct MoeConfig {
   int d_model = 16;              // D
   int d_ff = 32;                 // F: hidden width of each expert
   int num_experts = 4;           // E
-  int top_k = 1;                 // k (1 or 2)
+  int top_k = 1;                 // k, 1..E (k = E: every expert, the dense mixture)
   float capacity_factor = 1.25;  // capacity = ceil(factor * T * k / E); <= 0 means no limit
   float aux_alpha = 0.01f;       // weight of the load-balancing loss
 };

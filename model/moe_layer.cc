@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/check.h"
+#include "model/kernels.h"
 
 namespace dtsim::model {
 namespace {
@@ -77,6 +78,17 @@ void MoeLayer::backward(std::span<const float> params, std::span<const float> dy
   backward_router(h_, params, r, c, d_gate_, aux_scale, grads, dh, d_probs_);
 }
 
+void MoeLayer::drop_hidden() {
+  for (ExpertActivations& a : acts_) std::vector<float>().swap(a.hid);
+}
+
+void MoeLayer::rebuild_hidden() {
+  for (ExpertActivations& a : acts_) {
+    a.hid.resize(a.pre.size());
+    if (!a.pre.empty()) gelu_forward(a.pre, a.hid);  // expert_forward's own call
+  }
+}
+
 size_t MoeLayer::activation_bytes() const {
   size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size();
   for (const ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
@@ -104,13 +116,34 @@ MoeBlock::State::~State() {
   if (ledger != nullptr) ledger->add(MemoryCategory::kActivations, -recorded);
 }
 
+void MoeBlock::State::record() {
+  const int64_t bytes = static_cast<int64_t>(layer.activation_bytes());
+  if (ledger != nullptr) ledger->add(MemoryCategory::kActivations, bytes - recorded);
+  recorded = bytes;
+}
+
 void MoeBlock::forward(std::span<const float> params, std::span<const float> x, int batch,
                        std::span<float> y, LayerState& state, Workspace& /*ws*/) {
   auto& s = static_cast<State&>(state);
   s.aux_loss = s.layer.forward(params, x, batch, y);
-  const int64_t bytes = static_cast<int64_t>(s.layer.activation_bytes());
-  if (s.ledger != nullptr) s.ledger->add(MemoryCategory::kActivations, bytes - s.recorded);
-  s.recorded = bytes;
+  s.record();  // with the GELU outputs: the peak saw them
+  if (s.selective) {
+    s.layer.drop_hidden();
+    s.record();
+  }
+}
+
+void MoeBlock::rebuild_state(std::span<const float> /*params*/, std::span<const float> /*x*/,
+                             int /*batch*/, LayerState& state) {
+  auto& s = static_cast<State&>(state);
+  s.layer.rebuild_hidden();
+  s.record();
+}
+
+void MoeBlock::release_rebuilt(LayerState& state) {
+  auto& s = static_cast<State&>(state);
+  s.layer.drop_hidden();
+  s.record();
 }
 
 void MoeBlock::backward(std::span<const float> params, std::span<const float> x,

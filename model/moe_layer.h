@@ -26,6 +26,11 @@ class MoeLayer {
   void backward(std::span<const float> params, std::span<const float> dy, float aux_scale,
                 std::span<float> grads, std::span<float> dh);
 
+  // Selective recomputation: frees every expert's GELU output (n_e, F); rebuild_hidden()
+  // recomputes it from the kept pre-activations, bitwise forward's, before backward.
+  void drop_hidden();
+  void rebuild_hidden();
+
   const MoeConfig& config() const { return config_; }
   const Routing& routing() const { return routing_; }
   // Bytes of activations held for backward.
@@ -49,7 +54,9 @@ class MoeLayer {
 // "<name>.expert<e>.w1" (F, D), ".b1" (F), ".w2" (D, F), ".b2" (D) for each e. Each micro-batch's
 // state holds its own MoeLayer (routing and expert activations), whose bytes it records as
 // activations. The aux loss's weight in the objective is grad_scale * B (the objective is sum CE +
-// B aux).
+// B aux). Selective recomputation drops the experts' GELU outputs (MoeLayer::drop_hidden);
+// the router's probabilities, the dispatched tokens, the expert pre-activations and outputs
+// stay.
 class MoeBlock : public Layer {
  public:
   explicit MoeBlock(const MoeConfig& config, std::string name = "moe")
@@ -63,6 +70,10 @@ class MoeBlock : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  bool recomputes_selectively() const override { return true; }
+  void rebuild_state(std::span<const float> params, std::span<const float> x, int batch,
+                     LayerState& state) override;
+  void release_rebuilt(LayerState& state) override;
 
   struct State : LayerState {
     State(const MoeConfig& c, MemoryLedger* ledger) : layer(c), ledger(ledger) {}
@@ -71,6 +82,8 @@ class MoeBlock : public Layer {
     MemoryLedger* ledger;
     int64_t recorded = 0;  // activation bytes recorded in the ledger
     float aux_loss = 0;    // of the last forward
+    // Records the layer's activation bytes now in the ledger.
+    void record();
   };
 
  private:

@@ -9,7 +9,8 @@ void PeakMemory::observe(const model::MemoryLedger& state, const model::MemoryLe
   for (int c = 0; c < model::kNumMemoryCategories; ++c) {
     const auto cat = static_cast<model::MemoryCategory>(c);
     const auto& from = cat == model::MemoryCategory::kActivations ? activations : state;
-    peak_[c] = std::max(peak_[c], from.bytes(cat));
+    const bool activation = cat == model::MemoryCategory::kActivations;
+    peak_[c] = std::max(peak_[c], activation ? from.peak_bytes(cat) : from.bytes(cat));
   }
 }
 

@@ -20,7 +20,8 @@ namespace dtsim::train {
 // The largest live bytes seen per category across the calls to observe().
 class PeakMemory {
  public:
-  // Model-state categories are read from `state`, activations from `activations`.
+  // Model-state categories are read from `state` (live bytes), activations from
+  // `activations` (its peak: recomputation frees states inside a step).
   void observe(const model::MemoryLedger& state, const model::MemoryLedger& activations);
   void observe(const model::MemoryLedger& all) { observe(all, all); }
   const std::array<int64_t, model::kNumMemoryCategories>& bytes() const { return peak_; }

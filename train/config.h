@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/layer_stack.h"
 #include "model/memory.h"
 #include "model/mlp.h"
 #include "model/moe_model.h"
@@ -65,6 +66,8 @@ struct TrainConfig {
   // taking blocks [c L / C, (c + 1) L / C) of L over C = pp x virtual_stages chunks.
   std::vector<int> stage_layers;
   Pitfall pitfall = Pitfall::kNone;
+  // Activation recomputation of every rank's LayerStack (model/layer_stack.h).
+  model::Recompute recompute = model::Recompute::kNone;
   uint64_t seed = 1;
   bool trace = false;  // record per-rank phase and collective timings
   // Called on global rank 0 (the only rank of single/accum) as each step finishes, with the

@@ -47,9 +47,11 @@ void validate_model(const TrainConfig& c) {
   }
   const model::MoeConfig& m = c.moe.moe;
   require(m.num_experts >= 1, "--experts " + std::to_string(m.num_experts) + " must be at least 1");
-  require(m.top_k >= 1 && m.top_k <= 2 && m.top_k <= m.num_experts,
-          "--top-k " + std::to_string(m.top_k) + " must be 1 or 2 and at most --experts " +
-              std::to_string(m.num_experts));
+  require(m.top_k >= 1, "--top-k " + std::to_string(m.top_k) + " must be at least 1");
+  require(m.top_k <= m.num_experts, "--top-k " + std::to_string(m.top_k) + " exceeds --experts " +
+                                        std::to_string(m.num_experts) +
+                                        ": each token picks distinct experts; lower --top-k or "
+                                        "raise --experts");
   require(m.d_ff >= 1, "--hidden " + std::to_string(m.d_ff) + " must be at least 1");
   require(c.moe.num_blocks >= 1,
           "--layers " + std::to_string(c.moe.num_blocks) + " must be at least 1");

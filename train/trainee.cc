@@ -27,7 +27,7 @@ model::Layers pipeline_layers(const TrainConfig& config, int first, int last) {
 Trainee::Trainee(const TrainConfig& config) : Trainee(config, model_layers(config)) {}
 
 Trainee::Trainee(const TrainConfig& config, model::Layers layers, bool copy_input)
-    : config_(config), stack_(std::move(layers), config.precision, copy_input) {
+    : config_(config), stack_(std::move(layers), config.precision, copy_input, config.recompute) {
   const model::ParamLayout full = model_layout(config);
   const std::vector<float> init = model::init_params(full, config.seed);  // the model's bits
   std::vector<float> mine(stack_.layout().size());

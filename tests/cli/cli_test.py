@@ -123,6 +123,28 @@ def case_train():
     expect(rc == 0 and ", 2 ranks, 3 steps, batch 16," in out, f"3e0 is 3: {rc} {err}\n{out}")
 
 
+def case_train_recompute():
+    """--recompute full at least halves a pipeline stage's activation peak (GPipe, four
+    micro-batches in flight), with the same losses; top-k above 2 trains and checks."""
+    peaks, losses = {}, {}
+    for r in ["none", "selective", "full"]:
+        rc, out, _ = run("train", "--pp", "2", "--micro-batches", "4", "--schedule", "gpipe",
+                         "--layers", "4", "--steps", "4", "--recompute", r, "--quiet")
+        expect(rc == 0, f"--recompute {r} exit code {rc}\n{out}")
+        m = re.search(r"^activations peak ([\d.]+) KiB \(largest rank; recompute (\w+)\)$", out,
+                      re.M)
+        expect(m is not None and m.group(2) == r, f"activations peak line:\n{out}")
+        peaks[r] = float(m.group(1))
+        losses[r] = re.findall(r"^ +\d+  \d+\.\d+$", out, re.M)
+    expect(2 * peaks["full"] <= peaks["none"], f"full does not halve the peak: {peaks}")
+    expect(peaks["selective"] < peaks["none"], f"selective does not lower the peak: {peaks}")
+    expect(losses["full"] == losses["none"] == losses["selective"], f"losses differ: {losses}")
+    rc, out, _ = run("train", "--model", "moe", "--top-k", "4", "--experts", "8", "--steps", "5",
+                     "--check", "--quiet")
+    expect(rc == 0 and "E 8 top-4" in out, f"top-4 of 8 --check exit code {rc}\n{out}")
+    expect_match(r"^check: PASS ", out, "top-4 verdict")
+
+
 def case_check_exit_codes():
     rc, out, _ = run("train", "--strategy", "ddp", "--algo", "deterministic", "--steps", "5",
                      "--check", "--quiet")

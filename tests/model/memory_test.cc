@@ -106,6 +106,23 @@ TEST(MemoryTest, TrackedBufferReleasesOnDestruction) {
   EXPECT_EQ(ledger.total_bytes(), 0);
 }
 
+// The ledger keeps each category's peak; releasing a buffer lowers the live bytes only.
+TEST(MemoryTest, LedgerKeepsThePeakPerCategory) {
+  MemoryLedger ledger;
+  TrackedBuffer<float> a(&ledger, MC::kActivations, 10);
+  {
+    TrackedBuffer<float> b(&ledger, MC::kActivations, 5);
+    EXPECT_EQ(ledger.peak_bytes(MC::kActivations), 60);
+  }
+  a.release();
+  EXPECT_EQ(ledger.bytes(MC::kActivations), 0);
+  EXPECT_EQ(ledger.peak_bytes(MC::kActivations), 60);
+  EXPECT_EQ(ledger.peak_bytes(MC::kWeights), 0);
+  TrackedBuffer<float> c(&ledger, MC::kActivations, 3);
+  ledger.reset_peaks();
+  EXPECT_EQ(ledger.peak_bytes(MC::kActivations), 12);
+}
+
 // Buffers of 2 MiB and more start on a 2 MiB boundary (so they can be huge pages), hold
 // their initial value everywhere and count their logical size only; smaller ones as before.
 TEST(MemoryTest, LargeTrackedBuffersAreHugePageAlignedAndCountedByTheirSize) {

@@ -3,6 +3,8 @@
 // backward, with and without tokens dropped at capacity); routing rules by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <ostream>
 #include <vector>
 
@@ -82,9 +84,11 @@ TEST_P(MoeGradTest, LayerBackwardMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient(h, dh, run, 1e-3f, 2e-3, 2e-2, same_routing));
 }
 
+// k above 2 up to k = E = 4 (every expert on every token).
 INSTANTIATE_TEST_SUITE_P(Routing, MoeGradTest,
                          ::testing::Values(MoeCase{1, 0.0f}, MoeCase{1, 0.5f}, MoeCase{2, 0.0f},
-                                           MoeCase{2, 0.6f}),
+                                           MoeCase{2, 0.6f}, MoeCase{3, 0.0f}, MoeCase{3, 0.6f},
+                                           MoeCase{4, 0.0f}, MoeCase{4, 0.7f}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(MoeAuxLossTest, GradientMatchesFiniteDifferencesAndFormula) {
@@ -209,10 +213,72 @@ TEST_P(MoeDenseTest, SparseMatchesDenseReferenceForwardAndBackward) {
   }
 }
 
+// E = 6 here, one of them idle: k up to 5.
 INSTANTIATE_TEST_SUITE_P(Routing, MoeDenseTest,
                          ::testing::Values(MoeCase{1, 0.0f}, MoeCase{1, 0.5f}, MoeCase{2, 0.0f},
-                                           MoeCase{2, 0.5f}),
+                                           MoeCase{2, 0.5f}, MoeCase{3, 0.0f}, MoeCase{3, 0.5f},
+                                           MoeCase{5, 0.0f}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
+
+// y = h + sum_e softmax(Wr h)_e expert_e(h), in double by hand.
+std::vector<double> dense_mixture(const MoeConfig& c, std::span<const float> params,
+                                  std::span<const float> h, int T) {
+  const int D = c.d_model, F = c.d_ff, E = c.num_experts;
+  auto gelu = [](double x) {
+    return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  };
+  std::vector<double> y(h.begin(), h.begin() + size_t(T) * D);
+  for (int t = 0; t < T; ++t) {
+    const float* x = &h[size_t(t) * D];
+    std::vector<double> p(E);
+    double top = -1e300, sum = 0;
+    for (int e = 0; e < E; ++e) {
+      for (int d = 0; d < D; ++d) p[e] += double(params[size_t(e) * D + d]) * x[d];
+      top = std::max(top, p[e]);
+    }
+    for (double& v : p) sum += v = std::exp(v - top);
+    for (int e = 0; e < E; ++e) {
+      const ExpertWeights w = expert_weights(
+          params.subspan(moe_router_size(c) + e * moe_expert_size(c), moe_expert_size(c)), c);
+      std::vector<double> hid(F);
+      for (int f = 0; f < F; ++f) {
+        double a = w.b1[f];
+        for (int d = 0; d < D; ++d) a += double(w.w1[size_t(f) * D + d]) * x[d];
+        hid[f] = gelu(a);
+      }
+      for (int d = 0; d < D; ++d) {
+        double o = w.b2[d];
+        for (int f = 0; f < F; ++f) o += double(w.w2[size_t(d) * F + f]) * hid[f];
+        y[size_t(t) * D + d] += p[e] / sum * o;
+      }
+    }
+  }
+  return y;
+}
+
+// Top-k with k = E and no capacity limit is the dense softmax-weighted mixture of all
+// experts: every token takes every expert once, its gates summing to one.
+TEST(MoeTopKTest, AllExpertsGiveTheSoftmaxWeightedMixture) {
+  MoeConfig c = small_config(4, 0.0f);
+  c.num_experts = c.top_k = 5;
+  auto params = random_vector(moe_layer_size(c), 51, 0.5f);
+  const auto h = random_vector(size_t(kTokens) * c.d_model, 52);
+  MoeLayer layer(c);
+  std::vector<float> y(h.size());
+  layer.forward(params, h, kTokens, y);
+  const Routing& r = layer.routing();
+  ASSERT_EQ(dropped_slots(r), 0);
+  for (int t = 0; t < kTokens; ++t) {
+    std::vector<int> chosen(r.expert.begin() + t * c.top_k, r.expert.begin() + (t + 1) * c.top_k);
+    std::sort(chosen.begin(), chosen.end());
+    EXPECT_EQ(chosen, (std::vector<int>{0, 1, 2, 3, 4})) << "token " << t;
+    double gates = 0;
+    for (int j = 0; j < c.top_k; ++j) gates += r.gate[t * c.top_k + j];
+    EXPECT_NEAR(gates, 1.0, 1e-6) << "token " << t;
+  }
+  const std::vector<double> want = dense_mixture(c, params, h, kTokens);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 2e-6 * (1 + std::abs(want[i])));
+}
 
 }  // namespace
 }  // namespace dtsim::model

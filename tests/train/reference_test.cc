@@ -100,8 +100,12 @@ TEST(Validate, NamesTheFlagAndTheConstraint) {
   EXPECT_NE(usage_error(c).find("--layers 0"), std::string::npos);
   c = small_mlp();
   c.model = ModelKind::kMoe;
-  c.moe.moe.top_k = 3;
-  EXPECT_NE(usage_error(c).find("--top-k 3"), std::string::npos);
+  c.moe.moe.top_k = c.moe.moe.num_experts;  // every expert: allowed
+  EXPECT_EQ(usage_error(c), "");
+  c.moe.moe.top_k = c.moe.moe.num_experts + 1;
+  EXPECT_NE(
+      usage_error(c).find("--top-k " + std::to_string(c.moe.moe.top_k) + " exceeds --experts"),
+      std::string::npos);
   c = small_mlp();
   c.strategy = Strategy::kTp;
   c.ranks = 2;

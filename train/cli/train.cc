@@ -43,7 +43,7 @@ struct TrainFlags {
   int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
   int dp = 1, pp = 1, ep = 1, zero = 0, virtual_stages = 1;
   std::vector<int> stage_layers;
-  std::string schedule = "1f1b";
+  std::string schedule = "1f1b", recompute = "none";
   double lr = 0.05;
   int64_t seed = 1;
   bool check = false, quiet = false;
@@ -84,7 +84,8 @@ void declare(CLI::App* app, TrainFlags& f) {
       ->transform(Integer(1, 64));
   app->add_option("--experts", f.experts, "experts of the MoE layer (moe only)")
       ->transform(Integer(1, 1024));
-  app->add_option("--top-k", f.top_k, "experts per token (moe only)")->transform(Integer(1, 2));
+  app->add_option("--top-k", f.top_k, "experts per token, at most --experts (moe only)")
+      ->transform(Integer(1, 1024));
   app->add_option("--tp", f.tp,
                   "mesh: tensor-parallel width (also dp-tp's; --strategy tp uses every rank)")
       ->transform(Integer(1, 256));
@@ -122,6 +123,10 @@ void declare(CLI::App* app, TrainFlags& f) {
             return ProcessModel::from_environment(0, f.threads_per_process).world_features();
           },
           /*name_op=*/false, {OpKind::kAllReduce}));
+  app->add_option("--recompute", f.recompute,
+                  "activation recomputation: selective rebuilds GELU outputs before backward, "
+                  "full re-runs each layer's forward (docs/recompute.md)")
+      ->check(OneOf({"none", "selective", "full"}));
   app->add_option("--seed", f.seed, "initialisation and data seed")
       ->transform(Integer(0, INT64_MAX));
   app->add_option("--pitfall", f.pitfall,
@@ -253,6 +258,9 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   parse_mesh(a, f, c);
   parse_algo(f.algo, &c.algo);  // AlgoFor() accepted it
   c.seed = static_cast<uint64_t>(f.seed);
+  c.recompute = f.recompute == "full"        ? model::Recompute::kFull
+                : f.recompute == "selective" ? model::Recompute::kSelective
+                                             : model::Recompute::kNone;
   if (!f.pitfall.empty())
     c.pitfall = train::Pitfall::kForgetDivide;  // validate() checks the strategy
   return c;
@@ -324,6 +332,16 @@ void print_ranks(const train::RunResult& run) {
   }
   std::printf("\nper rank: peak memory by category, traffic per step\n");
   t.print(stdout, "  ");
+}
+
+// The largest activation peak of any rank, with the recomputation it ran under.
+void print_activation_peak(const train::TrainConfig& c, const train::RunResult& run) {
+  int64_t peak = 0;
+  for (const train::RankReport& r : run.ranks) {
+    peak = std::max(peak, r.memory[static_cast<int>(model::MemoryCategory::kActivations)]);
+  }
+  std::printf("\nactivations peak %s (largest rank; recompute %s)\n", bytes_text(peak).c_str(),
+              model::recompute_name(c.recompute));
 }
 
 int run_train(const CLI::App& a, const TrainFlags& f) {
@@ -402,6 +420,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
         s, config.lr);
   }
   print_ranks(run);
+  print_activation_peak(config, run);
   std::printf("\ncollectives ran: %s\n", algorithms_ran_text(run).c_str());
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());

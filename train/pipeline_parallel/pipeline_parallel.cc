@@ -187,7 +187,10 @@ class PipelineRank : public RankStrategy {
     for (int c = 0; c < model::kNumMemoryCategories; ++c) {
       const auto cat = static_cast<model::MemoryCategory>(c);
       int64_t bytes = buffers_.bytes(cat);
-      for (auto& t : chunks_) bytes += t->memory().bytes(cat);
+      for (auto& t : chunks_) {  // activations: each chunk's peak (recomputation frees states)
+        const bool activation = cat == model::MemoryCategory::kActivations;
+        bytes += activation ? t->memory().peak_bytes(cat) : t->memory().bytes(cat);
+      }
       all.add(cat, bytes);
     }
     for (size_t j = 0; j < chunks_.size(); ++j) {
