@@ -21,20 +21,21 @@ double measured_activations(const TrainConfig& c) {
   return static_cast<double>(peak);
 }
 
-double estimated_activations(const TrainConfig& c, int data_ranks) {
+double estimated_activations(const TrainConfig& c, int data_ranks, int tp) {
   Architecture a;
   a.kind = c.model == ModelKind::kMlp ? ArchKind::kMlp : ArchKind::kMoe;
   a.mlp = c.mlp;
   a.moe = c.moe;
   const int micro_batch = c.global_batch / (data_ranks * c.micro_batches);
   return estimator::dtsim_measured_activations(a, micro_batch,
-                                               c.precision == model::Precision::kMixedBf16);
+                                               c.precision == model::Precision::kMixedBf16, tp);
 }
 
 struct Case {
   const char* name;
   ConfigSpec spec;
   int data_ranks;
+  int tp = 1;
 };
 
 class EstimateMeasured : public ::testing::TestWithParam<Case> {};
@@ -44,7 +45,7 @@ TEST_P(EstimateMeasured, ActivationsWithinFivePercent) {
   TrainConfig c = make_config(k.spec);
   c.steps = 2;
   const double measured = measured_activations(c);
-  const double estimated = estimated_activations(c, k.data_ranks);
+  const double estimated = estimated_activations(c, k.data_ranks, k.tp);
   ASSERT_GT(measured, 0);
   RecordProperty("estimated_over_measured", std::to_string(estimated / measured));
   EXPECT_NEAR(estimated / measured, 1.0, 0.05)
@@ -80,6 +81,33 @@ INSTANTIATE_TEST_SUITE_P(
                             .precision = kBf16,
                             .dim = 32,
                             .hidden = 128},
+                           2},
+                      Case{"mlp_tp2",
+                           {.strategy = Strategy::kTp,
+                            .ranks = 2,
+                            .batch = 32,
+                            .dim = 32,
+                            .hidden = 128,
+                            .layers = 3},
+                           1,
+                           2},
+                      Case{"mlp_tp4_bf16",
+                           {.strategy = Strategy::kTp,
+                            .ranks = 4,
+                            .batch = 32,
+                            .precision = kBf16,
+                            .dim = 32,
+                            .hidden = 128},
+                           1,
+                           4},
+                      Case{"mlp_dp2_tp2",
+                           {.strategy = Strategy::kDpTp,
+                            .ranks = 4,
+                            .tp = 2,
+                            .batch = 32,
+                            .dim = 32,
+                            .hidden = 128},
+                           2,
                            2},
                       Case{"moe_single",
                            {.model = ModelKind::kMoe,

@@ -190,6 +190,11 @@ est::ProjectionInput input_from_flags(const CLI::App& app, const EstimateFlags& 
   in.micro_batch = f.micro_batch;
   if (given(app, "--global-batch")) {
     in.global_batch = f.global_batch;
+    // mlp, moe: as dtsim train, B / (dp m) samples a micro-batch unless --micro-batch says.
+    const int per_micro = f.dp * f.micro_batches;
+    if (!gpt && !given(app, "--micro-batch") && f.global_batch % per_micro == 0) {
+      in.micro_batch = f.global_batch / per_micro;
+    }
   } else if (in.global_batch == 0 || given(app, "--micro-batches")) {
     in.global_batch = f.dp * f.micro_batch * f.micro_batches;
   }
@@ -320,15 +325,20 @@ int run_model_estimate(const CLI::App& app, const EstimateFlags& f) {
               in.virtual_stages > 1 ? " chunks" : "", p.mesh.held[worst] == 1 ? "" : "es",
               bytes_str(p.activation_peak).c_str());
 
-  std::printf("\nmemory per device: %s state + %s activations = %s; %s %s\n",
+  std::printf("\nmemory per device: %s state + %s activations = %s",
               bytes_str(p.mesh.state.static_bytes).c_str(), bytes_str(p.activation_peak).c_str(),
-              bytes_str(p.device_bytes).c_str(),
-              p.device_bytes <= memory ? "FITS in" : "DOES NOT FIT in", bytes_str(memory).c_str());
-  const int best = est::largest_micro_batch(in, memory);
-  if (best > 0) {
-    std::printf("largest micro-batch that fits: %d\n", best);
+              bytes_str(p.device_bytes).c_str());
+  if (memory > 0) {
+    std::printf("; %s %s\n", p.device_bytes <= memory ? "FITS in" : "DOES NOT FIT in",
+                bytes_str(memory).c_str());
+    const int best = est::largest_micro_batch(in, memory);
+    if (best > 0) {
+      std::printf("largest micro-batch that fits: %d\n", best);
+    } else {
+      std::printf("no micro-batch fits: add tp, pp or ZeRO, or recompute\n");
+    }
   } else {
-    std::printf("no micro-batch fits: add tp, pp or ZeRO, or recompute\n");
+    std::printf(" (give --memory to check a fit)\n");
   }
 
   std::printf("\nbytes per step per device, by axis and collective:\n");
@@ -341,9 +351,10 @@ int run_model_estimate(const CLI::App& app, const EstimateFlags& f) {
           seconds_str(p.exposed_seconds("pp")), seconds_str(p.bubble),
           seconds_str(p.exposed_seconds("dp")), seconds_str(p.step)});
   tt.print(stdout, "  ");
-  std::printf("%s/s %.4g, MFU %.1f%%, HFU %.1f%%, %.4g TFLOP/s per device (with recomputation)\n",
+  std::printf("%s/s %.4g, MFU %.1f%%, HFU %.1f%%, %.4g TFLOP/s per device%s\n",
               in.arch.kind == est::ArchKind::kGpt ? "tokens" : "samples", p.tokens_per_second,
-              100 * p.mfu, 100 * p.hfu, p.tflops_per_device);
+              100 * p.mfu, 100 * p.hfu, p.tflops_per_device,
+              in.recompute == est::Recompute::kNone ? "" : " (recomputed FLOPs counted)");
   return 0;
 }
 

@@ -31,13 +31,15 @@ LayerActivations gpt_layer_activations(const GptShape& g, const ActivationInput&
 
 namespace {
 
-double mlp_floats(const model::MlpConfig& m, double b, bool bf16) {
-  const double d = m.input_dim, hid = m.hidden_dim, o = m.output_dim, L = m.num_blocks;
+double mlp_floats(const model::MlpConfig& m, double b, bool bf16, int tp) {
+  const double d = m.input_dim, hid = double(m.hidden_dim) / tp, o = m.output_dim;
+  const double L = m.num_blocks;
   double n = b * (L * d + o);  // every layer's output
   n += b * d;                  // the stack's copy of the input
   n += L * 2 * b * hid;        // each block's GELU derivative and output
   n += b * hid;                // backward's pre-activation gradient (workspace slot 0)
   n += b * o + b * d;          // the loss gradient and the head's input gradient
+  if (tp > 1) n += b * d;      // a tp block's partial input gradient before its all-reduce
   if (bf16) n += 2 * std::max(2 * hid * d + hid + d, o * d + o);  // fp32 working copies
   return n;
 }
@@ -62,15 +64,17 @@ double moe_floats(const model::MoeModelConfig& m, double b, bool bf16) {
 
 }  // namespace
 
-double dtsim_measured_activations(const Architecture& a, int micro_batch, bool bf16) {
+double dtsim_measured_activations(const Architecture& a, int micro_batch, bool bf16, int tp) {
   const double b = micro_batch;
   const double floats =
-      a.kind == ArchKind::kMlp ? mlp_floats(a.mlp, b, bf16) : moe_floats(a.moe, b, bf16);
+      a.kind == ArchKind::kMlp ? mlp_floats(a.mlp, b, bf16, tp) : moe_floats(a.moe, b, bf16);
   return floats * sizeof(float);
 }
 
 double micro_batch_activations(const Architecture& a, const ActivationInput& in) {
-  if (a.kind != ArchKind::kGpt) return dtsim_measured_activations(a, in.micro_batch, false);
+  if (a.kind != ArchKind::kGpt) {
+    return dtsim_measured_activations(a, in.micro_batch, false, in.tp);
+  }
   const GptShape& g = a.gpt;
   const double layer = gpt_layer_activations(g, in).total();
   // The embedding's dropout mask (Korthikanti et al. section 4.3), 1 byte per element.

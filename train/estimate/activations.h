@@ -49,10 +49,10 @@ LayerActivations gpt_layer_activations(const GptShape& g, const ActivationInput&
 double micro_batch_activations(const Architecture& a, const ActivationInput& in);
 
 // mlp and moe: the activation bytes `dtsim train` measures on one rank that runs the whole
-// model (single, ddp, zero: b samples per micro-batch, one micro-batch held at a time),
-// including the stack's reusable workspaces and, for bf16, the fp32 working copy of a
-// layer's weights and gradients. MoE assumes no token is dropped at capacity (an upper
-// bound when some are).
-double dtsim_measured_activations(const Architecture& a, int micro_batch, bool bf16);
+// model (single, ddp, zero: b samples per micro-batch, one micro-batch held at a time; mlp
+// also tp and dp-tp, each block's hidden width split over `tp` ranks), including the
+// stack's reusable workspaces and, for bf16, the fp32 working copy of a layer's weights
+// and gradients. MoE assumes no token is dropped at capacity (an upper bound when some are).
+double dtsim_measured_activations(const Architecture& a, int micro_batch, bool bf16, int tp = 1);
 
 }  // namespace dtsim::train::estimator

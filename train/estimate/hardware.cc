@@ -69,7 +69,11 @@ bool HardwareField::set(Hardware& h, double v) const {
     (n == "cores" ? h.cores : h.devices_per_node) = static_cast<int>(v);
     return true;
   }
-  if ((n == "peak_flops" || n == "efficiency" || n.ends_with("bandwidth")) && v == 0) return false;
+  if ((n == "peak_flops" || n == "efficiency" || n == "intra_bandwidth" ||
+       n == "inter_bandwidth") &&
+      v == 0) {
+    return false;
+  }
   *field(h, n) = v;
   return true;
 }

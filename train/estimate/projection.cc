@@ -39,6 +39,9 @@ std::string validate(const ProjectionInput& in) {
   if (gpt && a.gpt.hidden % a.gpt.heads != 0) {
     return fmt::format("--hidden {} is not a multiple of --heads {}", a.gpt.hidden, a.gpt.heads);
   }
+  if (gpt && a.gpt.kv_heads == 0 && a.gpt.heads % in.tp != 0) {
+    return fmt::format("--heads {} is not a multiple of --tp {}", a.gpt.heads, in.tp);
+  }
   if (gpt && (a.gpt.heads % a.gpt.kv() != 0 || a.gpt.kv() % in.tp != 0)) {
     return fmt::format("--kv-heads {} must divide --heads {} and be a multiple of --tp {}",
                        a.gpt.kv(), a.gpt.heads, in.tp);
