@@ -8,10 +8,12 @@ the run's measured median step (`--report`'s seconds_per_step), and the median a
 |error|. Speed is measured here, never asserted in tests: paste the output, with the load
 average it prints, into docs/estimate.md.
 
-  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--recalibrate]
+  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R] [--recalibrate]
 
---recalibrate measures the machine again right before every run, so that a shared machine's
-changing load moves the calibration and the run together.
+--repeat R calibrates R times and keeps the fastest compute rate, and runs each held-out run
+R times and keeps its fastest median step: on a shared machine the least disturbed of R is
+the closest to a quiet one, for the calibration and the runs alike. --recalibrate measures
+the machine again right before every run, so that a changing load moves both together.
 """
 import json
 import os
@@ -72,11 +74,13 @@ def main():
     dtsim = "build/dtsim"
     if args and not args[0].startswith("--"):
         dtsim = args.pop(0)
-    steps, recalibrate = 10, False
+    steps, repeat, recalibrate = 10, 1, False
     while args:
         a = args.pop(0)
         if a == "--steps" and args:
             steps = int(args.pop(0))
+        elif a == "--repeat" and args:
+            repeat = int(args.pop(0))
         elif a == "--recalibrate":
             recalibrate = True
         else:
@@ -85,10 +89,17 @@ def main():
         hw = os.path.join(tmp, "here.json")
 
         def calibrate():
-            text = run([dtsim, "estimate", "--calibrate", hw])
-            return text.splitlines()[0]
+            best, line = None, ""
+            for _ in range(repeat):
+                text = run([dtsim, "estimate", "--calibrate", hw + ".try"])
+                rate = json.load(open(hw + ".try"))["peak_flops"]
+                if best is None or rate > best:
+                    best, line = rate, text.splitlines()[0]
+                    os.replace(hw + ".try", hw)
+            return line
 
         print("calibration:", calibrate())
+        print(f"repeat {repeat}, {steps} steps a run")
         print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
         print(f"{'held-out dtsim train run':58} {'predicted':>10} {'measured':>10} {'error':>8}")
         errors = []
@@ -97,7 +108,7 @@ def main():
                 calibrate()
             train = [dtsim, "train", *model.split(), "--strategy", strategy, "--ranks", str(ranks),
                      "--batch", str(batch), "--steps", str(steps), "--quiet", "--report", "-"]
-            measured = json.loads(run(train))["seconds_per_step"]
+            measured = min(json.loads(run(train))["seconds_per_step"] for _ in range(repeat))
             est = [dtsim, "estimate", *model.split(), *mesh_flags(strategy, ranks),
                    "--global-batch", str(batch), "--precision", "fp32", "--optimizer", "sgd",
                    "--hardware", hw]

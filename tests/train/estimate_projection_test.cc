@@ -69,6 +69,24 @@ TEST(Projection, OneDeviceIsComputeAtTheStatedRate) {
   EXPECT_NEAR(p.step, flops / (312e12 * 0.6) + p.memory_bound, 1e-12);
 }
 
+TEST(Projection, RankThreadsShareTheCores) {
+  ProjectionInput in;
+  in.arch.kind = ArchKind::kMlp;
+  in.arch.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
+  in.global_batch = 64;
+  in.precision = model::Precision::kFp32;
+  in.hw.peak_flops = 1e10;
+  in.hw.devices_per_node = 512;
+  in.hw.intra = in.hw.inter = {0, 1e18};
+  in.hw.cores = 2;
+  const double flops = 3 * forward_flops(in.arch, 64).total();
+  EXPECT_NEAR(project(in).compute, flops / 1e10, 1e-15) << "one rank: one core's rate";
+  in.dp = 2, in.micro_batch = 32;
+  EXPECT_NEAR(project(in).compute, flops / 2 / 1e10, 1e-15) << "two ranks on two cores";
+  in.dp = 8, in.micro_batch = 8;
+  EXPECT_NEAR(project(in).compute, flops / 8 / (1e10 * 2 / 8), 1e-15) << "eight on two";
+}
+
 TEST(Projection, AxesAddTheirTrafficAndTheBubble) {
   ProjectionInput in = small_gpt();
   in.tp = 2, in.pp = 2, in.dp = 4, in.micro_batch = 1;

@@ -405,9 +405,8 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
   const est::Calibration c = est::calibrate();
   std::printf(
       "compute: %.4g FLOP in %.4g s a step (dtsim train single, mlp D 192 H 768 L 2, batch 256) "
-      "= %.4g GFLOP/s on %d cores, %.4g per core\n",
-      c.step_flops, c.step_seconds, c.step_flops / c.step_seconds / 1e9, c.hw.cores,
-      c.hw.peak_flops / 1e9);
+      "= %.4g GFLOP/s a rank thread, %d cores\n",
+      c.step_flops, c.step_seconds, c.hw.peak_flops / 1e9, c.hw.cores);
   std::printf("all_reduce ring, 2 rank threads: 4 B in %s, %s in %s\n",
               seconds_str(c.small_seconds).c_str(), bytes_str(c.large_bytes).c_str(),
               seconds_str(c.large_seconds).c_str());

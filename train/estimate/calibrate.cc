@@ -64,7 +64,7 @@ Calibration calibrate() {
   Hardware& hw = c.hw;
   hw.name = "calibrated";
   hw.source = "dtsim estimate --calibrate on this machine";
-  hw.peak_flops = c.step_flops / c.step_seconds / cores;
+  hw.peak_flops = c.step_flops / c.step_seconds;  // one rank thread's rate
   hw.efficiency = 1;
   hw.devices_per_node = World::kMaxRanks;  // one machine: every group is "intra"
   // Ring all_reduce on 2 ranks: 2 alpha + 2 (1/2) n beta.

@@ -2,7 +2,9 @@
 // own training step (a single-rank run of a calibration MLP, FLOPs / seconds, per core) and
 // the alpha and beta of a thread world's ring all_reduce (2 ranks: a 4-byte call is
 // 2 alpha, a 16 MiB call 2 alpha + n beta). Ranks are threads sharing the cores, so the
-// file sets Hardware::cores and a device's rate is peak x cores / devices.
+// file sets Hardware::cores: one rank runs at the single-rank rate (its kernels' intra-op
+// threads gain little at these shapes: measured, bench/estimate_vs_train.py), N > cores
+// ranks at cores / N of it.
 //
 // Thread safety: runs Worlds; call from one (non-rank) thread.
 #pragma once

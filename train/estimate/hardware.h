@@ -25,8 +25,9 @@ struct Hardware {
   // Bytes per second of device memory, for the element-wise work around the GEMMs (norms,
   // softmax, dropout, activation functions: memory-bound); 0: in the compute rate.
   double memory_bandwidth = 0;
-  // Cores the devices share (ranks as threads on one machine, a calibrated file): a device's
-  // rate is then peak_flops x cores / devices (peak_flops is one core's); 0: not shared.
+  // Cores the devices share (ranks as threads on one machine, a calibrated file): a device
+  // runs at peak_flops (one core's rate) while devices <= cores, at peak_flops x cores /
+  // devices beyond; 0: not shared.
   int cores = 0;
 };
 

@@ -123,7 +123,7 @@ Projection project(const ProjectionInput& in) {
   if (in.recompute == Recompute::kFull) recomputed = f.layers;
   if (in.recompute == Recompute::kSelective) recomputed = f.attention_scores;
   const double model_parallel = double(in.tp) * in.pp * in.cp;
-  const double share = in.hw.cores > 0 ? double(in.hw.cores) / p.devices : 1;
+  const double share = in.hw.cores > 0 ? std::min(1.0, double(in.hw.cores) / p.devices) : 1;
   const double rate = in.hw.peak_flops * in.hw.efficiency * share;
   double t_memory = 0;
   if (gpt && in.hw.memory_bandwidth > 0) {
