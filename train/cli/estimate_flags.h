@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "train/estimate/hardware.h"
+
 namespace dtsim::cli {
 
 struct EstimateFlags {
@@ -29,6 +31,10 @@ struct EstimateFlags {
   bool published = false;
   std::string calibrate;
 };
+
+// The hardware --hardware names (a100, h100 or a hardware file), with the override flags
+// applied; fail()s naming the flag or the file's field (estimate_hardware.cc).
+train::estimator::Hardware hardware_from_flags(const CLI::App& app, const EstimateFlags& f);
 
 // The architecture's projection (--model or --preset).
 int run_model_estimate(const CLI::App& app, const EstimateFlags& f);
