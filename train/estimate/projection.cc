@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "train/pipeline_parallel/schedule_check.h"
 
@@ -221,13 +223,19 @@ Projection project(const ProjectionInput& in) {
 
 int largest_micro_batch(ProjectionInput in, double memory) {
   const int per_replica = in.global_batch / in.dp;
+  std::vector<int> divisors;  // of B / dp, found up to its square root
+  for (int d = 1; int64_t{d} * d <= per_replica; ++d) {
+    if (per_replica % d != 0) continue;
+    divisors.push_back(d);
+    if (d != per_replica / d) divisors.push_back(per_replica / d);
+  }
+  std::sort(divisors.begin(), divisors.end());
   int best = 0;
-  for (int b = 1; b <= per_replica; ++b) {
-    if (per_replica % b != 0) continue;
+  for (int b : divisors) {
     in.micro_batch = b;
     if (!validate(in).empty()) continue;
-    // Memory only: the step time is not needed, but project() is cheap next to a dry run.
-    if (project(in).device_bytes <= memory) best = b;
+    if (project(in).device_bytes > memory) break;  // activations grow with b
+    best = b;
   }
   return best;
 }
