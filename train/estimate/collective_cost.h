@@ -10,7 +10,7 @@
 //               direct (every rank sends its buffer to every other, at once)
 //                                   alpha + (p - 1) n beta
 //   reduce_scatter, all_gather ring (p - 1) alpha + (p - 1) / p  n beta
-//   all_to_all  direct              (p - 1) alpha + (p - 1) / p  n beta
+//   all_to_all  direct              alpha + (p - 1) / p  n beta (every message sent at once)
 //   send/recv                       alpha + n beta
 #pragma once
 
