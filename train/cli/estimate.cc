@@ -12,10 +12,13 @@
 
 #include "runtime/job_start.h"
 #include "train/cli/commands.h"
+#include "train/cli/estimate_flags.h"
 #include "train/cli/flags.h"
 #include "train/cli/report_json.h"
 #include "train/cli/table.h"
 #include "train/estimate.h"
+#include "train/estimate/architecture.h"
+#include "train/estimate/collective_cost.h"
 
 namespace dtsim::cli {
 namespace {
@@ -31,15 +34,42 @@ std::string decimal_bytes(double b) {
   return fmt::format("{:.4g} B", b);
 }
 
-struct EstimateFlags {
-  double params = 0;
-  int ranks = 8, stage = -1;
-  std::string precision = "bf16", optimizer = "adam";
-  // The mesh (any of these given: estimate_mesh).
-  int dp = 1, tp = 1, pp = 1, zero = 0, micro_batches = 1, virtual_stages = 1;
-  std::string schedule = "1f1b";
-  double activations = 0;
-};
+// Flags that only the architecture's projection reads.
+const char* kArchitectureFlags[] = {"--layers",
+                                    "--hidden",
+                                    "--heads",
+                                    "--kv-heads",
+                                    "--ffn",
+                                    "--vocab",
+                                    "--seq",
+                                    "--dim",
+                                    "--experts",
+                                    "--top-k",
+                                    "--micro-batch",
+                                    "--global-batch",
+                                    "--ep",
+                                    "--cp",
+                                    "--sequence-parallel",
+                                    "--recompute",
+                                    "--no-dropout",
+                                    "--memory",
+                                    "--hardware",
+                                    "--algo",
+                                    "--peak-tflops",
+                                    "--efficiency",
+                                    "--intra-gbps",
+                                    "--inter-gbps",
+                                    "--intra-latency-us",
+                                    "--inter-latency-us",
+                                    "--devices-per-node"};
+
+std::string preset_names() {
+  std::string names;
+  for (const train::estimator::Preset& p : train::estimator::presets()) {
+    names += (names.empty() ? "" : "|") + std::string(p.name);
+  }
+  return names;
+}
 
 const char* kMeshFlags[] = {
     "--dp",         "--tp", "--pp", "--zero", "--micro-batches", "--schedule", "--virtual-stages",
@@ -155,6 +185,22 @@ int run_mesh_estimate(const CLI::App& app, const EstimateFlags& f) {
 }
 
 int run_estimate(const CLI::App& app, const EstimateFlags& f) {
+  if (f.published) return run_published(app, f);
+  if (given(app, "--calibrate")) return run_calibrate(app, f);
+  if (given(app, "--model") || given(app, "--preset")) return run_model_estimate(app, f);
+  for (const char* flag : kArchitectureFlags) {
+    if (given(app, flag)) {
+      fail("estimate", std::string(flag) +
+                           " describes an architecture: add --model gpt|mlp|moe "
+                           "or --preset");
+    }
+  }
+  if (!given(app, "--params")) {
+    fail("estimate",
+         "--params is required (or describe the model: --model gpt|mlp|moe, or "
+         "--preset " +
+             preset_names() + ")");
+  }
   for (const char* flag : kMeshFlags) {
     if (given(app, flag)) return run_mesh_estimate(app, f);
   }
@@ -214,19 +260,21 @@ int run_estimate(const CLI::App& app, const EstimateFlags& f) {
 Command add_estimate(CLI::App& dtsim) {
   CLI::App* app = dtsim.add_subcommand(
       "estimate",
-      "memory per device and bytes per step for ZeRO stages 0-3 or a dp x tp x pp mesh");
+      "memory, traffic and step time per device, from a parameter count or an architecture");
   describe(app,
            "Static memory per device by category (weights, gradients, fp32 master weights, Adam m\n"
            "and v; activations are not estimated) and bytes each device sends per step with ring\n"
            "collectives, for ZeRO stage 0 (DDP) to 3, or only --stage. GB are 10^9 bytes.\n"
            "With --dp, --tp or --pp (or any pipeline flag): one device of a 3D mesh, ZeRO --zero\n"
-           "along dp, the pipeline bubble from the schedule and activations per stage.");
+           "along dp, the pipeline bubble from the schedule and activations per stage.\n"
+           "With --model gpt|mlp|moe or --preset: the architecture gives the parameters by layer\n"
+           "kind, activations (Korthikanti et al. 2022 for gpt), traffic per axis and collective,\n"
+           "the step time on --hardware and whether it fits --memory (docs/estimate.md).");
   app->option_defaults()->always_capture_default();
   app->fallthrough();  // --config belongs to dtsim
   auto f = std::make_shared<EstimateFlags>();
   app->add_option("--params", f->params, "parameter count Psi, e.g. 7e9")
       ->check(Number(1, 1e15))
-      ->required()
       ->default_str("");
   app->add_option("--ranks", f->ranks, "data-parallel devices N")->transform(Integer(1, 1000000));
   app->add_option("--stage", f->stage, "ZeRO stage [default: all four]")
@@ -251,9 +299,96 @@ Command add_estimate(CLI::App& dtsim) {
                   "mesh: bytes of activations one micro-batch saves through the whole model")
       ->check(Number(0, 1e18))
       ->default_str("");
+  // The architecture's projection (train/estimate/projection.h).
+  std::vector<std::string> preset_list;
+  for (const train::estimator::Preset& p : train::estimator::presets())
+    preset_list.push_back(p.name);
+  app->add_option("--model", f->model, "architecture: gpt (a decoder), or dtsim's mlp or moe")
+      ->check(OneOf({"gpt", "mlp", "moe"}))
+      ->default_str("");
+  app->add_option("--preset", f->preset, "a named gpt shape with its source")
+      ->check(OneOf(preset_list))
+      ->default_str("");
+  app->add_option("--layers", f->layers, "gpt: L; mlp: blocks; moe: MoE layers")
+      ->transform(Integer(1, 100000))
+      ->default_str("");
+  app->add_option("--hidden", f->hidden, "gpt: h; mlp: hidden width H; moe: expert width F")
+      ->transform(Integer(1, 1 << 20))
+      ->default_str("");
+  app->add_option("--heads", f->heads, "gpt: attention heads a")
+      ->transform(Integer(1, 65536))
+      ->default_str("");
+  app->add_option("--kv-heads", f->kv_heads, "gpt: key/value heads (grouped-query) [default: a]")
+      ->transform(Integer(1, 65536))
+      ->default_str("");
+  app->add_option("--ffn", f->ffn, "gpt: MLP width f [default: 4h]")
+      ->transform(Integer(1, 1 << 22))
+      ->default_str("");
+  app->add_option("--vocab", f->vocab, "gpt: vocabulary V")
+      ->transform(Integer(1, 1 << 24))
+      ->default_str("");
+  app->add_option("--seq", f->seq, "gpt: sequence length s")
+      ->transform(Integer(1, 1 << 24))
+      ->default_str("");
+  app->add_option("--dim", f->dim, "mlp, moe: model width D")->transform(Integer(1, 1 << 20));
+  app->add_option("--experts", f->experts, "moe: experts E")->transform(Integer(1, 1 << 16));
+  app->add_option("--top-k", f->top_k, "moe: experts per token")->transform(Integer(1, 2));
+  app->add_option("--micro-batch", f->micro_batch, "sequences (gpt) or samples per micro-batch b")
+      ->transform(Integer(1, 1 << 20));
+  app->add_option("--global-batch", f->global_batch,
+                  "sequences or samples per step B [default: the preset's, else dp b m]")
+      ->transform(Integer(1, 1 << 30))
+      ->default_str("");
+  app->add_option("--ep", f->ep, "mesh: expert-parallel width inside dp (moe)")
+      ->transform(Integer(1, 1 << 16));
+  app->add_option("--cp", f->cp, "mesh: context-parallel width (gpt)")->transform(Integer(1, 4096));
+  app->add_flag("--sequence-parallel", f->sequence_parallel,
+                "gpt: shard norms and dropout over tp (Korthikanti et al. 2022)");
+  app->add_option("--recompute", f->recompute, "gpt: activation recomputation")
+      ->check(OneOf({"none", "selective", "full"}));
+  app->add_flag("--no-dropout", f->no_dropout, "gpt: no dropout masks (Llama presets have none)");
+  app->add_option("--memory", f->memory,
+                  "device memory to fit, e.g. 80GB [default: the hardware's]")
+      ->default_str("");
+  app->add_option("--hardware", f->hardware,
+                  "a100, h100, or a hardware file (--calibrate writes one)");
+  app->add_option("--algo", f->algo, "all_reduce algorithm of tp and dp")
+      ->check(OneOf(train::estimator::algorithm_names()));
+  app->add_option("--peak-tflops", f->peak_tflops, "override: peak TFLOP/s per device")
+      ->check(Number(1e-9, 1e9))
+      ->default_str("");
+  app->add_option("--efficiency", f->efficiency, "override: fraction of peak the layers reach")
+      ->check(Number(1e-6, 1))
+      ->default_str("");
+  app->add_option("--intra-gbps", f->intra_gbps, "override: GB/s per device inside a node")
+      ->check(Number(1e-9, 1e9))
+      ->default_str("");
+  app->add_option("--inter-gbps", f->inter_gbps, "override: GB/s per device between nodes")
+      ->check(Number(1e-9, 1e9))
+      ->default_str("");
+  app->add_option("--intra-latency-us", f->intra_latency_us, "override: alpha inside a node")
+      ->check(Number(0, 1e9))
+      ->default_str("");
+  app->add_option("--inter-latency-us", f->inter_latency_us, "override: alpha between nodes")
+      ->check(Number(0, 1e9))
+      ->default_str("");
+  app->add_option("--devices-per-node", f->devices_per_node, "override: devices in a node")
+      ->transform(Integer(1, 1 << 20))
+      ->default_str("");
+  app->add_flag("--published", f->published,
+                "Narayanan et al. 2021's Table 1 (Megatron-LM, up to 3072 A100s) beside the "
+                "projection");
+  app->add_option("--calibrate", f->calibrate,
+                  "measure this machine (compute rate, all_reduce alpha and beta) into FILE")
+      ->default_str("");
   app->footer(
       "example: dtsim estimate --params 7e9 --ranks 8\n"
-      "         dtsim estimate --params 7e9 --dp 2 --tp 2 --pp 4 --zero 1 --micro-batches 8");
+      "         dtsim estimate --params 7e9 --dp 2 --tp 2 --pp 4 --zero 1 --micro-batches 8\n"
+      "         dtsim estimate --preset llama-70b --tp 8 --pp 4 --dp 32 --zero 1 --memory 80GB\n"
+      "         dtsim estimate --model gpt --layers 24 --hidden 2048 --heads 16 --seq 2048 \\\n"
+      "             --vocab 50257 --micro-batch 4 --global-batch 512 --dp 16 --tp 2\n"
+      "         dtsim estimate --published\n"
+      "         dtsim estimate --calibrate here.hw");
   return {app, [f, app] { return run_estimate(*app, *f); }};
 }
 

@@ -1,0 +1,87 @@
+// dtsim estimate's hardware: a preset or a hardware file (JSON, what --calibrate writes)
+// with the flags' overrides, and --calibrate itself (train/estimate/calibrate.h).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "runtime/job_start.h"
+#include "train/cli/estimate_flags.h"
+#include "train/cli/flags.h"
+#include "train/cli/output_file.h"
+#include "train/estimate/calibrate.h"
+#include "train/estimate/hardware.h"
+
+namespace dtsim::cli {
+
+namespace est = train::estimator;
+
+est::Hardware hardware_from_flags(const CLI::App& app, const EstimateFlags& f) {
+  est::Hardware hw;
+  if (const est::Hardware* preset = est::find_hardware(f.hardware)) {
+    hw = *preset;
+  } else {
+    std::ifstream in(f.hardware);
+    if (!in) {
+      fail("estimate", "--hardware " + f.hardware +
+                           " is neither a100, h100 nor a readable hardware file (dtsim estimate "
+                           "--calibrate FILE writes one)");
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) fail("estimate", "--hardware " + f.hardware + " is not a JSON object");
+    hw.name = j.value("name", f.hardware);
+    hw.source = "hardware file " + f.hardware;
+    for (const est::HardwareField& field : est::hardware_fields()) {
+      if (!j.contains(field.name) || !j[field.name].is_number() ||
+          !field.set(hw, j[field.name].get<double>())) {
+        fail("estimate", fmt::format("--hardware {}: \"{}\" must be a number in range (dtsim "
+                                     "estimate --calibrate writes every field)",
+                                     f.hardware, field.name));
+      }
+    }
+  }
+  if (given(app, "--peak-tflops")) hw.peak_flops = f.peak_tflops * 1e12;
+  if (given(app, "--efficiency")) hw.efficiency = f.efficiency;
+  if (given(app, "--devices-per-node")) hw.devices_per_node = f.devices_per_node;
+  if (given(app, "--intra-gbps")) hw.intra.bandwidth = f.intra_gbps * 1e9;
+  if (given(app, "--inter-gbps")) hw.inter.bandwidth = f.inter_gbps * 1e9;
+  if (given(app, "--intra-latency-us")) hw.intra.latency = f.intra_latency_us * 1e-6;
+  if (given(app, "--inter-latency-us")) hw.inter.latency = f.inter_latency_us * 1e-6;
+  return hw;
+}
+
+int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
+  for (const char* flag : {"--model", "--preset", "--params", "--hardware", "--published"}) {
+    if (given(app, flag)) fail("estimate", std::string(flag) + " does not apply to --calibrate");
+  }
+  if (f.calibrate == "-") {
+    fail("estimate", "--calibrate - is standard output, where the measurements go; give a FILE");
+  }
+  OutputFile out("estimate", "--calibrate", f.calibrate);  // checked before any work
+  begin_work();
+  const est::Calibration c = est::calibrate();
+  std::printf(
+      "compute: %.4g FLOP in %.4g s a step (dtsim train single, mlp D 192 H 768 L 2, batch 256) "
+      "= %.4g GFLOP/s a rank thread, %d cores\n",
+      c.step_flops, c.step_seconds, c.hw.peak_flops / 1e9, c.hw.cores);
+  std::printf("all_reduce ring, 2 rank threads: 4 B in %s, %s in %s\n",
+              fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
+              fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
+              fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str());
+  std::printf("alpha %s, beta 1 / (%.4g GB/s)\n",
+              fmt::format("{:.4g} us", c.hw.intra.latency * 1e6).c_str(),
+              c.hw.intra.bandwidth / 1e9);
+  nlohmann::ordered_json j;
+  j["name"] = c.hw.name;
+  for (const est::HardwareField& field : est::hardware_fields()) j[field.name] = field.get(c.hw);
+  out.commit(json_with_generator(j.dump(2), "dtsim estimate --calibrate") + "\n");
+  std::printf("wrote %s\n", out.name().c_str());
+  return 0;
+}
+
+}  // namespace dtsim::cli

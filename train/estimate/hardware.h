@@ -1,0 +1,47 @@
+// A device and its links as data: peak compute, the fraction of it the layers reach, and an
+// alpha-beta cost (latency, bandwidth per device and direction) for links inside a node and
+// between nodes. Presets name their sources; every field can be overridden by a flag or read
+// from a hardware file (JSON) that `dtsim estimate --calibrate` writes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dtsim::train::estimator {
+
+struct Link {
+  double latency = 0;    // alpha, seconds per message
+  double bandwidth = 0;  // 1 / beta, bytes per second one device sends in one direction
+};
+
+struct Hardware {
+  std::string name;
+  std::string source;
+  double peak_flops = 0;     // per device, dense (bf16 on a GPU)
+  double efficiency = 1;     // fraction of peak_flops the layers' kernels reach
+  int devices_per_node = 1;  // a group within one node uses `intra`, else `inter`
+  Link intra, inter;
+  double memory_bytes = 0;  // per device
+  // Bytes per second of device memory, for the element-wise work around the GEMMs (norms,
+  // softmax, dropout, activation functions: memory-bound); 0: in the compute rate.
+  double memory_bandwidth = 0;
+  // Cores the devices share (ranks as threads on one machine, a calibrated file): a device
+  // runs at peak_flops (one core's rate) while devices <= cores, at peak_flops x cores /
+  // devices beyond; 0: not shared.
+  int cores = 0;
+};
+
+const std::vector<Hardware>& hardware_presets();
+// The preset named `name` ("a100", "h100"), or nullptr.
+const Hardware* find_hardware(const std::string& name);
+
+// The numeric fields by name, as a hardware file (train/cli/estimate_model.cc) keeps them.
+struct HardwareField {
+  const char* name;
+  double get(const Hardware& h) const;
+  // Sets the field; false when `v` is out of its range (negative, or a count below 1).
+  bool set(Hardware& h, double v) const;
+};
+const std::vector<HardwareField>& hardware_fields();
+
+}  // namespace dtsim::train::estimator

@@ -1,0 +1,243 @@
+#include "train/estimate/projection.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "train/pipeline_parallel/schedule_check.h"
+
+namespace dtsim::train::estimator {
+namespace {
+
+struct Ctx {
+  const ProjectionInput& in;
+  const Link& link(int span) const {
+    return span <= in.hw.devices_per_node ? in.hw.intra : in.hw.inter;
+  }
+};
+
+// Adds `calls` collectives of `bytes` each over `group` ranks whose ranks span `span`.
+void add(Projection& p, const Ctx& c, const char* axis, CollectiveKind kind, Algorithm algo,
+         int group, int span, double calls, double bytes) {
+  if (group <= 1 || calls == 0) return;
+  AxisTraffic t{axis, kind, algo, group, span > c.in.hw.devices_per_node, calls, bytes};
+  t.sent = calls * collective_bytes_sent(kind, algo, group, bytes);
+  t.seconds = calls * collective_seconds(kind, algo, group, bytes, c.link(span));
+  p.traffic.push_back(t);
+}
+
+}  // namespace
+
+std::string validate(const ProjectionInput& in) {
+  const Architecture& a = in.arch;
+  const bool gpt = a.kind == ArchKind::kGpt, moe = a.kind == ArchKind::kMoe;
+  const int layers = gpt ? a.gpt.layers : moe ? a.moe.num_blocks : a.mlp.num_blocks;
+  if (gpt && (a.gpt.layers < 1 || a.gpt.hidden < 1 || a.gpt.heads < 1 || a.gpt.vocab < 1 ||
+              a.gpt.seq < 1)) {
+    return "--model gpt needs --layers, --hidden, --heads, --vocab and --seq (or --preset)";
+  }
+  if (gpt && a.gpt.hidden % a.gpt.heads != 0) {
+    return fmt::format("--hidden {} is not a multiple of --heads {}", a.gpt.hidden, a.gpt.heads);
+  }
+  if (gpt && a.gpt.kv_heads == 0 && a.gpt.heads % in.tp != 0) {
+    return fmt::format("--heads {} is not a multiple of --tp {}", a.gpt.heads, in.tp);
+  }
+  if (gpt && (a.gpt.heads % a.gpt.kv() != 0 || a.gpt.kv() % in.tp != 0)) {
+    return fmt::format("--kv-heads {} must divide --heads {} and be a multiple of --tp {}",
+                       a.gpt.kv(), a.gpt.heads, in.tp);
+  }
+  if (gpt && a.gpt.seq % in.cp != 0) {
+    return fmt::format("--seq {} is not a multiple of --cp {}", a.gpt.seq, in.cp);
+  }
+  if (!gpt && in.cp > 1) return "--cp splits a sequence: it needs --model gpt";
+  if (!gpt && (in.sequence_parallel || in.recompute != Recompute::kNone)) {
+    return "--sequence-parallel and --recompute follow Korthikanti et al.: they need --model gpt";
+  }
+  if (a.kind == ArchKind::kMlp && a.mlp.hidden_dim % in.tp != 0) {
+    return fmt::format("--hidden {} is not a multiple of --tp {}", a.mlp.hidden_dim, in.tp);
+  }
+  if (moe && in.tp > 1) return "--model moe shards experts with --ep, not --tp";
+  if (in.ep > 1 && !moe) return "--ep shards experts: it needs --model moe";
+  if (moe && (in.dp % in.ep != 0 || a.moe.moe.num_experts % in.ep != 0)) {
+    return fmt::format("--ep {} must divide --dp {} and --experts {}", in.ep, in.dp,
+                       a.moe.moe.num_experts);
+  }
+  if (layers % (in.pp * in.virtual_stages) != 0) {
+    return fmt::format("--layers {} is not a multiple of --pp {} x --virtual-stages {}", layers,
+                       in.pp, in.virtual_stages);
+  }
+  if (in.global_batch % (in.dp * in.micro_batch) != 0) {
+    return fmt::format("--global-batch {} is not a multiple of --dp {} x --micro-batch {}",
+                       in.global_batch, in.dp, in.micro_batch);
+  }
+  pipeline::ScheduleSpec spec{in.schedule, in.pp, in.global_batch / (in.dp * in.micro_batch),
+                              in.virtual_stages};
+  if (std::string why = pipeline::validate(spec); !why.empty()) return why;
+  if (!(in.hw.peak_flops > 0 && in.hw.efficiency > 0 && in.hw.intra.bandwidth > 0 &&
+        in.hw.inter.bandwidth > 0)) {
+    return "the hardware needs a positive peak, efficiency and bandwidths";
+  }
+  return "";
+}
+
+double Projection::exposed_seconds(const std::string& axis) const {
+  double s = 0;
+  for (const AxisTraffic& t : traffic) {
+    if (t.axis == axis) s += t.seconds;
+  }
+  return s;
+}
+
+Projection project(const ProjectionInput& in) {
+  const Architecture& a = in.arch;
+  const bool gpt = a.kind == ArchKind::kGpt, moe = a.kind == ArchKind::kMoe;
+  const Ctx c{in};
+  Projection p;
+  p.params = count_params(a);
+  p.micro_batches = in.global_batch / (in.dp * in.micro_batch);
+  const double seq = gpt ? a.gpt.seq : 1;
+  const int m = p.micro_batches;
+
+  // Model state: the experts are sharded over ep as well (each ep rank holds E / ep).
+  MeshEstimateInput mi;
+  mi.params = p.params.total() - (moe ? (1 - 1.0 / in.ep) * p.params.mlp : 0);
+  mi.dp = in.dp;
+  mi.tp = in.tp;
+  mi.zero_stage = in.zero;
+  mi.precision = in.precision;
+  mi.optimizer = in.optimizer;
+  mi.schedule = {in.schedule, in.pp, m, in.virtual_stages};
+  ActivationInput ai{in.tp, in.sequence_parallel, in.recompute, in.micro_batch, in.dropout};
+  p.micro_batch_activations = micro_batch_activations(a, ai) / in.cp;
+  mi.activation_bytes = p.micro_batch_activations;
+  p.mesh = estimate_mesh(mi);
+  p.params_per_device = p.mesh.params_per_device;
+  p.devices = p.mesh.devices * in.cp;
+  p.activation_peak =
+      *std::max_element(p.mesh.activation_bytes.begin(), p.mesh.activation_bytes.end());
+  p.device_bytes = p.mesh.state.static_bytes + p.activation_peak;
+
+  // Compute of one micro-batch on one device.
+  const Flops f = forward_flops(a, in.micro_batch * seq);
+  double recomputed = 0;
+  if (in.recompute == Recompute::kFull) recomputed = f.layers;
+  if (in.recompute == Recompute::kSelective) recomputed = f.attention_scores;
+  const double model_parallel = double(in.tp) * in.pp * in.cp;
+  const double share = in.hw.cores > 0 ? std::min(1.0, double(in.hw.cores) / p.devices) : 1;
+  const double rate = in.hw.peak_flops * in.hw.efficiency * share;
+  double t_memory = 0;
+  if (gpt && in.hw.memory_bandwidth > 0) {
+    const double layer =
+        gpt_layer_activations(
+            a.gpt, {in.tp, in.sequence_parallel, Recompute::kNone, in.micro_batch, in.dropout})
+            .total();
+    const double traffic =
+        kActivationTraffic + (in.recompute == Recompute::kFull ? kRecomputeTraffic : 0);
+    t_memory = traffic * layer / in.cp * (double(a.gpt.layers) / in.pp) / in.hw.memory_bandwidth;
+  }
+  const double t_compute = (3 * f.total() + recomputed) / model_parallel / rate + t_memory;
+
+  // Per micro-batch collectives (on the pipeline's critical path).
+  const int stage_layers = (gpt ? a.gpt.layers : moe ? a.moe.num_blocks : a.mlp.num_blocks) / in.pp;
+  const double act_elem = gpt ? 2 : 4;  // bf16 activations on a GPU; dtsim's are fp32
+  const double hidden = gpt ? a.gpt.hidden : moe ? a.moe.moe.d_model : a.mlp.input_dim;
+  const double tokens = in.micro_batch * seq / in.cp;
+  const double act = tokens * hidden * act_elem;  // one layer's (b, s, h) activations
+  Projection per_micro;                           // traffic of one micro-batch
+  if (in.tp > 1) {
+    // gpt: 2 in forward (attention, MLP), 2 in backward, 2 more when the forward is redone.
+    const double per_pass = gpt ? 2 : 1;
+    const double passes = 2 + (in.recompute == Recompute::kFull ? 1 : 0);
+    const double calls = per_pass * passes * stage_layers;
+    if (in.sequence_parallel) {
+      add(per_micro, c, "tp", CollectiveKind::kAllGather, Algorithm::kRing, in.tp, in.tp, calls,
+          act);
+      add(per_micro, c, "tp", CollectiveKind::kReduceScatter, Algorithm::kRing, in.tp, in.tp, calls,
+          act);
+    } else {
+      add(per_micro, c, "tp", CollectiveKind::kAllReduce, in.all_reduce, in.tp, in.tp, calls, act);
+    }
+  }
+  if (in.cp > 1) {  // K and V of the whole sequence gathered in forward, scattered back
+    const double kv = tokens * in.cp * 2.0 * a.gpt.kv() * (a.gpt.hidden / a.gpt.heads) / in.tp;
+    const double fwd = 1 + (in.recompute == Recompute::kFull ? 1 : 0);
+    add(per_micro, c, "cp", CollectiveKind::kAllGather, Algorithm::kRing, in.cp, in.tp * in.cp,
+        fwd * stage_layers, kv * act_elem);
+    add(per_micro, c, "cp", CollectiveKind::kReduceScatter, Algorithm::kRing, in.cp, in.tp * in.cp,
+        stage_layers, kv * act_elem);
+  }
+  if (in.ep > 1) {  // dispatch and combine, forward and backward, of the k copies of a token
+    const double buf = tokens * a.moe.moe.top_k * hidden * act_elem;
+    add(per_micro, c, "ep", CollectiveKind::kAllToAll, Algorithm::kDirect, in.ep,
+        in.tp * in.cp * in.ep, 4.0 * stage_layers, buf);
+  }
+  if (in.pp > 1) {  // activations forward, their gradients back (scattered over tp)
+    const int span = in.tp * in.cp * in.dp * in.pp;
+    const double boundary = act / in.tp;
+    add(per_micro, c, "pp", CollectiveKind::kSendRecv, Algorithm::kDirect, 2, span,
+        2.0 * in.virtual_stages, boundary);
+  }
+  double t_comm_micro = 0;
+  for (AxisTraffic t : per_micro.traffic) {
+    t_comm_micro += t.seconds;
+    t.calls *= m;
+    t.sent *= m;
+    t.seconds *= m;
+    p.traffic.push_back(t);
+  }
+  const double busy = m * (t_compute + t_comm_micro);
+  const double bubble = p.mesh.bubble.value();
+  const double t_pipe = busy / (1 - bubble);
+  p.compute = m * t_compute;
+  p.memory_bound = m * t_memory;
+  p.bubble = t_pipe - busy;
+
+  // The data-parallel sync of the device's slice (train/estimate.h's traffic by stage).
+  if (in.dp > 1) {
+    const double g = p.mesh.state.gradient_bytes, w = p.mesh.state.parameter_bytes;
+    const int span = in.tp * in.cp * in.dp;
+    if (in.zero == 0) {
+      add(p, c, "dp", CollectiveKind::kAllReduce, in.all_reduce, in.dp, span, 1, g);
+    } else {
+      add(p, c, "dp", CollectiveKind::kReduceScatter, Algorithm::kRing, in.dp, span, 1, g);
+      add(p, c, "dp", CollectiveKind::kAllGather, Algorithm::kRing, in.dp, span,
+          in.zero == 3 ? 2 : 1, w);
+    }
+  }
+  p.step = t_pipe + p.exposed_seconds("dp");
+
+  const Flops step_flops = forward_flops(a, double(in.global_batch) * seq);
+  p.model_flops = 3 * step_flops.total();
+  p.hardware_flops =
+      p.model_flops + (in.recompute == Recompute::kFull        ? step_flops.layers
+                       : in.recompute == Recompute::kSelective ? step_flops.attention_scores
+                                                               : 0);
+  p.tokens_per_second = in.global_batch * seq / p.step;
+  p.mfu = p.model_flops / (p.step * p.devices * in.hw.peak_flops);
+  p.hfu = p.hardware_flops / (p.step * p.devices * in.hw.peak_flops);
+  p.tflops_per_device = p.hardware_flops / (p.step * p.devices) / 1e12;
+  return p;
+}
+
+int largest_micro_batch(ProjectionInput in, double memory) {
+  const int per_replica = in.global_batch / in.dp;
+  std::vector<int> divisors;  // of B / dp, found up to its square root
+  for (int d = 1; int64_t{d} * d <= per_replica; ++d) {
+    if (per_replica % d != 0) continue;
+    divisors.push_back(d);
+    if (d != per_replica / d) divisors.push_back(per_replica / d);
+  }
+  std::sort(divisors.begin(), divisors.end());
+  int best = 0;
+  for (int b : divisors) {
+    in.micro_batch = b;
+    if (!validate(in).empty()) continue;
+    if (project(in).device_bytes > memory) break;  // activations grow with b
+    best = b;
+  }
+  return best;
+}
+
+}  // namespace dtsim::train::estimator
