@@ -82,7 +82,6 @@ std::vector<Cell> grid() {
 const char* const kKnownRefusals[] = {
     "shards the MoE's experts: it needs --model moe",
     "splits the MLP blocks: it needs --model mlp",  // expert tensor parallelism
-    "--zero 3 with --ep",                           // ZeRO-3 of expert-parallel layers
     "does not divide --dp",                         // ep inside dp only
     "--schedule zb-h1 needs --model mlp",           // MoE layers' split backward
     "--zero 3 with --schedule zb-h1",               // ZeRO-3 of a split backward

@@ -21,7 +21,11 @@
 //          part's group (padded to a multiple of it, as FSDP pads). The hooks all-gather a
 //          layer's segments before its forward and backward and free them after (the absent
 //          elements are NaN, so a read of a freed parameter poisons the loss); after its
-//          backward its gradients are reduce-scattered into the owner's shard and freed.
+//          backward its gradients are reduce-scattered into the owner's shard and freed
+//          (zeroed, so the next micro-batch's backward adds into zeros: bitwise a write).
+//          A layer with expert segments stays gathered for the whole step and is
+//          reduce-scattered in sync_gradients: expert parallelism completes its gradients
+//          only at the step's end.
 //
 // Memory: model_state() is the model state as this rank holds it under its stage.
 //
@@ -161,6 +165,8 @@ class DataParallel {
   // ZeRO 3.
   std::vector<Zero3Segment> segments_;
   std::vector<std::vector<int>> layer_segments_;
+  std::vector<char> step_scoped_;   // per layer: holds expert segments (see Hooks)
+  std::vector<char> gathered_now_;  // per layer: its segments are gathered
   model::TrackedBuffer<T> shard_params_, shard_grads_;
   std::vector<model::TrackedBuffer<T>> gathered_;
   std::vector<T> rs_part_;

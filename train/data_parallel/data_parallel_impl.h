@@ -11,19 +11,24 @@ template <class T>
 class DataParallel<T>::Hooks : public PhaseHooks {
  public:
   Hooks(RankTimeline* timeline, DataParallel& dp) : PhaseHooks(timeline), dp_(dp) {}
+  // ZeRO-3: a layer is gathered around each use and its gradients reduce-scattered after
+  // its backward; a layer with expert segments (step-scoped) stays gathered from its first
+  // use of the step until sync_gradients, since expert parallelism completes its
+  // gradients only then (finish_expert_gradients).
   void before_forward(int layer) override {
     PhaseHooks::before_forward(layer);
-    if (dp_.zero_ == 3) dp_.gather(layer);
+    if (dp_.zero_ == 3 && !dp_.gathered_now_[layer]) dp_.gather(layer);
   }
   void after_forward(int layer) override {
-    if (dp_.zero_ == 3) dp_.release(layer);
+    if (dp_.zero_ == 3 && !dp_.step_scoped_[layer]) dp_.release(layer);
   }
   void before_backward(int layer) override {
     PhaseHooks::before_backward(layer);
-    if (dp_.zero_ == 3) dp_.gather(layer);
+    if (dp_.zero_ == 3 && !dp_.gathered_now_[layer]) dp_.gather(layer);
   }
   void after_backward(int layer) override {
     if (dp_.zero_ == 3) {
+      if (dp_.step_scoped_[layer]) return;
       dp_.reduce_scatter_layer(layer);
       dp_.release(layer);
     } else if (!dp_.buckets_.empty()) {
@@ -82,9 +87,12 @@ DataParallel<T>::DataParallel(DpContext ctx, const model::ParamLayout& layout, D
   const int sizes[2] = {ctx_.dp ? ctx_.dp->size() : 1, ctx_.expert_dp ? ctx_.expert_dp->size() : 1};
   segments_ = zero3_segments(layout, parts, sizes);
   layer_segments_.resize(layout.num_layers());
+  step_scoped_.assign(layout.num_layers(), 0);
+  gathered_now_.assign(layout.num_layers(), 0);
   size_t total = 0;
   for (size_t i = 0; i < segments_.size(); ++i) {
     layer_segments_[segments_[i].layer].push_back(static_cast<int>(i));
+    if (segments_[i].part == 1) step_scoped_[segments_[i].layer] = 1;
     total += segments_[i].shard;
   }
   shard_params_ = model::TrackedBuffer<T>(&ledger_, model::MemoryCategory::kWeights, total);
@@ -125,10 +133,7 @@ void DataParallel<T>::unpack(const Part& p, std::span<const T> from, std::span<T
 
 template <class T>
 std::vector<MicroBatch> DataParallel<T>::micro_batches(std::vector<MicroBatch> micro) const {
-  if (zero_ == 3) {
-    for (MicroBatch& mb : micro) mb.write_grads = true;
-  }
-  return micro;
+  return micro;  // ZeRO-3 zeroes a layer's gradients once reduce-scattered: later adds are writes
 }
 
 template <class T>
@@ -157,6 +162,15 @@ void DataParallel<T>::bucket_done(int layer) {
 template <class T>
 void DataParallel<T>::sync_gradients() {
   if (zero_ == 3) {
+    // The step-scoped layers' gradients are complete now: reduce-scatter them once.
+    const bool write = write_shard_;
+    write_shard_ = true;
+    for (size_t l = 0; l < step_scoped_.size(); ++l) {
+      if (!step_scoped_[l]) continue;
+      reduce_scatter_layer(static_cast<int>(l));
+      release(static_cast<int>(l));
+    }
+    write_shard_ = write;
     if (divide_) divide(shard_grads_.span(), ctx_.replicas);
     return;
   }
@@ -240,6 +254,7 @@ void DataParallel<T>::gather(int layer) {
     }
     std::copy_n(gathered_[i].data(), s.range.size(), params_.begin() + s.range.begin);
   }
+  gathered_now_[layer] = 1;
   if (ctx_.observe) ctx_.observe();
 }
 
@@ -253,6 +268,7 @@ void DataParallel<T>::release(int layer) {
     std::fill(params_.begin() + o.end, params_.begin() + s.range.end, nan);
     if (!gathered_.empty()) gathered_[i] = model::TrackedBuffer<T>();
   }
+  gathered_now_[layer] = 0;
 }
 
 template <class T>
@@ -280,8 +296,8 @@ void DataParallel<T>::reduce_scatter_layer(int layer) {
     } else {
       add_into(to, std::span<const T>(rs_part_));
     }
-    std::fill(grads_.begin() + s.range.begin, grads_.begin() + s.range.end,
-              T(std::numeric_limits<float>::quiet_NaN()));
+    // Freed: the next micro-batch's backward adds into zeros, bitwise a write.
+    std::fill(grads_.begin() + s.range.begin, grads_.begin() + s.range.end, T(0.0f));
   }
 }
 

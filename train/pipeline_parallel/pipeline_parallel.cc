@@ -133,9 +133,9 @@ class PipelineRank : public RankStrategy {
       });
       DataParallel<T>& dp = *dp_.back();
       const int m = spec.micro_batches;
-      adapters_.push_back(std::make_unique<LayerStackChunk>(
-          t->stack(), zero == 3 ? &dp.hooks() : nullptr, zero == 3,
-          [&dp, m](int k) { dp.before_micro_batch(k, m); }));
+      adapters_.push_back(
+          std::make_unique<LayerStackChunk>(t->stack(), zero == 3 ? &dp.hooks() : nullptr, false,
+                                            [&dp, m](int k) { dp.before_micro_batch(k, m); }));
       views.push_back(adapters_.back().get());
     }
     Communicator* pipe = groups.pipe;
