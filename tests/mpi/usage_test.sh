@@ -71,4 +71,18 @@ mpmd 3 "dtsim train: process 1 (process 2 met another error): --trace nowhere/t.
   "train --batch 30" "train --batch 30 --trace nowhere/t.json" \
   "train --batch 30 --report notes.txt"
 mpmd 2 "dtsim: process 1: unknown command 'trian'" "train --steps 2" "trian --steps 2"
+# Processes that disagree on the command (issue 37, defects 1 and 3): the world's shape, the
+# run's settings, an output given to one process only. Every process compares the flags at the
+# start, before any work: exit 2 naming the flag and both values (was: a segfault, or exit 0
+# with replicas that disagree and a report silently not written).
+mpmd 2 "dtsim train: processes disagree on --threads-per-process: process 1 has '--threads-per-process 1', process 0 has '--threads-per-process 2'" \
+  "train --threads-per-process 2 --quiet" "train --threads-per-process 1 --quiet"
+mpmd 2 "dtsim train: processes disagree on --seed: process 1 has '--seed 2', process 0 has '--seed 1'" \
+  "train --seed 1 --steps 2" "train --seed 2 --steps 2"
+mpmd 2 "dtsim train: processes disagree on --lr" "train --lr 0.1 --steps 2" "train --steps 2"
+mpmd 2 "dtsim train: processes disagree on --report: process 1 has '--report (not given)'" \
+  "train --steps 2 --report r.json" "train --steps 2"
+mpmd 3 "dtsim train: processes disagree on --check: process 2 has" \
+  "train --steps 2 --batch 30" "train --steps 2 --batch 30" "train --steps 2 --batch 30 --check"
+mpmd 2 "dtsim stress: processes disagree on --seed" "stress --seed 1" "stress --seed 2"
 [ "$fails" -eq 0 ] || exit 1
