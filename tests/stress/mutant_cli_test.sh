@@ -27,4 +27,23 @@ for mutant in $("$DTSIM" stress --help 2>&1 | sed -n 's/.*--mutant {none|\([^}]*
   fi
   echo "$mutant: $(grep '^found at' found.txt); replayed twice: $fail"
 done
+# Issue 36: the unsafe switch is a planted bug too; its replay file must carry it, so that the
+# replay fails as recorded (it used to record only "mutant none" and report NONDETERMINISTIC).
+"$DTSIM" stress --scheduler pct --depth 2 --ranks 4 --schedules 200 --seed 3 \
+    --unsafe-live-sends > unsafe.txt 2>&1
+cmd=$(sed -n 's/^replay: dtsim //p' unsafe.txt)
+a=$([ -n "$cmd" ] && "$DTSIM" $cmd 2>&1)
+if [ -z "$cmd" ] || ! grep -q '^replay: failed as recorded' <<< "$a"; then
+  echo "unsafe-live-sends: the replay did not reproduce"; cat unsafe.txt; echo "$a"; status=1
+else
+  echo "unsafe-live-sends: replayed: $(grep -m1 '^FAIL' <<< "$a")"
+fi
+# Issue 36: --keep-going runs every schedule after a failure (it used to stop at the first).
+"$DTSIM" stress --scheduler pct --schedules 20 --keep-going --mutant ring-wrong-chunk \
+    > keep.txt 2>&1
+if ! grep -q '^schedules: 20$' keep.txt || ! grep -q '^replay: dtsim stress --replay' keep.txt; then
+  echo "--keep-going: did not run all 20 schedules, or no replay"; cat keep.txt; status=1
+else
+  echo "--keep-going: $(grep '^schedules:' keep.txt), $(grep '^failures:' keep.txt)"
+fi
 exit $status
