@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,8 @@ namespace {
 
 // The temporary files that exist now, for the signal handler: fixed storage, no allocation.
 constexpr int kSlots = 16;
+// How long commit() waits for a FIFO's reader.
+constexpr std::chrono::seconds kReaderDeadline{10};
 char g_tmp_path[kSlots][PATH_MAX];
 std::atomic<bool> g_tmp_used[kSlots];
 
@@ -290,8 +294,22 @@ void OutputFile::commit(const std::string& text) {
       write_all(g_stdout_fd, text, "standard output");
       break;
     case Kind::kInPlace: {
-      const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+      // Opening a FIFO for writing blocks until it has a reader: wait for one at most
+      // kReaderDeadline, then fail, rather than hang after the run.
+      const auto deadline = std::chrono::steady_clock::now() + kReaderDeadline;
+      int fd = -1;
+      while ((fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK)) < 0 &&
+             errno == ENXIO && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (fd < 0 && errno == ENXIO) {
+        throw std::runtime_error("cannot write " + path_ +
+                                 ": no process opened it for reading within " +
+                                 std::to_string(kReaderDeadline.count()) +
+                                 " s (start its reader first, as in cat " + path_ + " &)");
+      }
       if (fd < 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       try {
         write_all(fd, text, path_);
       } catch (...) {
