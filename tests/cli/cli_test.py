@@ -498,7 +498,14 @@ def case_issue37_minor():
                        timeout=60)
     expect(p.returncode == 1 and p.stderr.startswith("dtsim: cannot write standard output"),
            f"dtsim help > /dev/full: exit {p.returncode}, {p.stderr!r}")
-    print("seed 2^63-808 accepted; FIFO without reader: exit 1 after the deadline; prefixes")
+    # A later output that fails (a full disk) leaves no earlier one behind.
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("train", "--steps", "2", "--quiet", "--report", "r.json",
+                           "--trace", "/dev/full", cwd=d)
+        expect(rc == 1 and "cannot write /dev/full" in err and os.listdir(d) == [],
+               f"--report r.json --trace /dev/full: exit {rc}, files {os.listdir(d)}, {err!r}")
+    print("seed 2^63-808 accepted; FIFO without reader: exit 1 after the deadline; prefixes; "
+          "all outputs or none")
 
 
 if __name__ == "__main__":
