@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
     }
     c.app->footer(c.app->get_footer() +
                   "\n--config FILE reads these flags from a TOML file (keys are flag names without "
-                  "--; see README)");
+                  "--; see README)\nUnder mpirun every process must get the same flags, outputs "
+                  "included (they are compared at the start); process 0 writes the outputs");
   }
 
   // The command is the first word; a word that names none is an error of its own.
