@@ -15,7 +15,7 @@ namespace {
 // After a failure the live processes see the abort within milliseconds; one that has not
 // reported after this long is gone.
 constexpr std::chrono::milliseconds kFailedRunGrace{3000};
-// While its ranks make progress in a run, a process says so this often (kAlive).
+// While its ranks are in a run, a process says so this often (kAlive).
 constexpr std::chrono::milliseconds kAliveEvery{500};
 
 int64_t steady_ns() {
@@ -112,7 +112,7 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
   MpiProcess::instance().mark_peer_lost();
   char waited[32];
   std::snprintf(waited, sizeof waited, "%.1f s", wait.count() / 1000.0);
-  return "lost " + missing + ": no end-of-run message, and no progress, within " + waited +
+  return "lost " + missing + ": no end-of-run message, and no sign of life, within " + waited +
          "; that process was killed, crashed or is stuck";
 }
 
@@ -341,20 +341,15 @@ bool MpiLink::progress(MPI_Comm comm) {
     }
     busy = true;
   }
-  // Progress report: calls begun by the local ranks changed since the last one.
+  // Liveness: while this process's ranks are in the run, it says so every kAliveEvery. Every
+  // wait of a rank has a deadline, so a process that is alive and in the run will report its
+  // end; one that is killed, crashed or stopped (SIGSTOP) falls silent.
   if (finish != now && model_.processes > 1) {
     const auto t = std::chrono::steady_clock::now();
     if (t - alive_sent_ >= kAliveEvery) {
       alive_sent_ = t;
-      uint64_t progress = 0;
-      for (int r = model_.first_rank(); r < model_.first_rank() + model_.threads; ++r) {
-        progress += state_->recorder(r).calls();
-      }
-      if (progress != alive_progress_) {
-        alive_progress_ = progress;
-        send_control(comm, WireKind::kAlive, model_.first_rank(), "");
-        busy = true;
-      }
+      send_control(comm, WireKind::kAlive, model_.first_rank(), "");
+      busy = true;
     }
   }
   if (finish == now && done_sent_epoch_.load(std::memory_order_relaxed) != now) {
