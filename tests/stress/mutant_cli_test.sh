@@ -39,10 +39,12 @@ else
   echo "unsafe-live-sends: replayed: $(grep -m1 '^FAIL' <<< "$a")"
 fi
 # Issue 36: --keep-going runs every schedule after a failure (it used to stop at the first).
-"$DTSIM" stress --scheduler pct --schedules 20 --keep-going --mutant ring-wrong-chunk \
-    > keep.txt 2>&1
-if ! grep -q '^schedules: 20$' keep.txt || ! grep -q '^replay: dtsim stress --replay' keep.txt; then
-  echo "--keep-going: did not run all 20 schedules, or no replay"; cat keep.txt; status=1
+# (Schedule 0 of this command fails: see ring-wrong-chunk above.)
+"$DTSIM" stress --scheduler pct --depth 2 --ranks 4 --schedules 6 --seed 1 --keep-going \
+    --mutant ring-wrong-chunk > keep.txt 2>&1
+if ! grep -q '^schedules: 6$' keep.txt || ! grep -q '^found at schedule 0 (6 schedules run)' keep.txt ||
+   ! grep -q '^replay: dtsim stress --replay' keep.txt; then
+  echo "--keep-going: did not run all 6 schedules, or no replay"; cat keep.txt; status=1
 else
   echo "--keep-going: $(grep '^schedules:' keep.txt), $(grep '^failures:' keep.txt)"
 fi
