@@ -48,6 +48,8 @@ run 4 "--algo mpi runs MPI's collectives on the world communicator only, and thi
 run 2 "--strategy accum trains in one process; run it without mpirun" train --strategy accum
 run 3 "its runs take 4 ranks (the 3D row 8), which 3 MPI processes do not divide" demo
 run 2 "--report notes.txt exists" stress --report notes.txt
+run 3 "dtsim stress: 3 MPI processes x 256 rank threads = 768 ranks is more than a world holds (512)" \
+  stress --threads-per-process 256
 # Errors that only some processes meet (as a folder that exists on one host only), in
 # mpirun's MPMD form: the processes agree at the start (runtime/job_start.h).
 mpmd() {  # mpmd NP WANT "ARGS OF PROCESS 0" "ARGS OF PROCESS 1" ...: one process each

@@ -144,6 +144,11 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
                                  f.ranks, o.process.describe(), o.process.world_size()));
     }
     o.ranks = o.process.world_size();
+    if (o.ranks > World::kMaxRanks) {  // before any work, not from the first World
+      fail("stress", fmt::format("{} = {} ranks is more than a world holds ({}); lower "
+                                 "--threads-per-process or the number of processes",
+                                 o.process.describe(), o.ranks, World::kMaxRanks));
+    }
   }
   const bool lead = o.process.process == 0;
   o.iterations = f.iterations;
