@@ -72,12 +72,13 @@ void Exchange::post(int peer, int step, const void* data, size_t count, int chun
   } else {
     ctx_.transport->send(comm_.ranks_[peer], key, sig_, payload, site_);
   }
+  const size_t counted = how == Post::kLendShared ? 0 : bytes;  // count_shared() counts those
   OpCounters& c = ctx_.counters[sig_.op];
   c.msgs_sent += 1;
-  c.bytes_sent += bytes;
-  bytes_sent_ += bytes;
+  c.bytes_sent += counted;
+  bytes_sent_ += counted;
   peers_[peer].msgs_sent += 1;
-  peers_[peer].bytes_sent += bytes;
+  peers_[peer].bytes_sent += counted;
   if (ctx_.tracing) {
     ctx_.trace.events.push_back(TraceEvent{TraceKind::kSend,
                                            site_.seq,
@@ -91,6 +92,15 @@ void Exchange::post(int peer, int step, const void* data, size_t count, int chun
                                            sig_.dtype,
                                            {}});
   }
+}
+
+void Exchange::count_shared(int peer, size_t moved, size_t moved_in) {
+  OpCounters& c = ctx_.counters[sig_.op];
+  c.bytes_sent += moved * esize_;
+  bytes_sent_ += moved * esize_;
+  peers_[peer].bytes_sent += moved * esize_;
+  c.bytes_recv += moved_in * esize_;
+  peers_[peer].bytes_recv += moved_in * esize_;
 }
 
 Message Exchange::recv(int peer, int step, size_t count) {
@@ -107,11 +117,12 @@ Message Exchange::recv(int peer, int step, size_t count) {
                         std::to_string(peer) + " but got " + std::to_string(got) +
                         "; every rank must pass matching lengths (and split sizes)");
   }
+  const size_t counted = m.writable ? 0 : m.size;  // a shared lend: count_shared() counts it
   OpCounters& c = ctx_.counters[sig_.op];
   c.msgs_recv += 1;
-  c.bytes_recv += m.size;
+  c.bytes_recv += counted;
   peers_[peer].msgs_recv += 1;
-  peers_[peer].bytes_recv += m.size;
+  peers_[peer].bytes_recv += counted;
   if (ctx_.tracing) {
     ctx_.trace.events.push_back(TraceEvent{TraceKind::kRecv,
                                            site_.seq,

@@ -53,9 +53,15 @@ class Exchange {
   bool shares_memory() const;
   // Lends `count` elements that `peer` may also write in place (Transport::lend_shared,
   // Message::writable) until settle(); the algorithm decides who touches which bytes.
+  // Traffic: a shared lend moves no bytes by itself; what the algorithm reads from and writes
+  // to peers' buffers is counted by count_shared().
   void lend_shared(int peer, int step, void* data, size_t count, int chunk = -1) {
     post(peer, step, data, count, chunk, Post::kLendShared);
   }
+  // Counts, for a shared-memory algorithm, `moved` elements that this rank read from or wrote
+  // to `peer`'s buffer as sent to it, and `moved_in` elements that `peer` read from or wrote to
+  // this rank's buffer as received from it: the bytes that cross rank boundaries.
+  void count_shared(int peer, size_t moved, size_t moved_in);
   // Waits until every peer released what this call lent it. Algorithms that lend call it
   // before they write a lent element again and before they return.
   void settle() { settle_lends(/*unwinding=*/false); }

@@ -6,6 +6,11 @@
 // that the job prints one line and every process exits 2. A process's first MPI World passes
 // the start with no error if the program did not.
 //
+// The processes also compare their configurations there (set_job_config): every process of
+// a job must run the same command with the same settings and world shape, so a difference
+// (another --seed, --threads-per-process, or --report on one process only) is a usage error
+// that every process meets, naming the setting and both values.
+//
 // Thread safety: start_job, begin_work and job_started are safe from any thread (the first
 // call to pass the start decides it); JobStart is a value type.
 #pragma once
@@ -30,6 +35,8 @@ struct JobStart {
   int process = 0;  // this process's index (MPI_COMM_WORLD rank)
   // Per process: 0 if it met no usage error, else a hash of its error's text (never 0).
   std::vector<uint64_t> errors;
+  // Per process: its set_job_config() text ("" if none; only this process's if !agreed).
+  std::vector<std::string> configs;
 
   // The lowest-numbered process that met an error, or -1.
   int first_failed() const;
@@ -41,6 +48,15 @@ struct JobRefused : UsageError {
   using UsageError::UsageError;
 };
 
+// Sets the configuration this process brings to the start: one "setting value" line per
+// setting, in the same order in every process. Call before start_job / begin_work.
+void set_job_config(std::string text);
+
+// The first line where `other`'s configuration differs from `mine`, as a usage error's text
+// "process P has `line`, process 0 has `line`", or "" if they agree.
+std::string config_difference(const std::string& mine, int mine_process, const std::string& other,
+                              int other_process);
+
 // Passes the start with `error`, the one-line usage error this process met ("" if none).
 // Under mpirun with several processes it starts MPI and waits (up to kStartDeadline) for
 // every process to pass; otherwise it returns at once. Later calls return the first outcome.
@@ -49,7 +65,8 @@ struct JobRefused : UsageError {
 JobStart start_job(const std::string& error, const std::string& error_alone = "");
 
 // start_job("") for a process about to work: returns when every process of the job may
-// start; throws JobRefused when another met a usage error, Error when they did not agree.
+// start; throws JobRefused when another met a usage error, UsageError when the processes'
+// configurations differ, Error when they did not agree.
 void begin_work();
 
 // Whether this process has passed the start.

@@ -6,6 +6,9 @@
 // released (written) its buffer. Per rank N reads and N writes of S/N bytes, 2S in all against the
 // ring's 5(N-1)/N S, and two synchronisations instead of 2(N-1) steps.
 //
+// Traffic counters: what crosses rank boundaries, chunk r read from and written back to each
+// peer: 2(N-1)/N S per rank, the ring's volume (the lends themselves move nothing).
+//
 // Bitwise the sequential sum, like `deterministic`, which runs instead where the ranks do
 // not share memory (MPI processes) or the buffer is below WorldOptions::lend_bytes.
 #include <algorithm>
@@ -85,6 +88,10 @@ void all_reduce_shared(Exchange& ex, void* data, size_t count, const Reducer& re
     if (ex.mutant() == Mutant::kSharedReleaseBeforeSum) held.release_all();
     const Chunks ch{count, un};
     red.reduce_all(bufs, n, ch.offset(r), ch.size(r));
+    // Traffic: chunk r read from and written to each peer, chunk p of this buffer by peer p.
+    for (int p = 0; p < n; ++p) {
+      if (p != r) ex.count_shared(p, 2 * ch.size(r), 2 * ch.size(p));
+    }
   }  // releases the peers' buffers: they may return once all are released
   ex.settle();
   ex.snapshot(data, count);

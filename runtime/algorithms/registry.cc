@@ -63,8 +63,22 @@ void a2a_pairwise(Exchange& ex, const CollArgs& a) {
   all_to_all_pairwise(ex, a.in, a.send_counts, a.data, a.recv_counts);
 }
 void barrier(Exchange& ex, const CollArgs&) { barrier_dissemination(ex); }
-// The MPI library's own collective (native_collectives.h); all_reduce's `in` is null.
-void mpi(Exchange& ex, const CollArgs& a) { ex.run_native(a.in, a.data, a.count); }
+// The MPI library's own collective (native_collectives.h); all_reduce's `in` is null. MPI
+// checks no signature (a mismatched call aborts inside MPI, or worse), so dtsim checks first:
+// one empty message around the ring, whose receive compares the predecessor's signature with
+// this rank's (the transport's mismatch check), then a barrier, so that no rank enters MPI
+// unless every rank's check passed (a rank that failed it never enters the barrier; the
+// others are aborted in it).
+void mpi(Exchange& ex, const CollArgs& a) {
+  const int n = ex.size();
+  if (n > 1) {
+    ex.send((ex.rank() + 1) % n, 0, nullptr, 0);
+    ex.recv_copy((ex.rank() + n - 1) % n, 0, nullptr, 0);
+    ex.begin_phase();
+    barrier_dissemination(ex);
+  }
+  ex.run_native(a.in, a.data, a.count);
+}
 
 // clang-format off
 constexpr AlgoRow kRows[] = {

@@ -86,15 +86,18 @@ ExploreResult explore(const StressOptions& o, const ExploreOptions& e) {
   std::unique_ptr<Strategy> strategy =
       e.strategy == "random" ? make_random_walk() : make_pct(std::max(1, e.depth));
   Scheduler sched(strategy.get());
-  StressOptions so = o;
-  so.keep_going = false;
+  StressOptions so = o;  // keep_going: every schedule runs; the first failing one is kept
   so.configure = [&](int it, WorldOptions& wo) { control(o, &sched, it, wo); };
-  res.stress = run_stress(so);
+  bool kept = false;
+  res.stress = run_stress(so, [&](int, const StressResult& r) {
+    if (kept || r.ok()) return;
+    kept = true;  // the scheduler's record is of the schedule that just ran
+    res.record = sched.record();
+    res.schedule = sched.summary(0);
+  });
   if (res.stress.ok()) return res;
   res.failed = true;
   res.failed_iteration = res.stress.first_failed_iteration;
-  res.record = sched.record();
-  res.schedule = sched.summary(0);
   res.preemptions_found = res.record.preemptions();
   res.message = first_message(res.stress);
 

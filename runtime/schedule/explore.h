@@ -32,7 +32,8 @@ struct ExploreResult {
   std::string divergence;     // a replay's divergence, if any
 };
 
-// Runs o.iterations schedules (one stress iteration each) under the strategy.
+// Runs o.iterations schedules (one stress iteration each) under the strategy: until the first
+// failing one, or all of them under o.keep_going. The first failing schedule is shrunk.
 ExploreResult explore(const StressOptions& o, const ExploreOptions& e);
 
 // Power on one plan: runs plan iteration o.first_iteration o.iterations times, each with

@@ -265,6 +265,32 @@ std::string flight_report(const World& world) {
 
 }  // namespace
 
+uint64_t estimate_peak_bytes(const StressOptions& o, int iteration) {
+  const Plan plan =
+      stress::make_plan(o.seed, iteration, o.ranks, o.calls_per_iteration, o.max_numel);
+  std::vector<uint64_t> need(o.ranks, 1);
+  uint64_t want = 0, call_peak = 0;
+  for (const Step& s : plan.steps) {
+    if (s.kind != StepKind::kCall && s.kind != StepKind::kFailingLend) continue;
+    const auto& members = plan.groups[s.group];
+    const int g = static_cast<int>(members.size());
+    uint64_t in = 0, out = 0;
+    for (int r = 0; r < g; ++r) {
+      const uint64_t i = stress::input_count(s, g, r) * dtype_size(s.dtype);
+      const uint64_t u = stress::output_count(s, g, r) * dtype_size(s.dtype);
+      need[members[r]] = std::max(need[members[r]], std::max(i, u));
+      in += i;
+      out += u;
+    }
+    want += out;
+    // The reference's inputs and result, and each rank's snapshot of its input in flight.
+    call_peak = std::max(call_peak, 2 * in + out);
+  }
+  uint64_t buffers = 0;
+  for (uint64_t b : need) buffers += 3 * b;  // in, out, first
+  return buffers + want + call_peak;
+}
+
 int stress_scale() {
   if (const char* env = std::getenv("DTSIM_STRESS_SCALE")) return std::max(1, std::atoi(env));
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)

@@ -69,6 +69,13 @@ StressResult run_stress(
     const StressOptions& options,
     const std::function<void(int iteration, const StressResult&)>& on_iteration = {});
 
+// An estimate of the memory iteration `iteration` of `o` needs at its peak, in bytes: the
+// ranks' buffers (input, output, the deterministic algorithms' first result), the reference
+// results of every call, and one call's temporaries (the reference's inputs, snapshots in
+// flight). Made from the plan alone, allocating nothing; measured against the peak resident
+// size in docs/runtime.md. Thread safety: a pure function.
+uint64_t estimate_peak_bytes(const StressOptions& o, int iteration);
+
 // Sizes scale for slow builds: DTSIM_STRESS_SCALE (env, a divisor >= 1; defaults to 4
 // under sanitizers, else 1). Tests divide iterations and lengths by it.
 int stress_scale();

@@ -5,7 +5,7 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["stress", "--depth", "2"], "--depth applies to --scheduler pct (this run is --scheduler jitter)"),
     (["stress", "--schedules", "5"], "--schedules counts the schedules of --scheduler random|pct and --same-plan; the jitter scheduler runs --iterations: use that, or add --scheduler pct"),
     (["stress", "--schedule-file", "s.txt"], "--schedule-file is where a --scheduler random|pct search writes a failing schedule"),
-    (["stress", "--replay", "s.txt", "--ranks", "8"], "--ranks does not apply to --replay, which runs what its file names (ranks, seed, iteration, calls, max-numel, mutant, every choice); drop --ranks"),
+    (["stress", "--replay", "s.txt", "--ranks", "8"], "--ranks does not apply to --replay, which runs what its file names (ranks, seed, iteration, calls, max-numel, mutant, unsafe-live-sends, every choice); drop --ranks"),
     (["stress", "--replay", "s.txt", "--depth", "2"], "--depth does not apply to --replay"),
     (["stress", "--scheduler", "pct", "--iterations", "5"], "--iterations counts jitter iterations; with --scheduler pct give --schedules instead"),
     (["stress", "--scheduler", "random", "--jitter-us", "5"], "--jitter-us applies to --scheduler jitter"),
@@ -81,6 +81,14 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--config", "run.toml"], "--config: unknown key 'bogus'", {"files": {"run.toml": "bogus = 1\n"}}),
     (["train", "--config", "run.toml"], "--ranks must be between 1 and 256 (got 0)", {"files": {"run.toml": "ranks = 0\n"}}),
     (["train", "--config", "run.toml"], "--config: unknown section [trian]", {"files": {"run.toml": "[trian]\nranks = 2\n"}}),
+    # Issue 37, defect 9: a key under a sub-table was silently ignored.
+    (["train", "--config", "run.toml"], "key 'ranks' is under [train.sub], which holds no flags; put it under [train]", {"files": {"run.toml": "[train.sub]\nranks = 2\n"}}),
+    # Issue 37, defect 4: replay files are bounded and range-checked like the flags.
+    (["stress", "--replay", "/dev/zero"], "schedule file /dev/zero: has a line longer than 64 bytes"),
+    (["stress", "--replay", "s.txt"], "'calls 2147483647': calls must be a whole number from 1 to 100000", {"files": {"s.txt": "dtsim-schedule 1\nranks 4\ncalls 2147483647\nsteps 0\n"}}),
+    (["stress", "--replay", "s.txt"], "'ranks 4096': ranks must be a whole number from 1 to 256", {"files": {"s.txt": "dtsim-schedule 1\nranks 4096\nsteps 0\n"}}),
+    (["stress", "--replay", "s.txt"], "step 0 is missing or is not '<rank below 4> <16 hex digits>'", {"files": {"s.txt": "dtsim-schedule 1\nranks 4\nsteps 1\n1 xyz\n"}}),
+    (["stress", "--replay", "s.txt"], "unknown header line '\\x1b[2Jevil'", {"files": {"s.txt": "dtsim-schedule 1\n\x1b[2Jevil\n"}}),
     (["train", "--config", "run.toml", "--batch", "30"], "--batch 30 is not divisible", {"files": {"run.toml": "ranks = 4\n"}}),
     (["estimate"], "--params is required"),
     (["estimate", "--params", "7e9", "--stage", "4"], "--stage must be between 0 and 3"),

@@ -501,5 +501,34 @@ def case_demo():
     expect_match(r"^every check passed; the forgotten division failed as expected", out, "end")
 
 
+def case_issue37_minor():
+    """Issue 37, defect 9: the seed range the help states, a FIFO without a reader, the
+    message prefixes."""
+    rc, out, err = run("stress", "--seed", "9223372036854775000", "--ranks", "2", "--iterations", "1")
+    expect(rc == 0 and "seed 9223372036854775000" in out,
+           f"--seed 2^63-808 (help allows 2^63-1): exit {rc}, {err!r}")
+    with tempfile.TemporaryDirectory() as d:
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+        import time
+        t0 = time.monotonic()
+        rc, out, err = run("train", "--steps", "2", "--quiet", "--report", fifo)
+        secs = time.monotonic() - t0
+        expect(rc == 1 and "no process opened it for reading within 10 s" in err and secs < 60,
+               f"a FIFO without a reader: exit {rc} after {secs:.0f} s, {err!r}")
+    p = subprocess.run(f"'{DTSIM}' help > /dev/full", shell=True, capture_output=True, text=True,
+                       timeout=60)
+    expect(p.returncode == 1 and p.stderr.startswith("dtsim: cannot write standard output"),
+           f"dtsim help > /dev/full: exit {p.returncode}, {p.stderr!r}")
+    # A later output that fails (a full disk) leaves no earlier one behind.
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("train", "--steps", "2", "--quiet", "--report", "r.json",
+                           "--trace", "/dev/full", cwd=d)
+        expect(rc == 1 and "cannot write /dev/full" in err and os.listdir(d) == [],
+               f"--report r.json --trace /dev/full: exit {rc}, files {os.listdir(d)}, {err!r}")
+    print("seed 2^63-808 accepted; FIFO without reader: exit 1 after the deadline; prefixes; "
+          "all outputs or none")
+
+
 if __name__ == "__main__":
     globals()["case_" + sys.argv[2]]()

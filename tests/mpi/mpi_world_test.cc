@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime_test_util.h"
@@ -358,6 +359,55 @@ TEST_F(MpiWorldTest, MismatchedCollectivesAcrossProcessesRaiseMismatchError) {
   } catch (const RankFailure& f) {
     EXPECT_NE(std::string(f.what()).find("collective mismatch"), std::string::npos) << f.what();
   }
+}
+
+// Algo::kMpi with calls that differ across processes (issue 37, defect 5): dtsim's own
+// signature check fails the run with a mismatch error before MPI sees the calls (MPI aborted
+// the job with MPI_ERR_TRUNCATE, naming nothing).
+TEST_F(MpiWorldTest, MismatchedMpiAlgorithmCallsRaiseMismatchError) {
+  World w(job_model());
+  if (w.size() < 2 || w.model().threads > 1) GTEST_SKIP() << "needs 2+ processes of one rank";
+  const int last = w.size() - 1;
+  try {
+    w.run([&](Communicator& c) {
+      std::vector<float> x(c.rank() == last ? 9 : 8, 1.0f);
+      c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kMpi);
+    });
+    ADD_FAILURE() << "no RankFailure";
+  } catch (const RankFailure& f) {
+    EXPECT_NE(std::string(f.what()).find("collective mismatch"), std::string::npos) << f.what();
+  }
+  // The world stays usable, the mpi algorithm too.
+  int x = 1;
+  w.run([&](Communicator& c) {
+    int y = 1;
+    c.all_reduce(std::span<int>(&y, 1), ReduceOp::kSum, Algo::kMpi);
+    if (c.rank() == 0) x = y;
+  });
+  if (w.first_rank() == 0) {
+    EXPECT_EQ(x, w.size());
+  }
+}
+
+// A process that is slow but progressing (oversubscribed) is not taken for a lost one
+// (issue 37, defect 6): process 0 finishes the run at once, the last process keeps calling
+// collectives among its own ranks for longer than the deadline plus the grace (1 + 3 s).
+TEST_F(MpiWorldTest, ASlowProgressingProcessIsNotLost) {
+  WorldOptions o;
+  o.timeout = std::chrono::milliseconds(1000);
+  World w(job_model(), o);
+  if (w.model().processes < 2) GTEST_SKIP() << "needs 2 processes";
+  const int last_process = w.model().processes - 1;
+  EXPECT_NO_THROW(w.run([&](Communicator& c) {
+    const int process = w.model().process_of(c.rank());
+    auto mine = c.split(process, c.rank());
+    if (process != last_process) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5000);
+    while (std::chrono::steady_clock::now() < until) {
+      mine->barrier();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }));
 }
 
 TEST_F(MpiWorldTest, ASkippedCollectiveTimesOutNamingThePeer) {

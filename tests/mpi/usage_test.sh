@@ -48,6 +48,8 @@ run 4 "--algo mpi runs MPI's collectives on the world communicator only, and thi
 run 2 "--strategy accum trains in one process; run it without mpirun" train --strategy accum
 run 3 "its runs take 4 ranks (the 3D row 8), which 3 MPI processes do not divide" demo
 run 2 "--report notes.txt exists" stress --report notes.txt
+run 3 "dtsim stress: 3 MPI processes x 256 rank threads = 768 ranks is more than a world holds (512)" \
+  stress --threads-per-process 256
 # Errors that only some processes meet (as a folder that exists on one host only), in
 # mpirun's MPMD form: the processes agree at the start (runtime/job_start.h).
 mpmd() {  # mpmd NP WANT "ARGS OF PROCESS 0" "ARGS OF PROCESS 1" ...: one process each
@@ -71,4 +73,18 @@ mpmd 3 "dtsim train: process 1 (process 2 met another error): --trace nowhere/t.
   "train --batch 30" "train --batch 30 --trace nowhere/t.json" \
   "train --batch 30 --report notes.txt"
 mpmd 2 "dtsim: process 1: unknown command 'trian'" "train --steps 2" "trian --steps 2"
+# Processes that disagree on the command (issue 37, defects 1 and 3): the world's shape, the
+# run's settings, an output given to one process only. Every process compares the flags at the
+# start, before any work: exit 2 naming the flag and both values (was: a segfault, or exit 0
+# with replicas that disagree and a report silently not written).
+mpmd 2 "dtsim train: processes disagree on --threads-per-process: process 1 has '--threads-per-process 1', process 0 has '--threads-per-process 2'" \
+  "train --threads-per-process 2 --quiet" "train --threads-per-process 1 --quiet"
+mpmd 2 "dtsim train: processes disagree on --seed: process 1 has '--seed 2', process 0 has '--seed 1'" \
+  "train --seed 1 --steps 2" "train --seed 2 --steps 2"
+mpmd 2 "dtsim train: processes disagree on --lr" "train --lr 0.1 --steps 2" "train --steps 2"
+mpmd 2 "dtsim train: processes disagree on --report: process 1 has '--report (not given)'" \
+  "train --steps 2 --report r.json" "train --steps 2"
+mpmd 3 "dtsim train: processes disagree on --check: process 2 has" \
+  "train --steps 2 --batch 30" "train --steps 2 --batch 30" "train --steps 2 --batch 30 --check"
+mpmd 2 "dtsim stress: processes disagree on --seed" "stress --seed 1" "stress --seed 2"
 [ "$fails" -eq 0 ] || exit 1

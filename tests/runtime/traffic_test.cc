@@ -97,6 +97,36 @@ TEST(TrafficTest, AllReduceVolumePerAlgorithm) {
   }
 }
 
+// The shared-memory all_reduce counts what crosses rank boundaries: each rank reads its
+// chunk from every peer and writes it back, 2(N-1)/N of the buffer, like the ring (the
+// lends of whole buffers move nothing). Uneven lengths: chunk sizes differ by one.
+TEST(TrafficTest, SharedAllReduceCountsTheChunksItMoves) {
+  for (int n : {2, 3, 4, 8}) {
+    for (size_t numel : {40 * static_cast<size_t>(n), 40 * static_cast<size_t>(n) + 3}) {
+      WorldOptions o;
+      o.lend_bytes = 1;  // every length runs shared, not its deterministic fallback
+      World w(n, o);
+      w.run([&](Communicator& c) {
+        std::vector<float> v(numel, 1.0f);
+        c.all_reduce(std::span<float>(v), ReduceOp::kSum, Algo::kShared);
+        ASSERT_EQ(v[0], static_cast<float>(n));
+      });
+      uint64_t sent = 0, recv = 0;
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE(describe_case(n, numel, "shared all_reduce traffic"));
+        const OpCounters& c = w.counters(r)[OpKind::kAllReduce];
+        const size_t chunk = numel / n + (static_cast<size_t>(r) < numel % n ? 1 : 0);
+        EXPECT_EQ(c.bytes_sent, 2 * (n - 1) * chunk * kF);
+        EXPECT_EQ(c.bytes_recv, 2 * (numel - chunk) * kF);
+        sent += c.bytes_sent;
+        recv += c.bytes_recv;
+      }
+      EXPECT_EQ(sent, recv);
+      EXPECT_EQ(sent, 2 * (n - 1) * numel * kF);  // N ranks x 2(N-1)/N of the buffer
+    }
+  }
+}
+
 TEST(TrafficTest, RootedCollectivesMoveNMinusOneBuffers) {
   for (int n : {2, 3, 7, 8}) {
     const size_t numel = 100;

@@ -3,7 +3,8 @@
 // line is parsed; it returns the exit code. A UsageError escaping one is printed by main()
 // as one line, with exit code 2. Each calls dtsim::begin_work() (runtime/job_start.h) once
 // its flags are checked and its output files declared, before it prints or runs anything:
-// under mpirun the processes agree there whether any of them met a usage error.
+// under mpirun the processes agree there whether any of them met a usage error, and compare
+// their flags (main.cc's job_config).
 #pragma once
 
 #include <functional>

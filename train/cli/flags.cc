@@ -69,11 +69,16 @@ CLI::Validator Integer(int64_t lo, int64_t hi) {
         const char* s = text.c_str();
         char* end = nullptr;
         errno = 0;
-        const double d = std::strtod(s, &end);  // 7e9 as well as 7000000000
-        if (end == s || *end != '\0' || errno != 0 || d != std::floor(d) || std::fabs(d) > 9e18) {
-          return fmt::format("must be a whole number (got '{}')", text);
+        // Digits exactly (up to 2^63 - 1), else a double's whole value (7e9).
+        int64_t v = std::strtoll(s, &end, 10);
+        if (end == s || *end != '\0' || errno != 0) {
+          errno = 0;
+          const double d = std::strtod(s, &end);
+          if (end == s || *end != '\0' || errno != 0 || d != std::floor(d) || std::fabs(d) > 9e18) {
+            return fmt::format("must be a whole number (got '{}')", text);
+          }
+          v = static_cast<int64_t>(d);
         }
-        const auto v = static_cast<int64_t>(d);
         if (v < lo || v > hi) return fmt::format("must be between {} and {} (got {})", lo, hi, v);
         text = std::to_string(v);
         return "";
@@ -246,7 +251,14 @@ std::vector<CLI::ConfigItem> CommandConfig::from_config(std::istream& input) con
       throw CLI::ConfigError("unknown section [" + item.parents[0] +
                              "] (sections are commands: " + join(commands_, ", ") + ")");
     }
-    if (item.parents.size() == 1 && item.parents[0] == command_) items.push_back(std::move(item));
+    if (item.parents.size() > 1) {  // [train.x] key: no flag lives there; say so, not drop it
+      std::string table = item.parents[0];
+      for (size_t i = 1; i < item.parents.size(); ++i) table += "." + item.parents[i];
+      throw CLI::ConfigError("key '" + item.name + "' is under [" + table +
+                             "], which holds no flags; put it under [" + item.parents[0] +
+                             "] (or at the top)");
+    }
+    if (item.parents[0] == command_) items.push_back(std::move(item));
   }
   return items;
 }

@@ -119,9 +119,34 @@ std::string with_ranks_source(std::string text, int argc, char** argv) {
 // Standard output must have reached its file: a full disk or a closed pipe is an error.
 int check_stdout(const std::string& command, int code) {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
-  std::fprintf(stderr, "dtsim %s: cannot write standard output (%s)\n", command.c_str(),
-               std::strerror(errno));
+  std::fprintf(stderr, "dtsim%s%s: cannot write standard output (%s)\n", command.empty() ? "" : " ",
+               command.c_str(), std::strerror(errno));
   return code == 0 ? 1 : code;
+}
+
+// The command's effective settings, one "--flag value" line each, in declaration order:
+// what the processes of an MPI job compare at its start (runtime/job_start.h), so that they
+// all run the same command, including its outputs and the world's shape.
+std::string job_config(const CLI::App& command) {
+  std::string text = "dtsim " DTSIM_VERSION " " + command.get_name() + "\n";
+  for (const CLI::Option* o : command.get_options()) {
+    if (o->check_lname("help") || o->get_lnames().empty()) continue;
+    std::string value;
+    if (o->count() > 0) {
+      for (const std::string& r : o->results()) value += (value.empty() ? "" : ",") + r;
+    } else {
+      value = o->get_default_str().empty() ? "(not given)" : o->get_default_str();
+    }
+    text += "--" + o->get_lnames().front() + " " + value + "\n";
+  }
+  return text;
+}
+
+// A usage error from below the CLI (the runtime's "world size 600 is out of range") gets the
+// command's prefix, as the CLI's own errors have.
+std::string with_prefix(const std::string& text, const std::string& command) {
+  if (text.rfind("dtsim", 0) == 0) return text;
+  return "dtsim " + command + ": " + text;
 }
 
 }  // namespace
@@ -152,7 +177,8 @@ int main(int argc, char** argv) {
     }
     c.app->footer(c.app->get_footer() +
                   "\n--config FILE reads these flags from a TOML file (keys are flag names without "
-                  "--; see README)");
+                  "--; see README)\nUnder mpirun every process must get the same flags, outputs "
+                  "included (they are compared at the start); process 0 writes the outputs");
   }
 
   // The command is the first word; a word that names none is an error of its own.
@@ -199,13 +225,14 @@ int main(int argc, char** argv) {
     return usage_error(dtsim::cli::one_line(e, name, dtsim) + "\n");
   }
 
+  dtsim::set_job_config(job_config(*command->app));
   int code = 0;
   try {
     code = command->run();
   } catch (const dtsim::JobRefused&) {
     return 2;  // another process met a usage error before the start: it prints it
   } catch (const dtsim::UsageError& e) {
-    return usage_error(with_ranks_source(e.what(), argc, argv) + "\n");
+    return usage_error(with_prefix(with_ranks_source(e.what(), argc, argv), name) + "\n");
   } catch (const dtsim::RankFailure& e) {
     // A rank failed mid-run: the error, then what every rank was last doing.
     std::fprintf(stderr, "dtsim %s: %s\n%s\n", name.c_str(), e.what(), e.flight_report().c_str());

@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,8 @@ namespace {
 
 // The temporary files that exist now, for the signal handler: fixed storage, no allocation.
 constexpr int kSlots = 16;
+// How long commit() waits for a FIFO's reader.
+constexpr std::chrono::seconds kReaderDeadline{10};
 char g_tmp_path[kSlots][PATH_MAX];
 std::atomic<bool> g_tmp_used[kSlots];
 
@@ -274,11 +278,71 @@ OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
     name_ = std::move(o.name_);
     target_ = std::move(o.target_);
     mode_ = o.mode_;
+    staged_ = std::exchange(o.staged_, false);
+    staged_tmp_ = std::move(o.staged_tmp_);
+    o.staged_tmp_.clear();
+    staged_slot_ = std::exchange(o.staged_slot_, -1);
+    staged_text_ = std::move(o.staged_text_);
   }
   return *this;
 }
 
-OutputFile::~OutputFile() { discard(); }
+OutputFile::~OutputFile() {
+  if (staged_ && !staged_tmp_.empty()) drop_temporary(staged_tmp_, &staged_slot_, true);
+  discard();
+}
+
+void OutputFile::stage(const std::string& text) {
+  if (kind_ != Kind::kReplace) {
+    staged_text_ = text;
+    staged_ = true;
+    return;
+  }
+  int slot = -1;
+  std::string tmp;
+  const int fd = make_temporary(target_, &tmp, &slot);
+  if (fd < 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
+  std::string why;
+  try {
+    fchmod(fd, mode_);
+    write_all(fd, text, path_);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (close(fd) != 0 && why.empty()) why = "cannot write " + path_ + ": " + errno_text();
+  if (!why.empty()) {
+    drop_temporary(tmp, &slot, /*remove=*/true);
+    discard();
+    throw std::runtime_error(why);
+  }
+  staged_tmp_ = tmp;
+  staged_slot_ = slot;
+  staged_ = true;
+}
+
+void OutputFile::commit_all(std::initializer_list<OutputFile*> outputs) {
+  for (OutputFile* o : outputs) {
+    if (o->open() && o->staged_ && o->kind_ != Kind::kReplace) o->commit_staged();
+  }
+  for (OutputFile* o : outputs) {
+    if (o->open() && o->staged_) o->commit_staged();
+  }
+}
+
+void OutputFile::commit_staged() {
+  if (!staged_) throw std::logic_error("OutputFile::commit_staged without stage()");
+  staged_ = false;
+  if (kind_ != Kind::kReplace) {
+    commit(staged_text_);
+    return;
+  }
+  const bool renamed = std::rename(staged_tmp_.c_str(), target_.c_str()) == 0;
+  const std::string why = renamed ? "" : "cannot write " + path_ + ": " + errno_text();
+  drop_temporary(staged_tmp_, &staged_slot_, /*remove=*/!renamed);
+  staged_tmp_.clear();
+  discard();
+  if (!renamed) throw std::runtime_error(why);
+}
 
 void OutputFile::discard() noexcept { kind_ = Kind::kNone; }
 
@@ -290,8 +354,22 @@ void OutputFile::commit(const std::string& text) {
       write_all(g_stdout_fd, text, "standard output");
       break;
     case Kind::kInPlace: {
-      const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+      // Opening a FIFO for writing blocks until it has a reader: wait for one at most
+      // kReaderDeadline, then fail, rather than hang after the run.
+      const auto deadline = std::chrono::steady_clock::now() + kReaderDeadline;
+      int fd = -1;
+      while ((fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK)) < 0 &&
+             errno == ENXIO && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (fd < 0 && errno == ENXIO) {
+        throw std::runtime_error("cannot write " + path_ +
+                                 ": no process opened it for reading within " +
+                                 std::to_string(kReaderDeadline.count()) +
+                                 " s (start its reader first, as in cat " + path_ + " &)");
+      }
       if (fd < 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       try {
         write_all(fd, text, path_);
       } catch (...) {

@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 
 namespace dtsim::cli {
@@ -53,6 +54,15 @@ class OutputFile {
   // Writes `text` to the target (see above); throws std::runtime_error on an I/O error,
   // leaving no partial file behind.
   void commit(const std::string& text);
+  // Two steps, for a command with several outputs that must all appear or none: stage()
+  // writes a replaced file's temporary (throws as commit() does, leaving nothing), and
+  // commit_staged() renames it onto the target (or writes standard output or a device).
+  // An output staged and never committed leaves nothing behind.
+  void stage(const std::string& text);
+  void commit_staged();
+  // Commits every staged output of `outputs` (those not open are skipped): standard output
+  // and devices first, since they cannot be taken back, then the renames.
+  static void commit_all(std::initializer_list<OutputFile*> outputs);
 
  private:
   enum class Kind { kNone, kStdout, kInPlace, kReplace };
@@ -63,6 +73,11 @@ class OutputFile {
   std::string name_;    // path_, or "standard output"
   std::string target_;  // kReplace: the regular file to rename onto (symlinks resolved)
   mode_t mode_ = 0;     // kReplace: the new file's permissions
+  // stage()'s: the temporary file written (kReplace) or the text kept (others).
+  bool staged_ = false;
+  std::string staged_tmp_;
+  int staged_slot_ = -1;
+  std::string staged_text_;
 };
 
 // Whether `path` is free for an output: a new file, or a regular file OutputFile would replace.

@@ -6,7 +6,10 @@
 // --replay and --same-plan run under the controlled scheduler instead (stress_explore.h).
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -82,6 +85,49 @@ std::string report_text(const StressOptions& o, const StressResult& r, double se
   return json_with_generator(j.dump(2), "dtsim stress") + "\n";
 }
 
+// The memory available to a new process now: MemAvailable of /proc/meminfo (free memory and
+// what the kernel can reclaim), else the free pages.
+uint64_t available_memory() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[128];
+    unsigned long long kb = 0;
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    }
+    std::fclose(f);
+    if (kb > 0) return kb * 1024;
+  }
+  return static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) *
+         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+}
+
+// Stress's memory grows with --ranks, --calls and --max-numel: a run whose estimated peak
+// (estimate_peak_bytes, over the first kScanIterations iterations) exceeds the memory
+// available is refused before any work, naming the flags to lower.
+uint64_t refuse_what_cannot_fit(const StressOptions& o) {
+  constexpr int kScanIterations = 10000;
+  uint64_t peak = 0;
+  int at = o.first_iteration;
+  for (int i = 0; i < std::min(o.iterations, kScanIterations); ++i) {
+    const uint64_t b = estimate_peak_bytes(o, o.first_iteration + i);
+    if (b > peak) {
+      peak = b;
+      at = o.first_iteration + i;
+    }
+  }
+  // The estimate ran 3-12% under the measured peak resident size (docs/runtime.md): a quarter
+  // more must be available.
+  const uint64_t need = peak + peak / 4;
+  const uint64_t available = available_memory();
+  if (need <= available) return peak;
+  fail("stress",
+       fmt::format("iteration {} needs about {:.1f} GB (--ranks {}, --calls {}, "
+                   "--max-numel {}), more than the {:.1f} GB available here; lower "
+                   "--max-numel, --calls or --ranks",
+                   at, need / 1e9, o.ranks, o.calls_per_iteration, o.max_numel, available / 1e9));
+  return peak;
+}
+
 int run_stress(const CLI::App& app, const StressFlags& f) {
   StressOptions o;
   // Under mpirun the world is processes x --threads-per-process ranks; --ranks defaults to
@@ -98,6 +144,11 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
                                  f.ranks, o.process.describe(), o.process.world_size()));
     }
     o.ranks = o.process.world_size();
+    if (o.ranks > World::kMaxRanks) {  // before any work, not from the first World
+      fail("stress", fmt::format("{} = {} ranks is more than a world holds ({}); lower "
+                                 "--threads-per-process or the number of processes",
+                                 o.process.describe(), o.ranks, World::kMaxRanks));
+    }
   }
   const bool lead = o.process.process == 0;
   o.iterations = f.iterations;
@@ -125,10 +176,10 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
   if (!f.replay.empty()) {
     for (const char* flag : {"--ranks", "--seed", "--start", "--calls", "--max-numel", "--mutant",
                              "--iterations", "--schedules", "--scheduler", "--depth", "--jitter-us",
-                             "--same-plan", "--schedule-file"}) {
+                             "--same-plan", "--schedule-file", "--unsafe-live-sends"}) {
       refuse(flag,
              "does not apply to --replay, which runs what its file names (ranks, seed, "
-             "iteration, calls, max-numel, mutant, every choice); drop " +
+             "iteration, calls, max-numel, mutant, unsafe-live-sends, every choice); drop " +
                  std::string(flag));
     }
   }
@@ -165,6 +216,8 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
                          " is standard output; give a file, which --replay reads back");
     }
   }
+  if (controlled && f.replay.empty()) o.iterations = f.schedules;
+  const uint64_t peak = f.replay.empty() ? refuse_what_cannot_fit(o) : 0;
   begin_work();
   if (controlled) {
     ExploreFlags ef;
@@ -174,16 +227,18 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
     ef.schedule_file = schedule_file.open() ? &schedule_file : nullptr;
     ef.same_plan = f.same_plan;
     ef.report = report.open() ? &report : nullptr;
-    o.iterations = f.schedules;
     return explore_stress(o, ef);
   }
 
   const std::string layout = o.process.mpi ? " (" + o.process.describe() + ")" : std::string();
   if (lead)
-    std::printf("dtsim stress: %d ranks%s, iterations %d..%d, seed %llu, jitter %u us%s\n", o.ranks,
-                layout.c_str(), o.first_iteration, o.first_iteration + o.iterations - 1,
-                static_cast<unsigned long long>(o.seed), o.jitter_us,
-                o.unsafe_live_sends ? ", UNSAFE live sends (snapshot rule broken on purpose)" : "");
+    std::printf(
+        "dtsim stress: %d ranks%s, iterations %d..%d, seed %llu, jitter %u us%s; memory about "
+        "%.0f MB at most (estimated)\n",
+        o.ranks, layout.c_str(), o.first_iteration, o.first_iteration + o.iterations - 1,
+        static_cast<unsigned long long>(o.seed), o.jitter_us,
+        o.unsafe_live_sends ? ", UNSAFE live sends (snapshot rule broken on purpose)" : "",
+        peak / 1e6);
   const auto t0 = std::chrono::steady_clock::now();
   const StressResult r = run_stress(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -29,6 +29,8 @@ nlohmann::json options_json(const StressOptions& o, const ExploreFlags& f) {
           {"scheduler", f.scheduler},
           {"depth", f.depth},
           {"mutant", mutant_name(o.mutant)},
+          {"unsafe_live_sends", o.unsafe_live_sends},
+          {"keep_going", o.keep_going},
           {"same_plan", f.same_plan},
           {"replay", f.replay}};
 }
@@ -48,9 +50,12 @@ int replay(StressOptions o, const ExploreFlags& f) {
   o.calls_per_iteration = sf.options.calls_per_iteration;
   o.max_numel = sf.options.max_numel;
   o.mutant = sf.options.mutant;
-  std::printf("dtsim stress --replay %s: %d ranks, seed %llu, iteration %d, mutant %s, %zu steps\n",
-              f.replay.c_str(), o.ranks, static_cast<unsigned long long>(o.seed), sf.iteration,
-              mutant_name(o.mutant), sf.record.choices.size());
+  o.unsafe_live_sends = sf.options.unsafe_live_sends;
+  std::printf(
+      "dtsim stress --replay %s: %d ranks, seed %llu, iteration %d, mutant %s%s, %zu steps\n",
+      f.replay.c_str(), o.ranks, static_cast<unsigned long long>(o.seed), sf.iteration,
+      mutant_name(o.mutant), o.unsafe_live_sends ? ", UNSAFE live sends" : "",
+      sf.record.choices.size());
   auto strategy = schedule::make_replay(sf.record);
   std::string divergence, summary;
   const StressResult r =

@@ -443,10 +443,11 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
                   plan.floor_description.c_str(), result.floor, result.loss_floor);
     }
   }
+  // Every output is written to its temporary first, then all are renamed: a full disk
+  // leaves none of them (not an earlier one beside a failed run).
   if (report.open()) {
-    report.commit(
+    report.stage(
         report_json(config, train::model_layout(config).size(), run, check ? &result : nullptr));
-    std::printf("report: %s\n", report.name().c_str());
   }
   if (html.open()) {
     const nlohmann::json r =
@@ -454,12 +455,15 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
     const std::string title = std::string(train::to_string(config.strategy)) + " " +
                               train::to_string(config.model) + " on " +
                               std::to_string(config.ranks) + " ranks";
-    html.commit(
+    html.stage(
         html_page("dtsim train", "one run; hover a mark for its value", {{title, r}}, nullptr));
-    std::printf("html: %s\n", html.name().c_str());
   }
-  if (trace.open()) {
-    trace.commit(trace_json(config, run));
+  if (trace.open()) trace.stage(trace_json(config, run));
+  const bool wrote_report = report.open(), wrote_html = html.open(), wrote_trace = trace.open();
+  OutputFile::commit_all({&report, &html, &trace});
+  if (wrote_report) std::printf("report: %s\n", report.name().c_str());
+  if (wrote_html) std::printf("html: %s\n", html.name().c_str());
+  if (wrote_trace) {
     std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", trace.name().c_str());
   }
   return check && !result.passed ? 1 : 0;

@@ -15,6 +15,14 @@ namespace {
 // After a failure the live processes see the abort within milliseconds; one that has not
 // reported after this long is gone.
 constexpr std::chrono::milliseconds kFailedRunGrace{3000};
+// While its ranks are in a run, a process says so this often (kAlive).
+constexpr std::chrono::milliseconds kAliveEvery{500};
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
 
 WireBuf allocate_wire(size_t payload_bytes) {
@@ -32,8 +40,12 @@ MpiLink::MpiLink(WorldState* state, const ProcessModel& model, std::chrono::mill
       queues_(new RankQueues[model.threads]),
       progress_bell_(&MpiProcess::instance().bell()),
       done_epoch_(new std::atomic<uint64_t>[model.processes]),
+      alive_ns_(new std::atomic<int64_t>[model.processes]),
       overflow_(model.threads) {
-  for (int p = 0; p < model.processes; ++p) done_epoch_[p].store(0);
+  for (int p = 0; p < model.processes; ++p) {
+    done_epoch_[p].store(0);
+    alive_ns_[p].store(0);
+  }
   epoch_.store(world_number_ << 32, std::memory_order_release);
   MpiProcess::instance().attach(this);
 }
@@ -66,17 +78,22 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
   // A live process still in the run fails at its deadline at the latest, then reports.
   const auto wait = failed ? std::min<std::chrono::milliseconds>(timeout_, kFailedRunGrace)
                            : timeout_ + kFailedRunGrace;
-  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const int64_t wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+  const int64_t deadline = steady_ns() + wait_ns;
   if (MpiProcess::instance().terminating()) return "";  // the job is ending: nobody reports
   auto nap = std::chrono::microseconds(2);
   for (;;) {
     // Our own kDone must be out too: the next run's epoch would make it unsendable.
     bool all = done_sent_epoch_.load(std::memory_order_acquire) == e;
+    int64_t until = deadline;  // a missing peer that reported progress lately gets longer
     for (int p = 0; p < model_.processes; ++p) {
-      if (p != model_.process && done_epoch_[p].load(std::memory_order_acquire) != e) all = false;
+      if (p == model_.process || done_epoch_[p].load(std::memory_order_acquire) == e) continue;
+      all = false;
+      const int64_t alive = alive_ns_[p].load(std::memory_order_acquire);
+      if (alive != 0) until = std::max(until, alive + wait_ns);
     }
     if (all) return "";
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (steady_ns() >= until) break;
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(500));
   }
@@ -95,7 +112,7 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
   MpiProcess::instance().mark_peer_lost();
   char waited[32];
   std::snprintf(waited, sizeof waited, "%.1f s", wait.count() / 1000.0);
-  return "lost " + missing + ": no end-of-run message within " + waited +
+  return "lost " + missing + ": no end-of-run message, and no sign of life, within " + waited +
          "; that process was killed, crashed or is stuck";
 }
 
@@ -135,6 +152,23 @@ void MpiLink::dispatch(WireBuf b) {
     future->push_back(b);
     return;
   }
+  // A header from a process that laid the world out otherwise (another rank-thread count)
+  // must not index this process's queues: the run fails, naming the mismatch.
+  const int ranks = model_.world_size();
+  const bool in_range =
+      h.src >= 0 && h.src < ranks &&
+      (h.kind != WireKind::kData || (h.dst >= 0 && h.dst < ranks && model_.is_local(h.dst)));
+  if (!in_range) {
+    recv_pool->put(b);
+    state_->fail(
+        model_.first_rank(),
+        std::make_exception_ptr(Error(
+            "a message from rank " + std::to_string(h.src) + " to rank " + std::to_string(h.dst) +
+            " does not fit this process's world (" + model_.describe() +
+            "): the processes disagree on the world's shape; start every process "
+            "with the same --threads-per-process")));
+    return;
+  }
   switch (h.kind) {
     case WireKind::kData: {
       const int local = h.dst - model_.first_rank();
@@ -150,6 +184,13 @@ void MpiLink::dispatch(WireBuf b) {
       break;
     case WireKind::kDone:
       done_epoch_[model_.process_of(h.src)].store(h.epoch, std::memory_order_release);
+      recv_pool->put(b);
+      break;
+    case WireKind::kAlive:
+      alive_ns_[model_.process_of(h.src)].store(steady_ns(), std::memory_order_release);
+      recv_pool->put(b);
+      break;
+    default:  // a kind this build does not know: from another program
       recv_pool->put(b);
       break;
   }
@@ -239,6 +280,7 @@ bool MpiLink::progress(MPI_Comm comm) {
   const uint64_t now = epoch();
   if (now != seen_epoch_) {  // a new run: messages that arrived early are due now
     seen_epoch_ = now;
+    for (int p = 0; p < model_.processes; ++p) alive_ns_[p].store(0, std::memory_order_relaxed);
     std::vector<WireBuf> early;
     early.swap(*future);
     for (WireBuf b : early) dispatch(b);
@@ -298,6 +340,17 @@ bool MpiLink::progress(MPI_Comm comm) {
       send_control(comm, WireKind::kAbort, failed, reason.substr(prefix.size()));
     }
     busy = true;
+  }
+  // Liveness: while this process's ranks are in the run, it says so every kAliveEvery. Every
+  // wait of a rank has a deadline, so a process that is alive and in the run will report its
+  // end; one that is killed, crashed or stopped (SIGSTOP) falls silent.
+  if (finish != now && model_.processes > 1) {
+    const auto t = std::chrono::steady_clock::now();
+    if (t - alive_sent_ >= kAliveEvery) {
+      alive_sent_ = t;
+      send_control(comm, WireKind::kAlive, model_.first_rank(), "");
+      busy = true;
+    }
   }
   if (finish == now && done_sent_epoch_.load(std::memory_order_relaxed) != now) {
     send_control(comm, WireKind::kDone, model_.first_rank(), "");

@@ -76,7 +76,9 @@ class MpiLink {
   // World's owner, after every local rank left the run: tells every other process and
   // waits for all of them: up to the deadline plus a few seconds (a peer blocked on a
   // missing message fails at its deadline, then reports), or a few seconds when this run
-  // already failed (the others then only have to see the abort). Returns "" or a one-line error
+  // already failed (the others then only have to see the abort). A peer that reported it
+  // is alive and in the run (kAlive) is waited for until that long after its latest report,
+  // so a slow (oversubscribed) process is not taken for a lost one. Returns "" or a one-line error
   // naming the processes (and their ranks) that did not report; *lost_rank: the first
   // rank of the first of them.
   std::string finish_run(bool failed, int* lost_rank);
@@ -118,6 +120,9 @@ class MpiLink {
   std::unique_ptr<std::atomic<uint64_t>[]> done_epoch_;
   // Progress thread -> World owner: the epoch whose kDone this process has sent.
   std::atomic<uint64_t> done_sent_epoch_{0};
+  // Progress thread -> World owner: when each process last reported it is alive (steady clock
+  // nanoseconds; kAlive of the current run).
+  std::unique_ptr<std::atomic<int64_t>[]> alive_ns_;
 
   // progress thread only
   struct PendingSend {
@@ -130,6 +135,7 @@ class MpiLink {
   std::vector<std::vector<WireBuf>> overflow_;  // per local rank, when its `in` is full
   uint64_t seen_epoch_ = 0;
   uint64_t abort_sent_epoch_ = 0;
+  std::chrono::steady_clock::time_point alive_sent_{};
   WirePool control_pool_;
   std::atomic<const NativeCall*> native_call_{nullptr};
   std::atomic<int> native_state_{kIdle};

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,6 +28,7 @@ constexpr auto kStartGrace = std::chrono::seconds(2);
 
 uint64_t g_start_error = 0;  // set_start()'s, read by the constructor
 std::string g_start_alone;
+std::string g_start_config;
 // The constructor gave up on MPI_Init: the progress thread, if it ever returns from it,
 // must not touch the MpiProcess (set once, never cleared).
 std::atomic<bool> g_abandoned{false};
@@ -44,15 +46,17 @@ MpiProcess& MpiProcess::instance() {
   return process;
 }
 
-void MpiProcess::set_start(uint64_t error_hash, std::string error_alone) {
+void MpiProcess::set_start(uint64_t error_hash, std::string error_alone, std::string config) {
   g_start_error = error_hash;
   g_start_alone = std::move(error_alone);
+  g_start_config = std::move(config);
 }
 
 MpiProcess::MpiProcess()
     : start_deadline_(std::chrono::steady_clock::now() + kStartDeadline),
       start_error_(g_start_error),
-      start_alone_(g_start_alone) {
+      start_alone_(g_start_alone),
+      start_config_(g_start_config) {
   Doorbell::enable_asymmetric_fences();
   sem_init(&g_signal_sem, 0, 0);
   signal_thread_ = std::thread([this] { watch_signals(); });
@@ -76,6 +80,8 @@ MpiProcess::MpiProcess()
     start_.process = rank_;
     start_.errors.assign(size_, 0);
     start_.errors.at(rank_) = start_error_;
+    start_.configs.assign(size_, "");
+    start_.configs.at(rank_) = start_config_;
     ending_.store(start_error_ != 0, std::memory_order_release);
     start_done_.store(true, std::memory_order_release);
     return;
@@ -189,26 +195,52 @@ void MpiProcess::watch_signals() {
   _exit(1);
 }
 
+bool MpiProcess::wait_for_start(MPI_Request* req) {
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= start_deadline_) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 JobStart MpiProcess::agree_on_start(int rank, int size) {
   JobStart start;
   start.process = rank;
   start.errors.assign(size, 0);
   start.errors[rank] = start_error_;
+  start.configs.assign(size, "");
+  start.configs[rank] = start_config_;
   if (size == 1) return start;
-  start_send_ = start_error_;
-  start_recv_.assign(size, 0);
+  // First each process's error and the length of its configuration, then the texts.
+  start_send_ = {start_error_, start_config_.size()};
+  start_recv_.assign(2 * size, 0);
   MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Iallgather(&start_send_, 1, MPI_UINT64_T, start_recv_.data(), 1, MPI_UINT64_T, comm_,
-                     &req) == MPI_SUCCESS) {
-    for (;;) {
-      int done = 0;
-      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-      if (done) {
-        start.errors = start_recv_;
-        return start;
+  if (MPI_Iallgather(start_send_.data(), 2, MPI_UINT64_T, start_recv_.data(), 2, MPI_UINT64_T,
+                     comm_, &req) == MPI_SUCCESS &&
+      wait_for_start(&req)) {
+    for (int p = 0; p < size; ++p) start.errors[p] = start_recv_[2 * p];
+    // Texts longer than this are compared by their first kMaxConfigBytes (the CLI's are ~2 kB).
+    constexpr uint64_t kMaxConfigBytes = 1 << 20;
+    start_counts_.assign(size, 0);
+    start_displs_.assign(size, 0);
+    uint64_t total = 0;
+    for (int p = 0; p < size; ++p) {
+      start_counts_[p] = static_cast<int>(std::min(start_recv_[2 * p + 1], kMaxConfigBytes));
+      start_displs_[p] = static_cast<int>(total);
+      total += start_counts_[p];
+    }
+    start_texts_.assign(total, '\0');
+    req = MPI_REQUEST_NULL;
+    if (MPI_Iallgatherv(start_config_.data(), start_counts_[rank], MPI_CHAR, start_texts_.data(),
+                        start_counts_.data(), start_displs_.data(), MPI_CHAR, comm_,
+                        &req) == MPI_SUCCESS &&
+        wait_for_start(&req)) {
+      for (int p = 0; p < size; ++p) {
+        start.configs[p] = start_texts_.substr(start_displs_[p], start_counts_[p]);
       }
-      if (std::chrono::steady_clock::now() >= start_deadline_) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      return start;
     }
   }
   // The request stays pending (a collective cannot be cancelled): its buffers are members.

@@ -8,7 +8,8 @@
 // unless a peer process was lost, in which case finalizing could hang and is skipped.
 //
 // The job's start (runtime/job_start.h): right after MPI_Init the progress thread gathers
-// from every process whether it met a usage error (one MPI_Iallgather), within
+// from every process whether it met a usage error and its configuration's text (an
+// MPI_Iallgather, then an MPI_Iallgatherv), within
 // kStartDeadline of the first instance() call; MPI_Init waits for every process too, so when
 // it has not returned by then instance() returns with job_start().agreed false.
 //
@@ -49,9 +50,10 @@ class MpiProcess {
   // Starts MPI on first use and passes the job's start (blocks until both are done, or up
   // to kStartDeadline and a little more).
   static MpiProcess& instance();
-  // What this process brings to the start: 0 or its usage error's hash, and the line it
-  // prints if a signal ends it before the start completes. No effect once MPI started.
-  static void set_start(uint64_t error_hash, std::string error_alone);
+  // What this process brings to the start: 0 or its usage error's hash, the line it prints
+  // if a signal ends it before the start completes, and its configuration's text (compared
+  // across processes, job_start.h). No effect once MPI started.
+  static void set_start(uint64_t error_hash, std::string error_alone, std::string config);
   // The start's outcome, complete once instance() returned.
   const JobStart& job_start() const { return start_; }
 
@@ -81,6 +83,8 @@ class MpiProcess {
   void main();
   // The start's collective, after MPI_Init (progress thread).
   JobStart agree_on_start(int rank, int size);
+  // Waits for one of the start's requests until the start's deadline; false if it failed.
+  bool wait_for_start(MPI_Request* req);
   // Waits for SIGTERM / SIGINT (posted by the handler) and fails the running World.
   void watch_signals();
 
@@ -92,6 +96,7 @@ class MpiProcess {
   std::chrono::steady_clock::time_point start_deadline_;
   uint64_t start_error_ = 0;  // set_start()'s
   std::string start_alone_;
+  std::string start_config_;
   JobStart start_;                       // written before started_ is set, then read-only
   std::atomic<bool> start_done_{false};  // start_ is complete
   std::atomic<bool> ending_{false};      // the start ends the job: every process exits 2
@@ -111,8 +116,12 @@ class MpiProcess {
   // progress thread only
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<WireBuf> future_;
-  uint64_t start_send_ = 0;  // the start's buffers, alive as long as its request may be
+  // The start's buffers, alive as long as its requests may be.
+  std::vector<uint64_t> start_send_;
   std::vector<uint64_t> start_recv_;
+  std::vector<int> start_counts_;
+  std::vector<int> start_displs_;
+  std::string start_texts_;
   WirePool recv_pool_;
 };
 

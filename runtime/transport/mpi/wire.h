@@ -13,6 +13,7 @@ enum class WireKind : uint32_t {
   kData,   // a rank's message to a rank in another process
   kAbort,  // payload: the failed rank's error (src = that rank)
   kDone,   // this process's rank threads all left the run (src = first rank of it)
+  kAlive,  // this process is alive and its ranks are in the run (sent every kAliveEvery)
 };
 
 struct WireHeader {
