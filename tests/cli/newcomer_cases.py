@@ -33,6 +33,14 @@ def case_terminal_width():
         rc, wide, _ = run(*args, "--wide")
         expect(rc == 0 and widest(wide) > COLUMNS and wide.count("\nslot ") + wide.startswith("slot ") == 1,
                f"{' '.join(args)} --wide: one band, {widest(wide)} columns")
+    # walk's step lines list every send: at 8 ranks they were 136 columns; now they wrap
+    # under the first send, and every send is still there.
+    rc, out, _ = run("walk", "--op", "all_reduce", "--ranks", "8", "--numel", "8")
+    steps = re.findall(r"^(step \d+ \([a-z-]+\):.*(?:\n {20,}\S.*)*)", out, re.M)
+    expect(rc == 0 and len(steps) == 14, f"walk 8 ranks: {len(steps)} steps:\n{out}")
+    for st in steps:
+        expect(widest(st) <= COLUMNS, f"step line {widest(st)} columns: {st}")
+        expect(len(re.findall(r"\d->\d chunk \d", st)) == 8, f"a step lost sends: {st}")
     rc, _, err = run("walk", "--op", "all_reduce", "--wide")
     expect(rc == 2 and "--wide needs --pp" in err, f"walk --op --wide: {rc} {err}")
     # The demo's table was 161 columns; --wide keeps that one table.

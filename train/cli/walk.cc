@@ -196,15 +196,22 @@ void print_steps(const Plan& p, const World& world) {
         phases += (phases.empty() ? "" : " + ") + ph;
       }
     }
-    std::printf("\nstep %zu%s:", k, phases.empty() ? "" : (" (" + phases + ")").c_str());
+    // The sends, wrapped at 100 columns under the first.
+    std::string text = fmt::format("\nstep {}{}:", k, phases.empty() ? "" : " (" + phases + ")");
+    const size_t indent = text.size() - 1;
+    size_t width = indent;
     for (const TraceEvent& e : st.sends) {
-      if (e.chunk >= 0) {
-        std::printf("  %d->%d chunk %d", e.src, e.dst, e.chunk);
-      } else {
-        std::printf("  %d->%d all %zu", e.src, e.dst, e.count);
+      const std::string send = e.chunk >= 0
+                                   ? fmt::format("  {}->{} chunk {}", e.src, e.dst, e.chunk)
+                                   : fmt::format("  {}->{} all {}", e.src, e.dst, e.count);
+      if (width + send.size() > 100 && width > indent) {
+        text += "\n" + std::string(indent, ' ');
+        width = indent;
       }
+      text += send;
+      width += send.size();
     }
-    std::printf("\n");
+    std::printf("%s\n", text.c_str());
     for (int r = 0; r < p.n; ++r) {
       const Vec v = st.after[r] ? as_values(*st.after[r]) : input_of(p, r);
       std::string from;
