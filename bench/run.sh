@@ -169,10 +169,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a 
   echo "The target sections run first, while the machine is as quiet as it will be."
   echo "GB/s is 1e9 B/s; busbw uses nccl-tests' factors. Times are medians (see each command)."
   cat "$TMP/targets"
-  [[ -f bench/results_notes.md ]] && { echo; cat bench/results_notes.md; }
-  # Issue 12's compute-speed runs (bench/torch_compare.sh, bench_gemm) take minutes each
-  # and install PyTorch; their recorded output is pasted in, each under its command.
-  [[ -f bench/compute_results.md ]] && { echo; cat bench/compute_results.md; }
+  # The hand-kept notes and issue 12's compute-speed runs (minutes each; they install
+  # PyTorch) live in one file each: linked, never pasted, so there is one copy to correct.
+  echo
+  echo "## Reading the targets: what was missed, by how much, and why"
+  echo
+  echo "Kept in [\`results_notes.md\`](results_notes.md), one copy; \`bench/run.sh\` links it here instead of pasting it."
+  echo
+  echo "## Compute speed (issue 12)"
+  echo
+  echo "Kept in [\`compute_results.md\`](compute_results.md), one copy; \`bench/run.sh\` links it here instead of pasting it."
   cat "$TMP/targets_section" "$TMP/body"
 } >"$OUT"
 echo "wrote $OUT in $((SECONDS - START)) s" >&2

@@ -15,6 +15,7 @@ from bad_inputs import BAD  # the bad-input table, beside this file
 from cli_util import DTSIM, expect, expect_match, run
 from pipeline_cases import (case_train_ep_adam, case_train_mesh_combinations,
                             case_train_pipeline, case_walk_pipeline)
+from newcomer_cases import case_headers, case_newcomer_texts, case_terminal_width
 
 
 def case_help():
@@ -482,21 +483,22 @@ def case_demo():
     rc, out, err = run("demo", "--quiet")
     expect(rc == 0, f"demo exit code {rc}\n{out}\n{err}")
     expect(err == "", "--quiet: nothing on stderr")
-    rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", out, re.M)
+    checks = out.split("what each run held")[0]  # the first of the two tables
+    rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", checks, re.M)
     want = [(s, "mlp") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "tp",
                                  "dp-tp", "dp 2 x tp 2 zero1", "dp 2 x pp 2 1f1b",
                                  "dp 2 x tp 2 x pp 2 1f1b zero1", "ddp forget-divide sgd"]]
     want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep",
                                   "dp 4 ep 2"]]
     expect(rows == want, f"rows {rows}")
-    expect(len(re.findall(r" PASS ", out)) == 16, "sixteen PASS verdicts:\n" + out)
-    expect_match(r"^dp 2 x tp 2 x pp 2 1f1b zero1 +mlp .* rtol 1e-05 atol 1e-06 vs single +PASS ",
+    expect(len(re.findall(r" PASS$", out, re.M)) == 16, "sixteen PASS verdicts:\n" + out)
+    expect_match(r"^dp 2 x tp 2 x pp 2 1f1b zero1 +mlp .* tol vs single +PASS$",
                  out, "the 3D row (8 rank threads)")
-    expect_match(r"^dp 2 x pp 2 1f1b +mlp .* 0  bitwise vs accum +PASS ", out, "pipeline bitwise row")
-    expect_match(r"^ddp forget-divide sgd +mlp .* FAIL \(expected FAIL\) ", out, "pitfall row")
-    expect_match(r"^ddp +mlp .* 0  bitwise vs accum +PASS ", out, "ddp bitwise row")
-    expect_match(r"16 B/param,\n112 GB per GPU .* 14 GB of bf16 gradients sends 24\.5 GB", out,
-                 "the lesson's line")
+    expect_match(r"^dp 2 x pp 2 1f1b +mlp .* 0  bitwise vs accum +PASS$", out, "pipeline bitwise row")
+    expect_match(r"^ddp forget-divide sgd +mlp .* FAIL \(expected\)$", out, "pitfall row")
+    expect_match(r"^ddp +mlp .* 0  bitwise vs accum +PASS$", out, "ddp bitwise row")
+    expect_match(r"holds\n16 B/param, 112 GB per GPU .* 14 GB of\nbf16 gradients sends 24\.5 GB",
+                 out, "the lesson's lines")
     expect_match(r"= 16 bytes of model state per parameter$", out, "measured 16 B/param")
     expect_match(r"^every check passed; the forgotten division failed as expected", out, "end")
 

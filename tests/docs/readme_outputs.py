@@ -1,25 +1,37 @@
 #!/usr/bin/env python3
-"""The README's quoted outputs against the program: every ```sh block of `build/dtsim ...`
-commands whose next code block (prose may stand between) is a plain ``` block is an example,
-and that block is what the commands print. The example passes when the block's lines, in
-order, are among the lines the commands print now (stdout and stderr), after what varies
-from run to run is masked: times (`110 us`, `2.6 s`, `(17.1 s)`), a pipeline's wall-time
-share and the load average; runs of spaces count as one. A `...` line in the block stands
-for lines left out. Every command must exit 0, or 1 where the block quotes a FAIL (a stress
-search that finds its planted bug), and a block must quote at least one line.
+"""Every command that README.md and docs/*.md show, run as shown, against what they quote.
 
-  readme_outputs.py --list README.md            the examples' names, one per line
-  readme_outputs.py README.md DTSIM NAME        runs one example; exit 1 naming the line
+An example is one of:
+- a ```sh block: its commands (a `\\` continues a line; a `<<'X'` here-document runs to its
+  X line) run one by one through bash in a fresh folder where `build/dtsim` is the binary
+  under test; if the next code block (prose may stand between) is a plain ``` block, that
+  block is what the commands print;
+- a plain ``` block whose lines start `$ `: a terminal transcript; the `$ ` lines run as one
+  bash script (so `echo $?` prints the previous command's exit code), and the other lines
+  are what it prints.
+Quoted lines must appear, in order, among the lines printed (stdout and stderr), after
+what varies from run to run is masked: times (`110 us`, `2.6 s`, `(17.1 s)`), a pipeline's
+wall-time share and the load average; runs of spaces count as one. A `...` line stands for
+lines left out. Every command must exit 0, or 1 where the block quotes a FAIL (a stress
+search that finds its planted bug, a --check that fails), or what a trailing `# exit N`
+comment on it states.
 
-Skipped, and so not listed: blocks with mpirun or scripts/ (the MPI and sanitizer tests
-cover those commands). The README's numbers are those of dtsim's own GEMM kernel, AVX2/FMA
-or AVX-512 (the Quick start's on such a machine; the two give the same bits): a build with
-OpenBLAS's GEMMs (`dtsim --version`) rounds otherwise, and every example exits 77, which
-ctest reads as skipped.
+A block that cannot run here (it installs packages, needs two hosts, or is a sanitizer
+build) says so in an HTML comment on the line before it: `<!-- docs-test: skip: REASON -->`;
+the reason is printed by --list-skipped. A ```sh block without that comment is always run,
+so every command shown runs or says why not. mpirun blocks run when mpirun is installed.
+
+  readme_outputs.py --list FILE...                the examples' names, one per line
+  readme_outputs.py --list-skipped FILE...        the skipped blocks and their reasons
+  readme_outputs.py DTSIM NAME FILE...            runs one example; exit 1 naming the line
+
+The quoted numbers are those of dtsim's own GEMM kernel, AVX2/FMA or AVX-512 (the two give
+the same bits): on a build with OpenBLAS's GEMMs (`dtsim --version`) an example that
+quotes output exits 77, which ctest reads as skipped; one that quotes nothing still runs.
 """
 import os
 import re
-import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,36 +41,90 @@ VARYING = [
     (re.compile(r"wall time \d+(\.\d+)?%"), "wall time <pct>"),
     (re.compile(r"load average [^)]*"), "load average <load>"),
 ]
+SKIP = re.compile(r"<!-- docs-test: skip: (.+?) -->")
 
 
-def examples(readme):
-    """(name, line number, commands, expected lines) for every example of the README."""
-    lines = open(readme).read().split("\n")
-    blocks, i = [], 0
+def blocks(path):
+    """(line, lang, body, skip reason or None) for every fenced block of a markdown file."""
+    lines = open(path).read().split("\n")
+    out, i = [], 0
     while i < len(lines):
         if lines[i].startswith("```"):
             j = i + 1
             while not lines[j].startswith("```"):
                 j += 1
-            blocks.append((i + 1, lines[i][3:].strip(), lines[i + 1:j]))
+            m = SKIP.search(lines[i - 1]) if i else None
+            out.append((i + 1, lines[i][3:].strip(), lines[i + 1:j], m.group(1) if m else None))
             i = j + 1
         else:
             i += 1
+    return out
+
+
+def commands_of(body):
+    """The shell commands of a ```sh block: continuation lines joined, here-documents kept
+    with their command, comment lines dropped."""
+    out, i = [], 0
+    while i < len(body):
+        line = body[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        while line.endswith("\\") and i < len(body):
+            line = line[:-1] + " " + body[i].strip()
+            i += 1
+        m = re.search(r"<<-?'?(\w+)'?", line)
+        if m:
+            while i < len(body) and body[i].strip() != m.group(1):
+                line += "\n" + body[i]
+                i += 1
+            line += "\n" + body[i]
+            i += 1
+        out.append(line)
+    return out
+
+
+def name_of(path, command):
+    stem = os.path.splitext(os.path.basename(path))[0].lower()
+    stem = "readme" if stem == "readme" else "docs_" + stem
+    words = re.sub(r"^\$ ", "", command.split("\n")[0]).split(" #")[0].split()
+    if words and words[0] == "mpirun":  # "mpi" and what follows build/dtsim
+        at = next((k for k, w in enumerate(words) if w.endswith("dtsim")), 0)
+        words = ["mpi"] + words[at + 1:]
+    elif words and words[0].endswith("dtsim"):
+        words = words[1:]
+    words = [w for w in words if not re.fullmatch(r"[<>|&;=].*", w)][:7]
+    return re.sub(r"[^a-z0-9]+", "_", "_".join([stem] + words).lower()).strip("_")
+
+
+def examples(paths):
+    """(name, path, line, kind, commands, expected) for every example of the files."""
     out, names = [], set()
-    for (line, lang, body), (_, next_lang, expected) in zip(blocks, blocks[1:]):
-        if lang != "sh" or next_lang != "":
-            continue
-        text = "\n".join(body).replace("\\\n", " ")
-        commands = [c.strip() for c in text.split("\n") if c.strip() and not c.startswith("#")]
-        if not commands or not all(c.startswith("build/dtsim ") for c in commands):
-            continue
-        words = [w for w in shlex.split(commands[0])[1:] if not w.startswith("-")][:1]
-        flags = [w.lstrip("-") for w in shlex.split(commands[0])[2:]][:6]
-        name = re.sub(r"[^a-z0-9]+", "_", "_".join(words + flags).lower()).strip("_")
-        while name in names:
-            name += "_again"
-        names.add(name)
-        out.append((name, line, commands, expected))
+    for path in paths:
+        bl = blocks(path)
+        for k, (line, lang, body, skip) in enumerate(bl):
+            if skip:
+                continue
+            if lang == "sh":
+                expected = None
+                if k + 1 < len(bl) and bl[k + 1][1] == "" and not bl[k + 1][3] and not any(
+                        x.startswith("$ ") for x in bl[k + 1][2]):
+                    expected = bl[k + 1][2]
+                cmds = commands_of(body)
+                if not cmds:
+                    continue
+                kind = "sh"
+            elif lang == "" and any(x.startswith("$ ") for x in body):
+                cmds = [x[2:] for x in body if x.startswith("$ ")]
+                expected = [x for x in body if not x.startswith("$ ")]
+                kind = "transcript"
+            else:
+                continue
+            name = name_of(path, cmds[0])
+            while name in names:
+                name += "_again"
+            names.add(name)
+            out.append((name, path, line, kind, cmds, expected))
     return out
 
 
@@ -68,33 +134,43 @@ def masked(text):
     return " ".join(text.split())
 
 
-def main():
-    if sys.argv[1] == "--list":
-        for name, *_ in examples(sys.argv[2]):
-            print(name)
-        return 0
-    readme, dtsim, wanted = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
-    version = subprocess.run([dtsim, "--version"], capture_output=True, text=True).stdout
-    if "GEMM avx2-fma" not in version and "GEMM avx512-fma" not in version:
-        print(f"skipped: the README's outputs are dtsim's GEMM kernel's; this is {version.strip()}")
+def run(dtsim, name, paths):
+    [(name, path, line, kind, commands, expected)] = [e for e in examples(paths) if e[0] == name]
+    where = f"{os.path.relpath(path)}:{line}"
+    if expected is not None:
+        version = subprocess.run([dtsim, "--version"], capture_output=True, text=True).stdout
+        if "GEMM avx2-fma" not in version and "GEMM avx512-fma" not in version:
+            print(f"skipped: the docs' outputs are dtsim's GEMM kernel's; this is {version.strip()}")
+            return 77
+        if not any(x.strip() and x.strip() != "..." for x in expected):
+            print(f"{where}: the block after `{commands[0]}` quotes nothing")
+            return 1
+    if any(c.split()[0] == "mpirun" for c in commands) and not shutil.which("mpirun"):
+        print(f"skipped: {where} runs mpirun, which is not installed")
         return 77
-    [(name, line, commands, expected)] = [e for e in examples(readme) if e[0] == wanted]
-    if not any(x.strip() and x.strip() != "..." for x in expected):
-        print(f"README.md:{line}: the block after `{commands[0]}` quotes nothing")
-        return 1
-    want_rc = 1 if any("FAIL" in x for x in expected) else 0
+    want_rc = 1 if expected and any("FAIL" in x for x in expected) else 0
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")}
     printed = []
-    with tempfile.TemporaryDirectory() as d:  # the examples' --report and --trace files
-        for command in commands:
-            args = shlex.split(command)[1:]
-            env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
-            p = subprocess.run([dtsim, *args], capture_output=True, text=True, cwd=d, env=env,
-                               timeout=300)
-            printed += (p.stdout + p.stderr).split("\n")
-            if p.returncode not in (0, want_rc):
-                print(f"README.md:{line}: `{command}` exited {p.returncode}, not {want_rc}:\n"
-                      + p.stdout + p.stderr)
+    with tempfile.TemporaryDirectory() as d:  # the examples' output files land here
+        os.mkdir(os.path.join(d, "build"))
+        os.symlink(dtsim, os.path.join(d, "build", "dtsim"))
+        scripts = ["\n".join(commands)] if kind == "transcript" else commands
+        for script in scripts:
+            # A transcript shows what a terminal shows: stdout and stderr as they come.
+            p = subprocess.run(["bash", "-c", script], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT if kind == "transcript" else subprocess.PIPE,
+                               text=True, cwd=d, env=env, timeout=300)
+            printed += (p.stdout + (p.stderr or "")).split("\n")
+            # A command that must fail says so: `... # exit 1`.
+            stated = re.search(r"#\s*exit (\d+)\s*$", script)
+            want = (int(stated.group(1)),) if stated else (0, want_rc)
+            if p.returncode not in want:
+                print(f"{where}: `{script}` exited {p.returncode}, not {' or '.join(map(str, set(want)))}:\n"
+                      + p.stdout + (p.stderr or ""))
                 return 1
+    if expected is None:
+        print(f"{name}: the {len(commands)} command(s) of {where} ran (they quote no output)")
+        return 0
     have = [masked(x) for x in printed]
     at = 0
     for k, want in enumerate(expected):
@@ -104,15 +180,30 @@ def main():
         while at < len(have) and have[at] != m:
             at += 1
         if at == len(have):
-            print(f"README.md:{line + k + 2}: `{want.strip()}` is not printed (in this order) by")
+            out_line = line + k + 1 if kind == "transcript" else "the block after it"
+            print(f"{where}: `{want.strip()}` ({out_line}) is not printed (in this order) by")
             for c in commands:
                 print("  " + c)
             print("which print now:\n" + "\n".join("  " + x for x in printed))
             return 1
         at += 1
-    print(f"{name}: the {len(expected)} lines of README.md:{line} are what {len(commands)} "
-          f"command(s) print")
+    print(f"{name}: the {len(expected)} lines quoted at {where} are what "
+          f"{len(commands)} command(s) print")
     return 0
+
+
+def main():
+    if sys.argv[1] == "--list":
+        for name, *_ in examples(sys.argv[2:]):
+            print(name)
+        return 0
+    if sys.argv[1] == "--list-skipped":
+        for path in sys.argv[2:]:
+            for line, _, body, skip in blocks(path):
+                if skip:
+                    print(f"{os.path.relpath(path)}:{line}: {skip}")
+        return 0
+    return run(os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3:])
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ class Dom(HTMLParser):
         self.elements.append((tag, a))
         if tag == "script" and a.get("id") == "dtsim-data":
             self._in_data = True
+        self._summary = a if tag == "p" and a.get("class") == "summary" else None
 
     def handle_startendtag(self, tag, attrs):
         self.elements.append((tag, dict(attrs)))
@@ -78,6 +79,8 @@ class Dom(HTMLParser):
     def handle_data(self, data):
         if self._in_data:
             self._text.append(data)
+        if getattr(self, "_summary", None) is not None:  # a panel's summary line, as text
+            self._summary["text"] = self._summary.get("text", "") + data
 
 
 def render(page):
@@ -112,8 +115,25 @@ def panels_of(dom):
 def check_panel(elements, report, where):
     charts = [a["data-chart"] for t, a in elements if "data-chart" in a]
     groups = [g["group"] for g in report["traffic"]]
-    expect(charts == ["loss", "memory", "time"] + ["traffic"] * len(groups),
-           f"{where}: charts {charts}, expected loss, memory, time and traffic for {groups}")
+    timeline = (report.get("pipeline") or {}).get("timeline")
+    expect(charts == ["loss", "memory", "time"] + ["timeline"] * bool(timeline) +
+           ["traffic"] * len(groups),
+           f"{where}: charts {charts}, expected loss, memory, time, a timeline for a pipeline, "
+           f"and traffic for {groups}")
+    # The summary names the ranks that ran: single and accum run one, whatever config.ranks.
+    summary = next(a.get("text", "") for t, a in elements if a.get("class") == "summary")
+    c = report["config"]
+    ranks = {"single": "1 rank ·", "accum": f"1 rank accumulating as {c['ranks']} would"}.get(
+        c["strategy"], f"{c['ranks']} ranks")
+    expect(ranks in summary, f"{where}: summary does not say '{ranks}': {summary}")
+    # A run without collectives says why: one rank, or a pipeline's point-to-point sends.
+    empty = [a["data-empty"] for t, a in elements if "data-empty" in a]
+    has_ops = any(c["seconds"] > 0 for r in report["ranks"] for c in r["collectives"].values())
+    want_empty = [] if has_ops else [
+        "no collectives (one rank)" if len(report["ranks"]) == 1 else
+        "no collectives: the stages only sent point to point" if report.get("pipeline") else
+        "no collectives"]
+    expect(empty == want_empty, f"{where}: time chart says {empty}, want {want_empty}")
 
     series = {a["data-series"]: a["data-values"] for t, a in elements if "data-series" in a}
     got = [number(x) for x in series.get("run", "").split(",")]
@@ -146,7 +166,32 @@ def check_panel(elements, report, where):
     want = {(op, r["rank"]): r["collectives"].get(op, {}).get("seconds", 0)
             for op in ops for r in report["ranks"]}
     expect(times == want, f"{where}: collective time bars differ from report")
+    if timeline:
+        check_timeline(elements, report, where)
     return len(charts)
+
+
+def check_timeline(elements, report, where):
+    """The pipeline timeline: every phase of the report drawn, and the idle share of the
+    bars (1 - busy / (stages x span)) equal to the run's wall-time bubble."""
+    t = report["pipeline"]["timeline"]
+    drawn = sorted((int(a["data-stage"]), a["data-name"], float(a["data-start"]), float(a["data-end"]))
+                   for tag, a in elements if tag == "rect" and "data-stage" in a)
+    want = sorted((st["stage"], ph["name"], ph["start"], ph["end"])
+                  for st in t["stages"] for ph in st["phases"])
+    expect(drawn == want and drawn, f"{where}: timeline bars differ from the report's phases")
+    p = report["pipeline"]["stages"]
+    kinds = {k for *_, k in [(0, a["data-kind"]) for tag, a in elements if "data-stage" in a]}
+    expect(kinds >= {"forward", "backward"}, f"{where}: timeline kinds {kinds}")
+    expect(len({st for st, *_ in drawn}) == p, f"{where}: timeline rows != {p} stages")
+    busy = sum(end - start for _, _, start, end in drawn)
+    idle = 1 - busy / (p * t["span_seconds"])
+    expect(abs(idle - report["pipeline"]["bubble_wall"]) < 1e-9,
+           f"{where}: timeline idle {idle} != bubble_wall {report['pipeline']['bubble_wall']}")
+    label = [a for tag, a in elements if "data-idle" in a]
+    expect(label and abs(float(label[0]["data-idle"]) - idle) < 1e-9,
+           f"{where}: the timeline's idle label {label} != {idle}")
+    return idle
 
 
 def dtsim(binary, *args):
@@ -193,7 +238,47 @@ def case_demo(binary, d):
     expect([(g["group"], g["bytes"], g["messages"]) for g in zero2["traffic"]] ==
            [(g["group"], g["bytes"], g["messages"]) for g in alone["traffic"]],
            "demo zero2 traffic differs from dtsim train's")
-    print(f"ok: {len(panels)} demo panels and the table match their reports")
+    # The cross-strategy charts: per run the largest rank's model state by category and the
+    # bytes one rank sends per step, each chart on one scale.
+    state = [c for c in CATEGORIES if c != "activations"]
+    drawn, sent, chart = {}, {}, None
+    for t, a in dom.elements:
+        if "data-chart" in a:
+            chart = a["data-chart"]
+        elif t == "rect" and "data-run" in a:
+            key = (int(a["data-run"]), a["data-category"])
+            (drawn if chart == "compare-memory" else sent)[key] = float(a["data-bytes"])
+    want = {(i, c): max(r["memory_bytes"][c] for r in p["report"]["ranks"])
+            for i, p in enumerate(data["panels"]) for c in state}
+    expect(drawn == want, f"cross-strategy memory bars differ: {sorted(drawn.items())[:5]}")
+    want = {(i, "sent"): p["report"]["bytes_sent_per_step"] for i, p in enumerate(data["panels"])}
+    expect(sent == want, "cross-strategy bytes-per-step bars differ from the reports")
+    # One memory scale for every panel: the largest stack of any run's ranks.
+    scales = [a.get("data-scale-bytes") for t, a in dom.elements if a.get("data-chart") == "memory"]
+    most = max(sum(r["memory_bytes"][c] for c in CATEGORIES)
+               for p in data["panels"] for r in p["report"]["ranks"])
+    expect(len(scales) == len(panels) and {float(x) for x in scales} == {most},
+           f"memory scales {set(scales)}: want one, {most}")
+    print(f"ok: {len(panels)} demo panels and the table match their reports, one memory scale")
+    return page
+
+
+def case_pipeline(binary, d):
+    """The issue's run: --pp 4 --micro-batches 8; its page draws the stages' timeline, whose
+    idle share is the wall-time bubble train printed."""
+    page, report = os.path.join(d, "pp.html"), os.path.join(d, "r.json")
+    out = dtsim(binary, "train", "--pp", "4", "--layers", "4", "--micro-batches", "8",
+                "--report", report, "--html", page, "--quiet")
+    r = json.load(open(report))
+    dom = render(page)
+    panels = panels_of(dom)
+    expect(len(panels) == 1, f"{len(panels)} panels for one run")
+    check_panel(panels[0], r, "train --pp 4")
+    idle = check_timeline(panels[0], r, "train --pp 4")
+    printed = [line for line in out.split("\n") if line.startswith("pipeline bubble:")]
+    expect(printed and f"wall time {100 * idle:.1f}%" in printed[0],
+           f"printed {printed}, the page's idle share {100 * idle:.1f}%")
+    print(f"ok: the timeline's idle share {100 * idle:.1f}% is the printed wall bubble")
     return page
 
 
@@ -215,6 +300,8 @@ def main():
             elif case == "train_ep":
                 page = case_train(binary, d, ["--strategy", "ep", "--model", "moe", "--ranks", "4",
                                               "--steps", "4", "--batch", "32", "--check"], ["world"])
+            elif case == "pipeline":
+                page = case_pipeline(binary, d)
             elif case == "demo":
                 page = case_demo(binary, d)
             else:

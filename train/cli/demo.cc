@@ -149,8 +149,8 @@ void print_lesson() {
   const train::Estimate e = train::estimate(in);
   std::printf(
       "\nthe lesson at scale (dtsim estimate --params 7e9 --ranks 8): mixed-precision Adam "
-      "holds %.3g B/param,\n%s per GPU for 7B parameters under DDP; its ring all-reduce of %s "
-      "of bf16 gradients sends %s per GPU per step.\n",
+      "holds\n%.3g B/param, %s per GPU for 7B parameters under DDP; its ring all-reduce of %s "
+      "of\nbf16 gradients sends %s per GPU per step.\n",
       e.static_bytes / in.params, gb_text(e.static_bytes).c_str(),
       gb_text(e.gradient_bytes).c_str(), gb_text(e.bytes_sent_per_step).c_str());
 }
@@ -159,6 +159,7 @@ struct DemoFlags {
   int steps = kSteps;
   std::string html;
   bool quiet = false;
+  bool wide = false;
 };
 
 int run_demo(const CLI::App& a, const DemoFlags& f) {
@@ -182,10 +183,16 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
   const train::TrainConfig moe = base_config(ModelKind::kMoe, steps);
   if (train::holds_global_rank0()) {
+    // Under mpirun the ranks are processes (x threads): the header says so.
+    const std::string ranks =
+        ProcessModel::launched_by_mpi()
+            ? fmt::format("{} ranks as {} MPI processes x {} rank threads (the 3D row 8)", kRanks,
+                          kRanks / threads_per_process_for(kRanks), threads_per_process_for(kRanks))
+            : fmt::format("{} rank threads (the 3D row 8)", kRanks);
     std::printf(
-        "dtsim demo: %d rank threads (the 3D row 8), %d steps, global batch %d, fp32 Adam lr "
+        "dtsim demo: %s, %d steps, global batch %d, fp32 Adam lr "
         "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
-        kRanks, steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
+        ranks.c_str(), steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
         mlp.mlp.num_blocks, train::model_layout(mlp).size(), moe.moe.moe.d_model, moe.moe.moe.d_ff,
         moe.moe.moe.num_experts, moe.moe.moe.top_k, train::model_layout(moe).size());
   }
@@ -197,8 +204,16 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   Table t(header, {false, false, true, true, false, false, true, true, true});
   // Each row is printed as its run finishes, so the widths are fixed up front (the widest
   // cells the rows make: "dp 2 x tp 2 x pp 2 1f1b zero1", "rtol 1e-05 atol 1e-06 vs single",
-  // ...).
+  // ...). --wide prints that one table (161 columns); by default it is cut in two that fit
+  // 100: the checks as the runs finish (the tolerance named "tol" and spelled out below),
+  // then what each run held, sent and took.
   t.set_widths({kNameWidth, 5, 10, 12, 31, 20, 21, 9, 7});
+  Table checks({header.begin(), header.begin() + 6}, {false, false, true, true, false, false});
+  checks.set_widths({kNameWidth, 5, 10, 12, 16, 15});
+  Table costs({"strategy", "model", "KiB w/g/master/m/v", "sent/step", "step"},
+              {false, false, true, true, true});
+  std::vector<std::vector<std::string>> cost_rows;
+  std::string tolerances;  // the criteria "tol" stands for, in the order first met
   const bool root = train::holds_global_rank0();  // only its process prints
   HtmlTable html_table{header, {}, /*links=*/true};
   std::vector<HtmlPanel> panels;
@@ -208,7 +223,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   size_t ddp_params = 1;
   {
     Progress progress(static_cast<int>(plan.size()), root && !quiet);
-    if (root) progress.print_line(t.header_text());
+    if (root) progress.print_line(f.wide ? t.header_text() : checks.header_text());
     for (const Row& row : plan) {
       train::TrainConfig c = row.model == ModelKind::kMlp ? mlp : moe;
       c.strategy = row.strategy;
@@ -279,7 +294,23 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
             {name + " " + train::to_string(c.model),
              report_object(c, train::model_layout(c).size(), run, judging ? &judged : nullptr)});
       }
-      if (root) progress.print_line(t.row_text(cells));  // 1-rank rows run on every process
+      if (root && f.wide) progress.print_line(t.row_text(cells));  // 1-rank rows: every process
+      if (root && !f.wide) {
+        std::vector<std::string> narrow(cells.begin(), cells.begin() + 6);
+        if (const size_t at = narrow[4].find(" vs "); narrow[4].rfind("rtol", 0) == 0) {
+          const std::string criterion = narrow[4].substr(0, at);
+          if (tolerances.find(criterion) == std::string::npos) {
+            tolerances += (tolerances.empty() ? "" : ", ") + criterion + " (" +
+                          precision_name(c.precision) + ")";
+          }
+          narrow[4] = "tol" + narrow[4].substr(at);
+        }
+        if (const size_t at = narrow[5].find(" (expected FAIL)"); at != std::string::npos) {
+          narrow[5] = narrow[5].substr(0, at) + " (expected)";
+        }
+        progress.print_line(checks.row_text(narrow));
+        cost_rows.push_back({cells[0], cells[1], cells[6], cells[7], cells[8]});
+      }
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
         ddp_memory = run.ranks[0].memory;
         ddp_params = train::model_layout(c).size();
@@ -287,6 +318,14 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
     }
   }
   if (!root) return 0;
+  if (!f.wide) {
+    std::printf(
+        "\ncheck: bitwise = equal to the bit; tol = within %s\n\nwhat each run held, sent "
+        "and took per rank:\n",
+        tolerances.c_str());
+    for (const auto& r : cost_rows) costs.add(r);
+    costs.print(stdout);
+  }
   std::printf(
       "\nmemory: peak KiB per rank (largest over the ranks) of weights/gradients/fp32 master/"
       "Adam m/Adam v;\nsent/step: bytes one rank sends per step (largest over the ranks); "
@@ -332,6 +371,8 @@ Command add_demo(CLI::App& dtsim) {
       ->type_name("FILE")
       ->default_str("");
   app->add_flag("--quiet", flags->quiet, "no progress bar");
+  app->add_flag("--wide", flags->wide,
+                "one table of every column (161 wide) instead of two that fit 100 columns");
   app->footer("example: dtsim demo");
   return {app, [app, flags] { return run_demo(*app, *flags); }};
 }

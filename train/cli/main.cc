@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -116,6 +117,28 @@ std::string with_ranks_source(std::string text, int argc, char** argv) {
   return text + " (--ranks is $WORLD_SIZE=" + env + " here)";
 }
 
+// The command closest to a mistyped one ("trian" -> "train"), or "": at most two edits away.
+std::string nearest_command(const std::string& word, const std::vector<Command>& commands) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const Command& c : commands) {
+    const std::string& name = c.app->get_name();
+    std::vector<size_t> row(name.size() + 1);  // edit distance, one row at a time
+    for (size_t j = 0; j <= name.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= word.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= name.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (word[i - 1] != name[j - 1])});
+        diagonal = up;
+      }
+    }
+    if (row[name.size()] < best_distance) best_distance = row[name.size()], best = name;
+  }
+  return best;
+}
+
 // Standard output must have reached its file: a full disk or a closed pipe is an error.
 int check_stdout(const std::string& command, int code) {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
@@ -201,8 +224,10 @@ int main(int argc, char** argv) {
       if (c.app->get_name() == argv[1]) command = &c;
     }
     if (command == nullptr) {
+      const std::string near = nearest_command(argv[1], commands);
       return usage_error(
-          fmt::format("dtsim: unknown command '{}'; run dtsim --help for the list\n", argv[1]));
+          fmt::format("dtsim: unknown command '{}'; {}run dtsim --help for the list\n", argv[1],
+                      near.empty() ? "" : "did you mean " + near + "? "));
     }
   }
   const std::string name = command ? command->app->get_name() : "";

@@ -163,6 +163,69 @@ std::string params_digest(const std::vector<float>& params) {
   return fmt::format("{:016x}", h);
 }
 
+// The compute phases (F3, B3, W3; F3.1 with a chunk) of one step of one stage, in order:
+// each stage's timeline holds passes x micro-batches x chunks of them per step.
+bool is_compute(const train::PhaseEvent& e) {
+  return e.name.size() > 1 && (e.name[0] == 'F' || e.name[0] == 'B' || e.name[0] == 'W') &&
+         e.name[1] >= '0' && e.name[1] <= '9';
+}
+
+// The pipeline timeline the --html page draws: the stages of the replica and step whose
+// wall-time bubble is the run's (measured_wall_bubble's median is one of them), each stage's
+// forward / backward / weight-gradient phases in seconds from the step's first start; the
+// rest of the span is idle (waiting for a receive, or sending). Null without timelines.
+json pipeline_timeline(const train::TrainConfig& config, const train::RunResult& run,
+                       double median) {
+  namespace pp = train::pipeline;
+  if (std::isnan(median)) return nullptr;
+  const train::MeshShape shape = config.mesh();
+  const pp::ScheduleSpec spec = train::schedule_spec(config);
+  const int per_step = (spec.kind == pp::ScheduleKind::kZeroBubbleH1 ? 3 : 2) * spec.micro_batches *
+                       spec.virtual_stages;
+  for (int replica = 0; replica < shape.dp; ++replica) {
+    std::vector<const train::RankReport*> stages(spec.stages, nullptr);
+    std::vector<const std::vector<train::PhaseEvent>*> timelines(spec.stages, nullptr);
+    for (const train::RankReport& r : run.ranks) {
+      const train::MeshCoord at = train::mesh_coord(shape, r.rank);
+      if (at.dp == replica && at.tp == 0) stages[at.pp] = &r, timelines[at.pp] = &r.timeline;
+    }
+    if (std::find(stages.begin(), stages.end(), nullptr) != stages.end()) continue;
+    for (int step = run.steps > 1 ? 1 : 0; step < run.steps; ++step) {
+      const pp::WallBubble w = pp::wall_bubble(timelines, spec, step);
+      if (w.span_seconds <= 0 || w.bubble != median) continue;
+      auto origin = std::chrono::steady_clock::time_point::max();
+      std::vector<std::vector<const train::PhaseEvent*>> phases(spec.stages);
+      for (int s = 0; s < spec.stages; ++s) {
+        int seen = 0;
+        for (const train::PhaseEvent& e : *timelines[s]) {
+          if (!is_compute(e) || seen++ / per_step != step) continue;
+          phases[s].push_back(&e);
+          origin = std::min(origin, e.start);
+        }
+      }
+      const auto seconds = [&](auto t) {
+        return std::chrono::duration<double>(t - origin).count();
+      };
+      json out = json::array();
+      for (int s = 0; s < spec.stages; ++s) {
+        json events = json::array();
+        for (const train::PhaseEvent* e : phases[s]) {
+          events.push_back(
+              {{"name", e->name}, {"start", seconds(e->start)}, {"end", seconds(e->end)}});
+        }
+        out.push_back({{"stage", s}, {"rank", stages[s]->rank}, {"phases", events}});
+      }
+      return {{"replica", replica},
+              {"step", step},
+              {"span_seconds", w.span_seconds},
+              {"busy_seconds", w.busy_seconds},
+              {"bubble", w.bubble},
+              {"stages", out}};
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> algorithms_ran(const train::RunResult& run) {
@@ -244,7 +307,8 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
                      {"virtual_stages", config.virtual_stages},
                      {"bubble_slots", to_string(b.slots)},
                      {"bubble_formula", to_string(b.formula)},
-                     {"bubble_wall", std::isnan(b.wall) ? json(nullptr) : json(b.wall)}};
+                     {"bubble_wall", std::isnan(b.wall) ? json(nullptr) : json(b.wall)},
+                     {"timeline", pipeline_timeline(config, run, b.wall)}};
   }
   json algorithms = json::object();
   for (const auto& [op, algos] : algorithms_ran(run)) algorithms[op] = algos;

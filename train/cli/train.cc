@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "model/moe_model.h"
 #include "model/param_layout.h"
@@ -87,8 +88,10 @@ void declare(CLI::App* app, TrainFlags& f) {
   app->add_option("--top-k", f.top_k, "experts per token, at most --experts (moe only)")
       ->transform(Integer(1, 1024));
   app->add_option("--tp", f.tp,
-                  "mesh: tensor-parallel width (also dp-tp's; --strategy tp uses every rank)")
-      ->transform(Integer(1, 256));
+                  "mesh: tensor-parallel width (also dp-tp's; --strategy tp uses every rank) "
+                  "[default: 1 on the mesh, 2 for --strategy dp-tp]")
+      ->transform(Integer(1, 256))
+      ->default_str("");
   app->add_option("--dp", f.dp,
                   "mesh: data-parallel replicas; --dp x --tp x --pp is the world size "
                   "[default: --ranks / (--tp x --pp) when --ranks is given, else 1]")
@@ -296,6 +299,41 @@ std::string ranks_text(const train::TrainConfig& c) {
   }
 }
 
+// The header's algorithm: --algo, and which of the run's collectives lack it and so run
+// their auto choice ("tree (reduce_scatter, all_gather have no tree: auto)" for zero1).
+std::string algo_text(const train::TrainConfig& c) {
+  std::string text = to_string(c.algo);
+  if (c.algo == Algo::kAuto) return text;
+  using train::Strategy;
+  const train::MeshShape m = c.mesh();
+  const bool sharded = c.strategy == Strategy::kZero1 || c.strategy == Strategy::kZero2 ||
+                       c.strategy == Strategy::kZero3 || (c.strategy == Strategy::kMesh && c.zero);
+  std::vector<OpKind> used;
+  if (c.strategy == Strategy::kSingle || c.strategy == Strategy::kAccum) return text;
+  if (sharded) used = {OpKind::kReduceScatter, OpKind::kAllGather};
+  if (!sharded || m.tp > 1 || c.strategy == Strategy::kTp) used.push_back(OpKind::kAllReduce);
+  if (c.model == train::ModelKind::kMoe && (c.strategy == Strategy::kEp || m.ep > 1)) {
+    used.push_back(OpKind::kAllToAll);
+  }
+  std::string lacking;
+  for (OpKind op : used) {
+    if (find_algorithm(op, c.algo) == nullptr) {
+      lacking += (lacking.empty() ? "" : ", ") + std::string(to_string(op));
+    }
+  }
+  if (lacking.empty()) return text;
+  return fmt::format("{} ({} {} no {}: auto)", text, lacking,
+                     lacking.find(',') == std::string::npos ? "has" : "have", text);
+}
+
+// Under mpirun: how the ranks lie on processes, " as 2 MPI processes x 2 rank threads".
+std::string processes_text(const train::TrainConfig& c) {
+  const ProcessModel job = ProcessModel::from_environment(0, c.threads_per_process);
+  if (!job.mpi) return "";
+  return fmt::format(" as {} MPI process{} x {} rank thread{}", job.processes,
+                     job.processes == 1 ? "" : "es", job.threads, job.threads == 1 ? "" : "s");
+}
+
 // One line on stderr (from the first process under mpirun, which counts the whole job on
 // this machine) when ranks outnumber the cores: they take turns, so step times are not those
 // of as many devices.
@@ -370,11 +408,12 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   if (root) {
     std::printf("dtsim train: %s, %s (%zu params), %s, %d steps, batch %d",
                 train::to_string(config.strategy), shape_text(config).c_str(),
-                train::model_layout(config).size(), ranks_text(config).c_str(), config.steps,
+                train::model_layout(config).size(),
+                (ranks_text(config) + processes_text(config)).c_str(), config.steps,
                 config.global_batch);
     if (config.micro_batches > 1) std::printf(" in %d micro-batches", config.micro_batches);
     std::printf(", %s lr %g, %s, algo %s%s\n", optimizer_name(config.optimizer), config.lr,
-                precision_name(config.precision), to_string(config.algo),
+                precision_name(config.precision), algo_text(config).c_str(),
                 config.pitfall == train::Pitfall::kForgetDivide ? ", PITFALL forget-divide" : "");
     std::fflush(stdout);
     note_oversubscription(config, f.quiet);

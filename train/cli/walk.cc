@@ -39,7 +39,13 @@ std::string algorithms_help() {
     if (&row == algorithms_of(row.op).front()) {
       s += std::string(to_string(row.op)) + " (auto: " + auto_rule(row.op) + ")\n";
     }
-    s += "  " + std::string(to_string(row.algo)) + ": " + row.how +
+    // A "one step" algorithm sends N - 1 messages per rank in one round; walk, whose ranks
+    // send one message at a time, draws that round as N - 1 steps.
+    std::string how = row.how;
+    if (const size_t at = how.find("one step"); at != std::string::npos) {
+      how.replace(at, 8, "one round (N - 1 sends per rank: N - 1 steps in walk)");
+    }
+    s += "  " + std::string(to_string(row.algo)) + ": " + how +
          (row.needs & kWorldMpi ? " (MPI world only)" : "") + "\n";
   }
   return s;
@@ -190,15 +196,22 @@ void print_steps(const Plan& p, const World& world) {
         phases += (phases.empty() ? "" : " + ") + ph;
       }
     }
-    std::printf("\nstep %zu%s:", k, phases.empty() ? "" : (" (" + phases + ")").c_str());
+    // The sends, wrapped at 100 columns under the first.
+    std::string text = fmt::format("\nstep {}{}:", k, phases.empty() ? "" : " (" + phases + ")");
+    const size_t indent = text.size() - 1;
+    size_t width = indent;
     for (const TraceEvent& e : st.sends) {
-      if (e.chunk >= 0) {
-        std::printf("  %d->%d chunk %d", e.src, e.dst, e.chunk);
-      } else {
-        std::printf("  %d->%d all %zu", e.src, e.dst, e.count);
+      const std::string send = e.chunk >= 0
+                                   ? fmt::format("  {}->{} chunk {}", e.src, e.dst, e.chunk)
+                                   : fmt::format("  {}->{} all {}", e.src, e.dst, e.count);
+      if (width + send.size() > 100 && width > indent) {
+        text += "\n" + std::string(indent, ' ');
+        width = indent;
       }
+      text += send;
+      width += send.size();
     }
-    std::printf("\n");
+    std::printf("%s\n", text.c_str());
     for (int r = 0; r < p.n; ++r) {
       const Vec v = st.after[r] ? as_values(*st.after[r]) : input_of(p, r);
       std::string from;
@@ -234,22 +247,29 @@ int run_walk(const WalkFlags& f) {
   std::vector<Vec> results(p.n);
   world.run([&](Communicator& c) { results[c.rank()] = run_one(p, c); });
   // What ran, from the counters: `shared` below the lend size runs as `deterministic`.
-  const Algo asked = p.resolved;
+  const Algo asked = p.algo == Algo::kAuto ? p.resolved : p.algo;
   const OpCounters& ran = world.counters(0)[op];
   for (int a = 0; a < static_cast<int>(ran.algo_calls.size()); ++a) {
     if (ran.algo_calls[a] > 0) p.resolved = static_cast<Algo>(a);
   }
 
   const size_t n = static_cast<size_t>(p.n);
-  const std::string as = asked == p.resolved
-                             ? ""
-                             : fmt::format(" ({} runs as it below the {} KiB lend size)",
-                                           to_string(asked), opts.lend_bytes >> 10);
-  std::printf("%s, algo %s%s%s, %d ranks, %zu elements per rank (chunks of", p.op.c_str(),
-              to_string(p.resolved), p.algo == Algo::kAuto ? " (auto)" : "", as.c_str(), p.n,
-              p.numel);
-  for (size_t i = 0; i < n; ++i) std::printf(" %zu", split_size(p.numel, n, i));
-  std::printf(")\n\ninputs\n");
+  std::printf("%s, algo %s%s, %d ranks, %zu elements per rank", p.op.c_str(), to_string(p.resolved),
+              p.algo == Algo::kAuto ? " (auto)" : "", p.n, p.numel);
+  if (p.op == "broadcast" || p.op == "reduce") {
+    std::printf(" (whole buffers, root %d)\n", p.root);  // no chunks: a message is a buffer
+  } else {
+    std::printf(" (chunks of");
+    for (size_t i = 0; i < n; ++i) std::printf(" %zu", split_size(p.numel, n, i));
+    std::printf(")\n");
+  }
+  if (asked != p.resolved) {  // e.g. shared, which lends buffers of the lend size or more
+    std::printf(
+        "note: --algo %s runs as %s here: it needs buffers of %zu KiB or more (the lend\n"
+        "size), and walk's are %zu bytes\n",
+        to_string(asked), to_string(p.resolved), opts.lend_bytes >> 10, p.numel * sizeof(int64_t));
+  }
+  std::printf("\ninputs\n");
   for (int r = 0; r < p.n; ++r) {
     std::printf("  rank %d: %s\n", r, show(input_of(p, r), bars(p, input_of(p, r))).c_str());
   }

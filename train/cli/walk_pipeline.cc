@@ -26,9 +26,11 @@ namespace pp = train::pipeline;
 struct PipelineFlags {
   int stages = 1, micro_batches = 8, virtual_stages = 1;
   std::string schedule = "1f1b";
+  bool wide = false;
 };
 
-const char* kPipelineFlags[] = {"--micro-batches", "--schedule", "--virtual-stages"};
+constexpr size_t kColumns = 100;  // a terminal's width, unless --wide
+const char* kPipelineFlags[] = {"--micro-batches", "--schedule", "--virtual-stages", "--wide"};
 const char* kCollectiveFlags[] = {"--op", "--ranks", "--numel", "--algo", "--root"};
 
 std::string bound_text(const pp::ScheduleSpec& spec) {
@@ -56,9 +58,10 @@ int run_walk_pipeline(const PipelineFlags& f) {
   begin_work();
 
   const int p = spec.stages, v = spec.virtual_stages, m = spec.micro_batches;
+  const bool wide = f.wide;
   const bool zb = spec.kind == pp::ScheduleKind::kZeroBubbleH1;
   std::printf("dtsim walk: %s, %d stages, %d micro-batches", pp::info(spec.kind).title, p, m);
-  if (v > 1) std::printf(", %d virtual stages (chunks) per rank", v);
+  if (v > 1) std::printf(", %d chunks per rank", v);
   std::printf("\none column per time slot; %s takes one slot\n\n",
               zb ? "each forward, input-gradient and weight-gradient pass"
                  : (v > 1 ? "each chunk's forward or backward" : "each forward or backward"));
@@ -71,14 +74,23 @@ int run_walk_pipeline(const PipelineFlags& f) {
       width = std::max(width, cells[r].back().size());
     }
   }
+  // A terminal's 100 columns hold as many slots as fit; the rest follow in further bands,
+  // each under its own slot numbers (--wide: one band, however wide).
   const std::string head = fmt::format("stage {}", p - 1);
-  std::string line = fmt::format("{:<{}}", "slot", head.size());
-  for (int t = 0; t < d.total_slots; ++t) line += fmt::format(" {:>{}}", t, width);
-  std::printf("%s\n", line.c_str());
-  for (int r = 0; r < p; ++r) {
-    line = fmt::format("{:<{}}", fmt::format("stage {}", r), head.size());
-    for (const std::string& c : cells[r]) line += fmt::format(" {:>{}}", c, width);
+  const int per_band =
+      wide ? d.total_slots
+           : std::max<int>(1, static_cast<int>((kColumns - head.size()) / (width + 1)));
+  for (int from = 0; from < d.total_slots; from += per_band) {
+    const int to = std::min(d.total_slots, from + per_band);
+    if (from > 0) std::printf("\n");
+    std::string line = fmt::format("{:<{}}", "slot", head.size());
+    for (int t = from; t < to; ++t) line += fmt::format(" {:>{}}", t, width);
     std::printf("%s\n", line.c_str());
+    for (int r = 0; r < p; ++r) {
+      line = fmt::format("{:<{}}", fmt::format("stage {}", r), head.size());
+      for (int t = from; t < to; ++t) line += fmt::format(" {:>{}}", cells[r][t], width);
+      std::printf("%s\n", line.c_str());
+    }
   }
   std::printf("\n");
   if (v > 1) {
@@ -102,18 +114,22 @@ int run_walk_pipeline(const PipelineFlags& f) {
   }
   const pp::Fraction formula = pp::bubble_formula(spec);
   std::printf(
-      "\nchecked: %d sends, each matched by its receive in order; the dry run ends after %d "
-      "slots, no deadlock\n",
+      "\nchecked: %d sends, each matched by its receive in order; no deadlock in %d slots\n",
       messages, d.total_slots);
-  std::printf(
-      "bubble: %s of the slots idle (%.1f%%: %lld idle of %d x %d); formula %s = %s%s\n",
-      pp::to_string(d.bubble).c_str(), 100 * d.bubble.value(), static_cast<long long>(d.idle_slots),
-      p, d.total_slots, pp::info(spec.kind).formula, pp::to_string(formula).c_str(),
-      d.bubble == formula ? ""
-                          : (zb && m < p ? " (the paper's formula assumes m >= p)" : " MISMATCH"));
-  std::printf("peak in-flight activations per stage (%s past forward, before %s; bound %s):\n",
-              v > 1 ? "chunk micro-batches" : "micro-batches", zb ? "B" : "backward",
-              bound_text(spec).c_str());
+  std::printf("bubble: %s of the slots idle (%.1f%%: %lld idle of %d x %d); formula %s = %s%s\n",
+              pp::to_string(d.bubble).c_str(), 100 * d.bubble.value(),
+              static_cast<long long>(d.idle_slots), p, d.total_slots, pp::info(spec.kind).formula,
+              pp::to_string(formula).c_str(),
+              d.bubble == formula ? "" : (zb && m < p ? "" : " MISMATCH"));
+  if (zb && m < p && d.bubble != formula) {
+    std::printf(
+        "  (the formula holds for m >= p: with %d micro-batches for %d stages the warm-up and\n"
+        "  drain have idle slots that the %d deferred W passes cannot fill)\n",
+        m, p, m);
+  }
+  std::printf("peak in-flight activations per stage, bound %s\n(%s past forward, before %s):\n",
+              bound_text(spec).c_str(), v > 1 ? "chunk micro-batches" : "micro-batches",
+              zb ? "B" : "backward");
   bool within = true;
   for (int r = 0; r < p; ++r) {
     const int bound = pp::in_flight_bound(spec, r);
@@ -140,6 +156,9 @@ std::function<std::optional<int>()> add_walk_pipeline(CLI::App* walk) {
   walk->add_option("--virtual-stages", f->virtual_stages,
                    "model chunks per stage (with --pp and --schedule interleaved)")
       ->transform(Integer(1, 16));
+  walk->add_flag("--wide", f->wide,
+                 "draw the schedule in one band however wide (with --pp; default: bands of "
+                 "100 columns)");
   return [f, walk]() -> std::optional<int> {
     if (!given(*walk, "--pp")) {
       for (const char* flag : kPipelineFlags) {

@@ -2,7 +2,8 @@
 // optional comparison table, and one panel per run holding that run's --report object):
 // per run the loss curve (and the reference's when --check ran), memory per rank stacked by
 // category, a rank x rank traffic matrix per communicator group (bytes and messages), and
-// the time each rank spent in each collective, all as inline SVG. Every mark carries its
+// the time each rank spent in each collective, and for a pipeline each stage's phases over
+// one step (pipeline.timeline), all as inline SVG; several runs share one memory scale. Every mark carries its
 // number in data-* attributes and a <title>; tests/html/check_html.py compares them with
 // the --report JSON of the same run. No network, no third-party code.
 'use strict';
@@ -134,17 +135,24 @@
     legend(c.box, series.map((s) => [s[0], s[3], s[4]]));
   }
 
-  function memoryChart(parent, r) {
-    const n = r.ranks.length, bw = Math.max(8, Math.min(44, 320 / n)), gap = Math.max(3, bw / 3);
-    const L = 70, R = 10, T = 10, B = 34;
-    const W = Math.max(300, L + R + n * (bw + gap) + gap), H = 250;
-    const c = chartBox(parent, 'Memory per rank by category (peak)', 'memory', W, H);
+  // The largest stack of a run's ranks: the memory chart's scale, shared across a page's runs.
+  function memoryMost(r) {
     let most = 1;
     for (const rk of r.ranks) {
       let s = 0;
       for (const k of CATEGORIES) s += rk.memory_bytes[k] || 0;
       most = Math.max(most, s);
     }
+    return most;
+  }
+
+  function memoryChart(parent, r, shared) {
+    const n = r.ranks.length, bw = Math.max(8, Math.min(44, 320 / n)), gap = Math.max(3, bw / 3);
+    const L = 70, R = 10, T = 10, B = 34;
+    const W = Math.max(300, L + R + n * (bw + gap) + gap), H = 250;
+    const c = chartBox(parent, 'Memory per rank by category (peak)' + (shared ? ', one scale for every run' : ''), 'memory', W, H);
+    const most = shared || memoryMost(r);
+    c.root.setAttribute('data-scale-bytes', most);
     const u = byteAxis(most);
     const ya = yAxis(c.root, 0, most * 1.05 / u.scale, L, W - R, H - B, T, u.fmt);
     const ys = (v) => ya(v / u.scale);
@@ -238,13 +246,22 @@
       });
     });
     svg('line', { class: 'axis', x1: L, x2: L, y1: T, y2: H - 24 }, c.root);
-    if (!ops.length) text(c.root, W / 2, T + 20, 'no collectives (one rank)', { 'text-anchor': 'middle' });
+    if (!ops.length) {
+      // Say why: one rank has no peers; a pipeline's stages may only send point to point.
+      const why = n === 1 ? 'no collectives (one rank)'
+        : r.pipeline ? 'no collectives: the stages only sent point to point' : 'no collectives';
+      text(c.root, W / 2, T + 20, why, { 'text-anchor': 'middle', 'data-empty': why });
+    }
     if (n <= 16) legend(c.box, r.ranks.map((rk, i) => ['rank ' + rk.rank, 'hsl(' + (i * 360 / n).toFixed(0) + ', 55%, 55%)', false]));
     node('p', { class: 'note' }, c.box, 'Wall time inside the calls over the whole run, waits for slower ranks included.');
   }
 
   function summary(r) {
-    const c = r.config, parts = [c.model + ' (' + r.num_params + ' params)', c.ranks + ' ranks', r.steps + ' steps',
+    const c = r.config;
+    // As train's header says it: single and accum run on one rank whatever config.ranks is.
+    const ranks = c.strategy === 'single' ? '1 rank'
+      : c.strategy === 'accum' ? '1 rank accumulating as ' + c.ranks + ' would' : c.ranks + ' ranks';
+    const parts = [c.model + ' (' + r.num_params + ' params)', ranks, r.steps + ' steps',
       'batch ' + c.batch, c.optimizer + ' lr ' + c.lr, c.precision, 'algo ' + c.algo,
       'final loss ' + (r.final_loss === null ? 'NaN' : r.final_loss.toPrecision(4)), bytes(Math.round(r.bytes_sent_per_step)) + ' sent/step (max rank)',
       seconds(r.seconds_per_step) + '/step'];
@@ -253,14 +270,52 @@
     return parts.join(' · ');
   }
 
-  function panel(parent, p, index) {
+  // A pipeline run's stages over the step whose wall-time bubble is the run's
+  // (pipeline.timeline): forward, backward (input gradient under zb-h1) and weight-gradient
+  // phases as bars; the gaps are idle, waiting to receive or sending. The idle share drawn
+  // is 1 - busy / (stages x span), the bubble train prints.
+  function timelineChart(parent, r) {
+    const t = r.pipeline.timeline, p = t.stages.length;
+    const L = 60, R = 12, T = 8, rowH = 22, W = 640, H = T + p * rowH + 34;
+    const c = chartBox(parent, 'Pipeline timeline (step ' + t.step + (t.replica ? ', replica ' + t.replica : '') + ')', 'timeline', W, H);
+    const xs = (v) => L + v / t.span_seconds * (W - L - R);
+    const KINDS = { F: ['forward', '#4e79a7'], B: ['backward', '#f28e2b'], W: ['weight gradient', '#59a14f'] };
+    let busy = 0;
+    for (const st of t.stages) {
+      const y = T + st.stage * rowH;
+      text(c.root, L - 6, y + rowH / 2 + 3, 'stage ' + st.stage, { 'text-anchor': 'end' });
+      svg('rect', { x: L, y: y + 2, width: W - L - R, height: rowH - 4, fill: '#eee', 'data-kind': 'idle' }, c.root);
+      for (const ph of st.phases) {
+        const [kind, color] = KINDS[ph.name[0]];
+        busy += ph.end - ph.start;
+        const rect = svg('rect', {
+          x: xs(ph.start), y: y + 2, width: Math.max(0.5, xs(ph.end) - xs(ph.start)), height: rowH - 4,
+          fill: color, 'data-stage': st.stage, 'data-rank': st.rank, 'data-kind': kind,
+          'data-name': ph.name, 'data-start': ph.start, 'data-end': ph.end,
+        }, c.root);
+        tip(rect, 'stage ' + st.stage + ' (rank ' + st.rank + ') ' + ph.name + ' (' + kind + '): ' + seconds(ph.end - ph.start));
+        if (xs(ph.end) - xs(ph.start) > 22) {
+          text(c.root, (xs(ph.start) + xs(ph.end)) / 2, y + rowH / 2 + 3, ph.name, { 'text-anchor': 'middle', style: 'font-size: 9px; fill: #fff' });
+        }
+      }
+    }
+    const idle = 1 - busy / (p * t.span_seconds);
+    for (const v of ticks(0, t.span_seconds, 5)) text(c.root, xs(v), H - 18, seconds(v), { 'text-anchor': 'middle' });
+    text(c.root, (L + W - R) / 2, H - 4, 'idle ' + (100 * idle).toFixed(1) + '% of ' + p + ' stages x ' + seconds(t.span_seconds) +
+      ' (the run\'s wall-time bubble)', { 'text-anchor': 'middle', 'data-idle': idle, 'data-bubble': t.bubble });
+    legend(c.box, Object.values(KINDS).filter(([k]) => k !== 'weight gradient' || r.pipeline.schedule === 'zb-h1')
+      .map(([k, color]) => [k, color, false]).concat([['idle (waiting to receive, or sending)', '#eee', false]]));
+  }
+
+  function panel(parent, p, index, shared) {
     const sec = node('section', { class: 'panel', id: 'run-' + index, 'data-panel': index }, parent);
     node('h2', {}, sec, p.title);
     node('p', { class: 'summary' }, sec, summary(p.report));
     const charts = node('div', { class: 'charts' }, sec);
     lossChart(charts, p.report);
-    memoryChart(charts, p.report);
+    memoryChart(charts, p.report, shared);
     timeChart(charts, p.report);
+    if (p.report.pipeline && p.report.pipeline.timeline) timelineChart(charts, p.report);
     trafficCharts(charts, p.report);
   }
 
@@ -280,11 +335,59 @@
     });
   }
 
+  // The demo's lesson across its runs, on one scale each: model state per rank by category
+  // (the largest over the ranks, as the table's KiB column; activations apart, they would
+  // dwarf what ZeRO shards) and the bytes one rank sends per step.
+  function compareCharts(parent, panels) {
+    const STATE = CATEGORIES.filter((k) => k !== 'activations');
+    const rows = panels.map((p, i) => {
+      const m = {};
+      for (const k of STATE) m[k] = Math.max.apply(null, p.report.ranks.map((rk) => rk.memory_bytes[k] || 0));
+      return { i: i, title: p.title, memory: m, sent: p.report.bytes_sent_per_step };
+    });
+    const charts = node('div', { class: 'charts' }, node('section', { class: 'compare-charts' }, parent));
+    const L = 190, R = 70, T = 8, bh = 14, W = 620, H = T + rows.length * bh + 30;
+    const draw = (heading, name, value, parts) => {
+      const c = chartBox(charts, heading, name, W, H);
+      const most = Math.max(1, Math.max.apply(null, rows.map(value)));
+      const u = byteAxis(most), xs = (v) => L + v / most * (W - L - R);
+      for (const v of ticks(0, most / u.scale, 4)) {
+        svg('line', { class: 'grid', x1: xs(v * u.scale), x2: xs(v * u.scale), y1: T, y2: H - 24 }, c.root);
+        text(c.root, xs(v * u.scale), H - 10, u.fmt(v), { 'text-anchor': 'middle' });
+      }
+      rows.forEach((row) => {
+        const y = T + row.i * bh;
+        text(c.root, L - 6, y + bh - 4, row.title, { 'text-anchor': 'end' });
+        let base = 0;
+        for (const [key, v, color] of parts(row)) {
+          const rect = svg('rect', {
+            x: xs(base), y: y + 1, width: Math.max(0, xs(base + v) - xs(base)), height: bh - 2, fill: color,
+            'data-run': row.i, 'data-category': key, 'data-bytes': v,
+          }, c.root);
+          tip(rect, row.title + ' ' + key + ': ' + bytes(v) + ' (' + v + ' B)');
+          base += v;
+        }
+        text(c.root, xs(base) + 4, y + bh - 4, bytes(base), {});
+      });
+      svg('line', { class: 'axis', x1: L, x2: L, y1: T, y2: H - 24 }, c.root);
+      return c;
+    };
+    const mem = draw('Model state per rank by strategy (largest rank; one scale)', 'compare-memory',
+      (row) => STATE.reduce((a, k) => a + row.memory[k], 0), (row) => STATE.map((k) => [k, row.memory[k], COLORS[k]]));
+    legend(mem.box, STATE.map((k) => [k, COLORS[k], false]));
+    node('p', { class: 'note' }, mem.box, 'Activations are left out here (each panel has them): they depend on the batch, not on the strategy.');
+    draw('Bytes one rank sends per step, by strategy (largest rank; one scale)', 'compare-sent',
+      (row) => row.sent, (row) => [['sent', row.sent, '#4e79a7']]);
+  }
+
   const app = document.getElementById('app');
   try {
     const data = JSON.parse(document.getElementById('dtsim-data').textContent);
     if (data.table) table(app, data.table);
-    data.panels.forEach((p, i) => panel(app, p, i));
+    if (data.panels.length > 1) compareCharts(app, data.panels);
+    // Several runs (the demo) share one memory scale, so that their bars compare.
+    const shared = data.panels.length > 1 ? Math.max.apply(null, data.panels.map((p) => memoryMost(p.report))) : 0;
+    data.panels.forEach((p, i) => panel(app, p, i, shared));
     document.body.setAttribute('data-rendered', document.querySelectorAll('[data-chart]').length);
   } catch (e) {
     node('p', { class: 'error' }, app, 'dtsim: the page could not be drawn: ' + e);
