@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -34,6 +35,18 @@ struct MoeConfig {
 size_t moe_router_size(const MoeConfig& c);
 size_t moe_expert_size(const MoeConfig& c);
 size_t moe_layer_size(const MoeConfig& c);
+
+// Megatron's expert tensor parallelism as a layer sees it (the f and g operators injected,
+// so the layer never learns of ranks): each expert's hidden width F is split over `size`
+// ranks (this one holds hidden units [rank F / size, (rank + 1) F / size): w1's rows, b1,
+// w2's columns), so its output is a partial sum that `reduce` completes (g: a sum over the
+// ranks, in place), and so is the dispatched tokens' gradient in backward (f's backward).
+// b2 is added by rank 0 only. size 1 is the plain layer.
+struct ExpertSharding {
+  int rank = 0;
+  int size = 1;
+  std::function<void(std::span<float>)> reduce;  // sum over the ranks; empty at size 1
+};
 
 // Views of one expert's contiguous parameter block.
 struct ExpertWeights {

@@ -38,6 +38,12 @@ void backward_router(std::span<const float> h, std::span<const float> params, co
 
 }  // namespace
 
+ExpertWeights MoeLayer::expert(std::span<const float> params, int e) const {
+  ExpertWeights w = expert_at(params, e, config_);
+  if (sharding_.rank != 0) w.b2 = zero_b2_;
+  return w;
+}
+
 float MoeLayer::forward(std::span<const float> params, std::span<const float> h, int tokens,
                         std::span<float> y) {
   const MoeConfig& c = config_;
@@ -51,9 +57,10 @@ float MoeLayer::forward(std::span<const float> params, std::span<const float> h,
   for (int e = 0; e < c.num_experts; ++e) {
     const size_t begin = size_t(routing_.offsets[e]) * D;
     const size_t n = routing_.counts[e];
-    expert_forward(expert_at(params, e, c), std::span(grouped_in_).subspan(begin, n * D),
+    expert_forward(expert(params, e), std::span(grouped_in_).subspan(begin, n * D),
                    static_cast<int>(n), c, acts_[e], std::span(grouped_out_).subspan(begin, n * D));
   }
+  if (sharding_.size > 1) sharding_.reduce(grouped_out_);  // g: the partial outputs summed
   combine_forward(h_, grouped_out_, routing_, D, y);
   return aux_loss_forward(routing_, c.aux_alpha);
 }
@@ -70,10 +77,11 @@ void MoeLayer::backward(std::span<const float> params, std::span<const float> dy
   for (int e = 0; e < c.num_experts; ++e) {
     const size_t begin = size_t(r.offsets[e]) * D;
     const size_t n = r.counts[e];
-    expert_backward(expert_at(params, e, c), std::span(grouped_in_).subspan(begin, n * D), acts_[e],
+    expert_backward(expert(params, e), std::span(grouped_in_).subspan(begin, n * D), acts_[e],
                     std::span(d_out_).subspan(begin, n * D), static_cast<int>(n), c,
                     expert_grads_at(grads, e, c), std::span(d_in_).subspan(begin, n * D));
   }
+  if (sharding_.size > 1) sharding_.reduce(d_in_);  // f's backward: the partial dx summed
   dispatch_backward(d_in_, r, D, dh);
   backward_router(h_, params, r, c, d_gate_, aux_scale, grads, dh, d_probs_);
 }
@@ -95,21 +103,44 @@ size_t MoeLayer::activation_bytes() const {
   return n * sizeof(float);
 }
 
+namespace {
+MoeConfig local_config(MoeConfig c, int shards) {
+  DTSIM_CHECK(shards >= 1 && c.d_ff % shards == 0);
+  c.d_ff /= shards;
+  return c;
+}
+}  // namespace
+
+MoeBlock::MoeBlock(const MoeConfig& config, std::string name, ExpertSharding sharding)
+    : config_(local_config(config, sharding.size)),
+      full_d_ff_(config.d_ff),
+      name_(std::move(name)),
+      sharding_(std::move(sharding)) {
+  DTSIM_CHECK(sharding_.size == 1 || sharding_.reduce);
+}
+
 void MoeBlock::add_params(ParamLayout& layout) const {
   const MoeConfig& m = config_;
+  const int f = m.d_ff, F = full_d_ff_, f0 = sharding_.rank * f, D = m.d_model;
   layout.begin_layer(name_);
-  layout.add(name_ + ".router", m.num_experts, m.d_model);
+  layout.add(name_ + ".router", m.num_experts, D);
   for (int e = 0; e < m.num_experts; ++e) {
     const std::string p = name_ + ".expert" + std::to_string(e);
-    layout.add(p + ".w1", m.d_ff, m.d_model);
-    layout.add(p + ".b1", m.d_ff, 1);
-    layout.add(p + ".w2", m.d_model, m.d_ff);
-    layout.add(p + ".b2", m.d_model, 1);
+    if (sharding_.size == 1) {
+      layout.add(p + ".w1", f, D);
+      layout.add(p + ".b1", f, 1);
+      layout.add(p + ".w2", D, f);
+    } else {
+      layout.add(p + ".w1", f, D, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = D});
+      layout.add(p + ".b1", f, 1, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = 1});
+      layout.add(p + ".w2", D, f, {.row0 = 0, .col0 = f0, .full_rows = D, .full_cols = F});
+    }
+    layout.add(p + ".b2", D, 1);
   }
 }
 
 std::unique_ptr<LayerState> MoeBlock::make_state(MemoryLedger* ledger) const {
-  return std::make_unique<State>(config_, ledger);
+  return std::make_unique<State>(config_, sharding_, ledger);
 }
 
 MoeBlock::State::~State() {

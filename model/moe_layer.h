@@ -16,7 +16,10 @@ namespace dtsim::model {
 // Thread safety: none; holds the activations of the last forward for backward.
 class MoeLayer {
  public:
-  explicit MoeLayer(const MoeConfig& config) : config_(config) {}
+  // `config` with this rank's d_ff (the full F / sharding.size) under expert tensor
+  // parallelism.
+  explicit MoeLayer(const MoeConfig& config, ExpertSharding sharding = {})
+      : config_(config), sharding_(std::move(sharding)), zero_b2_(config.d_model, 0.0f) {}
 
   // y (T, D) = MoE(h (T, D)) with the layer's params (moe_layer_size); returns the aux loss.
   float forward(std::span<const float> params, std::span<const float> h, int tokens,
@@ -37,8 +40,13 @@ class MoeLayer {
   size_t activation_bytes() const;
 
  private:
+  // Expert e's weights; b2 zero on every tensor-parallel rank but 0 (added once).
+  ExpertWeights expert(std::span<const float> params, int e) const;
+
   MoeConfig config_;
-  std::span<const float> h_;  // (T, D) the caller's input, kept until backward
+  ExpertSharding sharding_;
+  std::vector<float> zero_b2_;  // (D) zeros
+  std::span<const float> h_;    // (T, D) the caller's input, kept until backward
   Routing routing_;
   std::vector<float> grouped_in_;        // (rows, D) dispatched tokens
   std::vector<float> grouped_out_;       // (rows, D) expert outputs
@@ -59,8 +67,11 @@ class MoeLayer {
 // stay.
 class MoeBlock : public Layer {
  public:
-  explicit MoeBlock(const MoeConfig& config, std::string name = "moe")
-      : config_(config), name_(std::move(name)) {}
+  // `config` is the whole layer's; under expert tensor parallelism (sharding.size > 1) this
+  // rank holds its shard of every expert (ExpertSharding), each tensor a TensorShard of the
+  // whole layer's tensor of the same name.
+  explicit MoeBlock(const MoeConfig& config, std::string name = "moe",
+                    ExpertSharding sharding = {});
   void add_params(ParamLayout& layout) const override;
   int in_dim() const override { return config_.d_model; }
   int out_dim() const override { return config_.d_model; }
@@ -76,7 +87,8 @@ class MoeBlock : public Layer {
   void release_rebuilt(LayerState& state) override;
 
   struct State : LayerState {
-    State(const MoeConfig& c, MemoryLedger* ledger) : layer(c), ledger(ledger) {}
+    State(const MoeConfig& c, const ExpertSharding& sharding, MemoryLedger* ledger)
+        : layer(c, sharding), ledger(ledger) {}
     ~State() override;
     MoeLayer layer;
     MemoryLedger* ledger;
@@ -87,8 +99,10 @@ class MoeBlock : public Layer {
   };
 
  private:
-  MoeConfig config_;
+  MoeConfig config_;  // d_ff: this rank's share
+  int full_d_ff_;
   std::string name_;
+  ExpertSharding sharding_;
 };
 
 // The dense all-expert reference with the same contract as MoeLayer.

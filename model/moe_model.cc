@@ -11,14 +11,14 @@ std::string moe_block_name(int l, int num_blocks) {
   return num_blocks == 1 ? "moe" : "moe" + std::to_string(l);
 }
 
-Layers moe_model_layers(const MoeModelConfig& c) {
+Layers moe_model_layers(const MoeModelConfig& c, const ExpertSharding& sharding) {
   const MoeConfig& m = c.moe;
   DTSIM_CHECK(c.input_dim > 0 && c.num_classes > 1 && m.d_model > 0 && m.num_experts > 0 &&
               c.num_blocks > 0);
   Layers layers;
   layers.push_back(std::make_unique<Linear>("embed", c.input_dim, m.d_model));
   for (int l = 0; l < c.num_blocks; ++l) {
-    layers.push_back(std::make_unique<MoeBlock>(m, moe_block_name(l, c.num_blocks)));
+    layers.push_back(std::make_unique<MoeBlock>(m, moe_block_name(l, c.num_blocks), sharding));
   }
   layers.push_back(std::make_unique<Linear>("head", m.d_model, c.num_classes));
   return layers;

@@ -36,7 +36,8 @@ std::string moe_block_name(int l, int num_blocks);
 ParamLayout moe_model_layout(const MoeModelConfig& config);
 
 // The classifier's L + 2 layers: Linear embed, L MoeBlocks, Linear head.
-Layers moe_model_layers(const MoeModelConfig& config);
+// `sharding`: expert tensor parallelism (ExpertSharding), the experts' hidden width split.
+Layers moe_model_layers(const MoeModelConfig& config, const ExpertSharding& sharding = {});
 
 // Thread safety: none; a model is used by one thread at a time (each rank owns its own).
 class MoeModel {

@@ -184,8 +184,7 @@ void validate_mesh(const TrainConfig& c) {
           "gradients when its backward ends, which zb-h1 splits in two); use another "
           "--schedule or --zero 1 or 2");
   const bool mlp = c.model == ModelKind::kMlp;
-  if (m.tp > 1) {
-    require(mlp, "--tp " + str(m.tp) + " splits the MLP blocks: it needs --model mlp");
+  if (m.tp > 1 && mlp) {
     require(c.mlp.hidden_dim % m.tp == 0, "--hidden " + str(c.mlp.hidden_dim) +
                                               " is not divisible by --tp " + str(m.tp) +
                                               "; change --hidden or --tp");
@@ -198,7 +197,15 @@ void validate_mesh(const TrainConfig& c) {
             "--experts " + str(c.moe.moe.num_experts) + " is not divisible by --ep " + str(m.ep) +
                 ": every rank of an expert group holds the same number of experts");
   }
-  require(mlp || m.tp == 1, "--model moe runs on --dp and --ep (no tensor-parallel MoE)");
+  if (!mlp && m.tp > 1) {
+    require(c.moe.moe.d_ff % m.tp == 0, "--hidden " + str(c.moe.moe.d_ff) +
+                                            " is not divisible by --tp " + str(m.tp) +
+                                            " (each expert's hidden width is split); change "
+                                            "--hidden or --tp");
+    require(m.ep == 1, "--tp " + str(m.tp) + " with --ep " + str(m.ep) +
+                           " (tensor-parallel experts sharded over expert groups) is not built "
+                           "yet; use --tp or --ep");
+  }
   require(c.pitfall == Pitfall::kNone,
           "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
   const int unit = m.dp * c.micro_batches;
