@@ -10,18 +10,16 @@ namespace dtsim::train {
 model::Layers rank_layers(const TrainConfig& config, const MeshShape& shape, const MeshCoord& at,
                           RankComms comms) {
   if (config.model == ModelKind::kMoe) {
-    if (shape.ep == 1) {
-      // tp > 1: Megatron's expert tensor parallelism, the experts' hidden width split.
-      model::ExpertSharding sharding;
-      if (shape.tp > 1) {
-        sharding = {.rank = at.tp, .size = shape.tp, .reduce = [tp = comms.tp](std::span<float> x) {
-                      if (tp != nullptr) tp->all_reduce(x);
-                    }};
-      }
-      return model::moe_model_layers(config.moe, sharding);
+    // tp > 1: Megatron's expert tensor parallelism, each expert's hidden width split.
+    model::ExpertSharding sharding;
+    if (shape.tp > 1) {
+      sharding = {.rank = at.tp, .size = shape.tp, .reduce = [tp = comms.tp](std::span<float> x) {
+                    if (tp != nullptr) tp->all_reduce(x);
+                  }};
     }
+    if (shape.ep == 1) return model::moe_model_layers(config.moe, sharding);
     return ep_moe_model_layers(config.moe, at.ep, shape.ep, comms.ep,
-                               {config.precision, config.micro_batches});
+                               {config.precision, config.micro_batches}, sharding);
   }
   if (shape.tp == 1) return model::mlp_layers(config.mlp, 0, config.mlp.num_blocks + 1);
   return tp_mlp_layers(config.mlp, at.tp, shape.tp, comms.tp);

@@ -202,9 +202,6 @@ void validate_mesh(const TrainConfig& c) {
                                             " is not divisible by --tp " + str(m.tp) +
                                             " (each expert's hidden width is split); change "
                                             "--hidden or --tp");
-    require(m.ep == 1, "--tp " + str(m.tp) + " with --ep " + str(m.ep) +
-                           " (tensor-parallel experts sharded over expert groups) is not built "
-                           "yet; use --tp or --ep");
   }
   require(c.pitfall == Pitfall::kNone,
           "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");

@@ -81,8 +81,7 @@ std::vector<Cell> grid() {
 // fails the test, and each entry removed here as its combination lands.
 const char* const kKnownRefusals[] = {
     "shards the MoE's experts: it needs --model moe",
-    "(tensor-parallel experts sharded over expert groups) is not built",  // tp x ep
-    "does not divide --dp",                                               // ep inside dp only
+    "does not divide --dp",                // ep inside dp only
     "--schedule zb-h1 needs --model mlp",  // MoE layers' split backward
     "--zero 3 with --schedule zb-h1",      // ZeRO-3 of a split backward
 };
@@ -178,8 +177,12 @@ TEST(UnevenStages, CountsThatDoNotAddUpAreRefused) {
   c.tp_size = 1;
   c.stage_layers = {1, 1};
   EXPECT_THROW(validate(c), UsageError);
-  c.stage_layers = {3, 0};
+  c.stage_layers = {4, -1};
   EXPECT_THROW(validate(c), UsageError);
+  c.stage_layers = {0, 3};  // chunk 0 of an MLP would hold nothing
+  EXPECT_THROW(validate(c), UsageError);
+  c.stage_layers = {3, 0};  // the head alone is a stage
+  EXPECT_NO_THROW(validate(c));
   c.stage_layers = {};
   c.mlp.num_blocks = 1;
   EXPECT_THROW(validate(c), UsageError);

@@ -168,8 +168,8 @@ TEST(PipelineMoeChunks, EmbeddingRidesWithTheFirstChunkAndTheHeadWithTheLast) {
   EXPECT_EQ(chunk_layers(config, spec, 3), std::make_pair(4, 6));
   config.moe.num_blocks = 1;
   EXPECT_EQ(validate_pipeline(config, spec, 1),
-            "--layers 1 is fewer than --pp x --virtual-stages = 4 pipeline chunks; every chunk "
-            "needs a block: give --layers 4 or more");
+            "--layers 1 leaves pipeline chunk 1 of --pp x --virtual-stages = 4 with no layer; give "
+            "--layers 4 or more, or --stage-layers");
 }
 
 }  // namespace

@@ -198,8 +198,8 @@ TEST(PipelineTrainingRejects, WhatCannotRun) {
   TrainConfig config = config_of({{ScheduleKind::kOneFOneB, 4, 8, 1}, 1, 4});
   config.mlp.num_blocks = 3;
   EXPECT_EQ(validate_pipeline(config, {ScheduleKind::kOneFOneB, 4, 8, 1}, 1),
-            "--layers 3 is fewer than --pp x --virtual-stages = 4 pipeline chunks; every chunk "
-            "needs a block: give --layers 4 or more");
+            "--layers 3 leaves pipeline chunk 0 of --pp x --virtual-stages = 4 with no layer; give "
+            "--layers 4 or more, or --stage-layers");
   config.mlp.num_blocks = 4;
   config.model = ModelKind::kMoe;
   config.moe.num_blocks = 4;

@@ -11,13 +11,23 @@
 
 namespace dtsim::train {
 
-EpMoeLayer::EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size)
+EpMoeLayer::EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size,
+                       model::ExpertSharding sharding)
     : config_(config),
       ep_rank_(ep_rank),
       ep_size_(ep_size),
-      local_experts_(config.num_experts / ep_size) {
+      local_experts_(config.num_experts / ep_size),
+      sharding_(std::move(sharding)),
+      zero_b2_(config.d_model, 0.0f) {
   DTSIM_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size);
   DTSIM_CHECK(config.num_experts % ep_size == 0);
+}
+
+model::ExpertWeights EpMoeLayer::expert(std::span<const float> experts, int e) const {
+  const size_t es = model::moe_expert_size(config_);
+  model::ExpertWeights w = model::expert_weights(experts.subspan(e * es, es), config_);
+  if (sharding_.rank != 0) w.b2 = zero_b2_;
+  return w;
 }
 
 size_t EpMoeLayer::local_expert_params() const {
@@ -61,15 +71,15 @@ float EpMoeLayer::forward(std::span<const float> router, std::span<const float> 
   comm.all_to_all_single(std::span<const float>(grouped_in_), std::span<const size_t>(send_counts_),
                          std::span<float>(expert_in_), std::span<const size_t>(recv_counts_));
   acts_.resize(size_t(n) * m);
-  const size_t es = model::moe_expert_size(c);
   for (int i = 0; i < n; ++i) {
     for (int e = 0; e < m; ++e) {
       const size_t begin = segment_begin(i, e) * D, len = size_t(segment_rows(i, e)) * D;
-      model::expert_forward(model::expert_weights(experts.subspan(e * es, es), c),
-                            std::span(expert_in_).subspan(begin, len), segment_rows(i, e), c,
-                            acts_[size_t(i) * m + e], std::span(expert_out_).subspan(begin, len));
+      model::expert_forward(expert(experts, e), std::span(expert_in_).subspan(begin, len),
+                            segment_rows(i, e), c, acts_[size_t(i) * m + e],
+                            std::span(expert_out_).subspan(begin, len));
     }
   }
+  if (sharding_.size > 1) sharding_.reduce(expert_out_);  // g: the partial outputs summed
   // Outputs back to the tokens' ranks (the reverse split), then the gate-weighted sum.
   comm.all_to_all_single(std::span<const float>(expert_out_), std::span<const size_t>(recv_counts_),
                          std::span<float>(grouped_out_), std::span<const size_t>(send_counts_));
@@ -95,17 +105,18 @@ void EpMoeLayer::backward(std::span<const float> router, std::span<const float> 
   d_in_.assign(expert_in_.size(), 0.0f);
   comm.all_to_all_single(std::span<const float>(d_grouped_), std::span<const size_t>(send_counts_),
                          std::span<float>(d_out_), std::span<const size_t>(recv_counts_));
-  const size_t es = model::moe_expert_size(c);
   for (int i = 0; i < n; ++i) {
     for (int e = 0; e < m; ++e) {
       const size_t begin = segment_begin(i, e) * D, len = size_t(segment_rows(i, e)) * D;
-      model::expert_backward(model::expert_weights(experts.subspan(e * es, es), c),
-                             std::span(expert_in_).subspan(begin, len), acts_[size_t(i) * m + e],
-                             std::span(d_out_).subspan(begin, len), segment_rows(i, e), c,
-                             model::expert_grads(d_experts[i].subspan(e * es, es), c),
-                             std::span(d_in_).subspan(begin, len));
+      model::expert_backward(
+          expert(experts, e), std::span(expert_in_).subspan(begin, len), acts_[size_t(i) * m + e],
+          std::span(d_out_).subspan(begin, len), segment_rows(i, e), c,
+          model::expert_grads(
+              d_experts[i].subspan(e * model::moe_expert_size(c), model::moe_expert_size(c)), c),
+          std::span(d_in_).subspan(begin, len));
     }
   }
+  if (sharding_.size > 1) sharding_.reduce(d_in_);  // f's backward: the partial dx summed
   std::fill(d_grouped_.begin(), d_grouped_.end(), 0.0f);
   comm.all_to_all_single(std::span<const float>(d_in_), std::span<const size_t>(recv_counts_),
                          std::span<float>(d_grouped_), std::span<const size_t>(send_counts_));
@@ -129,8 +140,9 @@ namespace {
 
 // One micro-batch's EpMoeLayer and the activation bytes it has recorded.
 struct EpMoeState : model::LayerState {
-  EpMoeState(const model::MoeConfig& c, int rank, int size, model::MemoryLedger* ledger)
-      : layer(c, rank, size), ledger(ledger) {}
+  EpMoeState(const model::MoeConfig& c, int rank, int size, const model::ExpertSharding& sharding,
+             model::MemoryLedger* ledger)
+      : layer(c, rank, size, sharding), ledger(ledger) {}
   ~EpMoeState() override {
     if (ledger != nullptr) ledger->add(model::MemoryCategory::kActivations, -recorded);
   }
@@ -146,17 +158,24 @@ void EpMoeBlock::add_params(model::ParamLayout& layout) const {
   const int count = m.num_experts / ep_size_, first = ep_rank_ * count;
   layout.begin_layer(name_);
   layout.add(name_ + ".router", m.num_experts, m.d_model);
+  const int f = m.d_ff, F = full_d_ff_, f0 = sharding_.rank * f, D = m.d_model;
   for (int e = first; e < first + count; ++e) {
     const std::string p = name_ + ".expert" + std::to_string(e);
-    layout.add(p + ".w1", m.d_ff, m.d_model);
-    layout.add(p + ".b1", m.d_ff, 1);
-    layout.add(p + ".w2", m.d_model, m.d_ff);
-    layout.add(p + ".b2", m.d_model, 1);
+    if (sharding_.size == 1) {
+      layout.add(p + ".w1", f, D);
+      layout.add(p + ".b1", f, 1);
+      layout.add(p + ".w2", D, f);
+    } else {
+      layout.add(p + ".w1", f, D, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = D});
+      layout.add(p + ".b1", f, 1, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = 1});
+      layout.add(p + ".w2", D, f, {.row0 = 0, .col0 = f0, .full_rows = D, .full_cols = F});
+    }
+    layout.add(p + ".b2", D, 1);
   }
 }
 
 std::unique_ptr<model::LayerState> EpMoeBlock::make_state(model::MemoryLedger* ledger) const {
-  return std::make_unique<EpMoeState>(config_, ep_rank_, ep_size_, ledger);
+  return std::make_unique<EpMoeState>(config_, ep_rank_, ep_size_, sharding_, ledger);
 }
 
 void EpMoeBlock::forward(std::span<const float> p, std::span<const float> x, int batch,
@@ -285,12 +304,14 @@ EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeCo
 }
 
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& c, int ep_rank, int ep_size,
-                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation) {
+                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation,
+                                  const model::ExpertSharding& sharding) {
   model::Layers layers;
   layers.push_back(std::make_unique<model::Linear>("embed", c.input_dim, c.moe.d_model));
   for (int l = 0; l < c.num_blocks; ++l) {
     layers.push_back(std::make_unique<EpMoeBlock>(c.moe, ep_rank, ep_size, ep, accumulation,
-                                                  model::moe_block_name(l, c.num_blocks)));
+                                                  model::moe_block_name(l, c.num_blocks),
+                                                  sharding));
   }
   layers.push_back(std::make_unique<model::Linear>("head", c.moe.d_model, c.num_classes));
   return layers;

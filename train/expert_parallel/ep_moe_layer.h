@@ -37,8 +37,11 @@ namespace dtsim::train {
 // Thread safety: none; holds the activations of the last forward for backward.
 class EpMoeLayer {
  public:
-  // Rank `ep_rank` of `ep_size`; num_experts % ep_size == 0.
-  EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size);
+  // Rank `ep_rank` of `ep_size`; num_experts % ep_size == 0. `config`'s d_ff is this rank's
+  // share under expert tensor parallelism (`sharding`, model/moe.h): the local experts'
+  // outputs and input gradients are then summed over the tensor-parallel ranks.
+  EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size,
+             model::ExpertSharding sharding = {});
 
   int local_experts() const { return local_experts_; }
   int first_expert() const { return ep_rank_ * local_experts_; }
@@ -67,9 +70,14 @@ class EpMoeLayer {
     return segment_begin_[size_t(i) * local_experts_ + e];
   }
 
+  // Local expert e's weights; b2 zero on every tensor-parallel rank but 0 (added once).
+  model::ExpertWeights expert(std::span<const float> experts, int e) const;
+
   model::MoeConfig config_;
   int ep_rank_, ep_size_, local_experts_;
-  std::span<const float> h_;  // (T, D) the caller's input, kept until backward
+  model::ExpertSharding sharding_;
+  std::vector<float> zero_b2_;  // (D) zeros
+  std::span<const float> h_;    // (T, D) the caller's input, kept until backward
   model::Routing routing_;
   std::vector<size_t> send_counts_;             // (N) elements to each rank
   std::vector<size_t> recv_counts_;             // (N) elements from each rank
@@ -111,15 +119,22 @@ class EpMoeBlock : public model::Layer {
     int micro_batches = 1;
   };
   // Rank `ep_rank` of `ep_size` on the expert-parallel group `ep` (null: for the layout
-  // only); `ep` must outlive the layer.
+  // only); `ep` must outlive the layer. `config` is the whole layer's; under expert tensor
+  // parallelism (`sharding`) each local expert's hidden width is this rank's share, each
+  // tensor a TensorShard of the whole one.
   EpMoeBlock(const model::MoeConfig& config, int ep_rank, int ep_size, TracedComm* ep,
-             Accumulation accumulation, std::string name = "moe")
+             Accumulation accumulation, std::string name = "moe",
+             model::ExpertSharding sharding = {})
       : config_(config),
+        full_d_ff_(config.d_ff),
         ep_rank_(ep_rank),
         ep_size_(ep_size),
         ep_(ep),
         accumulation_(accumulation),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        sharding_(std::move(sharding)) {
+    config_.d_ff /= sharding_.size;
+  }
   void add_params(model::ParamLayout& layout) const override;
   int in_dim() const override { return config_.d_model; }
   int out_dim() const override { return config_.d_model; }
@@ -146,11 +161,13 @@ class EpMoeBlock : public model::Layer {
   }
 
  private:
-  model::MoeConfig config_;
+  model::MoeConfig config_;  // d_ff: this rank's share
+  int full_d_ff_;
   int ep_rank_, ep_size_;
   TracedComm* ep_;
   Accumulation accumulation_;
   std::string name_;
+  model::ExpertSharding sharding_;
   std::vector<std::span<float>> targets_;         // (N) backward's per-source targets
   model::TrackedBuffer<float> partials_;          // (N-1, local) fp32 partials
   model::TrackedBuffer<BFloat16> partials_bf16_;  // (N-1, local) mixed: bf16 partials
@@ -176,7 +193,9 @@ EpParamSplit ep_param_split(const model::ParamLayout& layout, const model::MoeCo
 // The MoE classifier's layers on expert-parallel rank `ep_rank` of `ep_size`: the replicated
 // embedding, an EpMoeBlock per MoE layer, the replicated head (ep null: for their layout only).
 // `accumulation`: as the run's (TrainConfig's precision and micro_batches).
+// `sharding`: expert tensor parallelism inside each expert (model::ExpertSharding).
 model::Layers ep_moe_model_layers(const model::MoeModelConfig& config, int ep_rank, int ep_size,
-                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation);
+                                  TracedComm* ep, EpMoeBlock::Accumulation accumulation,
+                                  const model::ExpertSharding& sharding = {});
 
 }  // namespace dtsim::train

@@ -321,25 +321,35 @@ double measured_wall_bubble(const TrainConfig& config, const RunResult& run) {
 
 std::string validate_stage_layers(const TrainConfig& config, int chunks) {
   const int blocks = pipeline_blocks(config);
-  if (config.stage_layers.empty()) {
-    if (blocks >= chunks) return "";
+  if (!config.stage_layers.empty()) {
+    if (static_cast<int>(config.stage_layers.size()) != chunks) {
+      return fmt::format("--stage-layers gives {} counts for --pp x --virtual-stages = {} chunks",
+                         config.stage_layers.size(), chunks);
+    }
+    int sum = 0;
+    for (int n : config.stage_layers) {
+      if (n < 0) return fmt::format("--stage-layers {}: a count cannot be negative", n);
+      sum += n;
+    }
+    if (sum != blocks) {
+      return fmt::format("--stage-layers add up to {} but --layers is {}; make them agree", sum,
+                         blocks);
+    }
+  }
+  // Every chunk must hold a layer: a block, or the MoE's embedding (first) or the head (last).
+  const ScheduleSpec spec{
+      .kind = ScheduleKind::kGpipe, .stages = chunks, .micro_batches = 1, .virtual_stages = 1};
+  for (int c = 0; c < chunks; ++c) {
+    const auto [first, last] = chunk_layers(config, spec, c);
+    if (first < last) continue;
+    if (!config.stage_layers.empty()) {
+      return fmt::format("--stage-layers leaves pipeline chunk {} with no layer; give it a block",
+                         c);
+    }
     return fmt::format(
-        "--layers {} is fewer than --pp x --virtual-stages = {} pipeline chunks; every chunk "
-        "needs a block: give --layers {} or more",
-        blocks, chunks, chunks);
-  }
-  if (static_cast<int>(config.stage_layers.size()) != chunks) {
-    return fmt::format("--stage-layers gives {} counts for --pp x --virtual-stages = {} chunks",
-                       config.stage_layers.size(), chunks);
-  }
-  int sum = 0;
-  for (int n : config.stage_layers) {
-    if (n < 1) return fmt::format("--stage-layers {}: every chunk needs at least one block", n);
-    sum += n;
-  }
-  if (sum != blocks) {
-    return fmt::format("--stage-layers add up to {} but --layers is {}; make them agree", sum,
-                       blocks);
+        "--layers {} leaves pipeline chunk {} of --pp x --virtual-stages = {} with no layer; "
+        "give --layers {} or more, or --stage-layers",
+        blocks, c, chunks, chunks);
   }
   return "";
 }
