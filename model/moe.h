@@ -17,7 +17,10 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "model/param_layout.h"
 
 namespace dtsim::model {
 
@@ -47,6 +50,13 @@ struct ExpertSharding {
   int size = 1;
   std::function<void(std::span<float>)> reduce;  // sum over the ranks; empty at size 1
 };
+
+// Appends one expert's tensors "<prefix>.w1" (f, D), ".b1" (f), ".w2" (D, f), ".b2" (D) for
+// the share f = local.d_ff of its full_d_ff hidden units that tensor-parallel rank `rank`
+// holds (ExpertSharding), each a TensorShard of the whole tensor; the whole expert when
+// f = full_d_ff.
+void add_expert_params(ParamLayout& layout, const std::string& prefix, const MoeConfig& local,
+                       int full_d_ff, int rank);
 
 // Views of one expert's contiguous parameter block.
 struct ExpertWeights {

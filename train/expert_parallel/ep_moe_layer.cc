@@ -158,19 +158,9 @@ void EpMoeBlock::add_params(model::ParamLayout& layout) const {
   const int count = m.num_experts / ep_size_, first = ep_rank_ * count;
   layout.begin_layer(name_);
   layout.add(name_ + ".router", m.num_experts, m.d_model);
-  const int f = m.d_ff, F = full_d_ff_, f0 = sharding_.rank * f, D = m.d_model;
   for (int e = first; e < first + count; ++e) {
-    const std::string p = name_ + ".expert" + std::to_string(e);
-    if (sharding_.size == 1) {
-      layout.add(p + ".w1", f, D);
-      layout.add(p + ".b1", f, 1);
-      layout.add(p + ".w2", D, f);
-    } else {
-      layout.add(p + ".w1", f, D, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = D});
-      layout.add(p + ".b1", f, 1, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = 1});
-      layout.add(p + ".w2", D, f, {.row0 = 0, .col0 = f0, .full_rows = D, .full_cols = F});
-    }
-    layout.add(p + ".b2", D, 1);
+    model::add_expert_params(layout, name_ + ".expert" + std::to_string(e), m, full_d_ff_,
+                             sharding_.rank);
   }
 }
 
