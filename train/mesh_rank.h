@@ -38,7 +38,6 @@ class MeshRank : public RankStrategy {
             params, grads) {
     micro_ = data_parallel_micro_batches(config, mesh.shape().dp, mesh.coord().dp);
     for (MicroBatch& mb : micro_) mb.reports_loss = mesh.coord().tp == 0;
-    micro_ = dp_.micro_batches(std::move(micro_));
   }
 
   std::vector<MicroBatch> micro_batches() const override { return micro_; }

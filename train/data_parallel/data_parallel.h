@@ -107,9 +107,6 @@ class DataParallel {
   int zero() const { return zero_; }
   // The hooks to run forward and backward with (phase timing, buckets, ZeRO-3's gathers).
   PhaseHooks& hooks() { return *hooks_; }
-  // `micro` as this stage needs it: under ZeRO-3 every backward writes the gradients (the
-  // hooks free them after each layer's reduce-scatter).
-  std::vector<MicroBatch> micro_batches(std::vector<MicroBatch> micro) const;
   // Before micro-batch `index` of `count` in the step (no_sync, ZeRO-3's first write).
   void before_micro_batch(int index, int count);
   // After backward of every micro-batch: whatever the hooks did not reduce.

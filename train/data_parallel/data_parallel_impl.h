@@ -132,11 +132,6 @@ void DataParallel<T>::unpack(const Part& p, std::span<const T> from, std::span<T
 }
 
 template <class T>
-std::vector<MicroBatch> DataParallel<T>::micro_batches(std::vector<MicroBatch> micro) const {
-  return micro;  // ZeRO-3 zeroes a layer's gradients once reduce-scattered: later adds are writes
-}
-
-template <class T>
 void DataParallel<T>::before_micro_batch(int index, int count) {
   sync_now_ = index == count - 1;  // no_sync before the last micro-batch
   write_shard_ = index == 0;

@@ -36,12 +36,9 @@ namespace {
 class LayerStackChunk : public StageChunk {
  public:
   // `before_backward(k)`: called before the chunk's k-th backward of the step.
-  LayerStackChunk(model::LayerStack& stack, model::LayerHooks* hooks, bool always_write,
+  LayerStackChunk(model::LayerStack& stack, model::LayerHooks* hooks,
                   std::function<void(int)> before_backward)
-      : stack_(stack),
-        hooks_(hooks),
-        always_write_(always_write),
-        before_backward_(std::move(before_backward)) {}
+      : stack_(stack), hooks_(hooks), before_backward_(std::move(before_backward)) {}
   int in_dim() const override { return stack_.in_dim(); }
   int out_dim() const override { return stack_.out_dim(); }
   std::span<const float> forward(int pass, std::span<const float> x, int batch) override {
@@ -51,8 +48,7 @@ class LayerStackChunk : public StageChunk {
                                   bool input_grad, bool write_grads) override {
     if (write_grads) backwards_ = 0;  // the step's first backward of this chunk
     if (before_backward_) before_backward_(backwards_++);
-    return stack_.backward(pass, dy, {grad_scale, batch, write_grads || always_write_}, hooks_,
-                           input_grad);
+    return stack_.backward(pass, dy, {grad_scale, batch, write_grads}, hooks_, input_grad);
   }
   bool splits_backward() const override { return stack_.splits_backward(); }
   std::span<const float> backward_input(int pass, std::span<float> dy, int batch, float grad_scale,
@@ -66,7 +62,6 @@ class LayerStackChunk : public StageChunk {
  private:
   model::LayerStack& stack_;
   model::LayerHooks* hooks_;
-  bool always_write_;
   std::function<void(int)> before_backward_;
   int backwards_ = 0;
 };
@@ -134,7 +129,7 @@ class PipelineRank : public RankStrategy {
       DataParallel<T>& dp = *dp_.back();
       const int m = spec.micro_batches;
       adapters_.push_back(
-          std::make_unique<LayerStackChunk>(t->stack(), zero == 3 ? &dp.hooks() : nullptr, false,
+          std::make_unique<LayerStackChunk>(t->stack(), zero == 3 ? &dp.hooks() : nullptr,
                                             [&dp, m](int k) { dp.before_micro_batch(k, m); }));
       views.push_back(adapters_.back().get());
     }
