@@ -1,6 +1,7 @@
 #include "train/models/model_spec.h"
 
 #include <array>
+#include <atomic>
 #include <stdexcept>
 
 namespace dtsim::train {
@@ -12,9 +13,18 @@ const ModelSpec& moe_model_spec();
 namespace {
 
 // The registry: one row per model.
-std::array<const ModelSpec*, 2> registry() { return {&mlp_model_spec(), &moe_model_spec()}; }
+constexpr size_t kModels = 2;
+std::array<const ModelSpec*, kModels> registry() { return {&mlp_model_spec(), &moe_model_spec()}; }
+
+// ScopedModelSpec's replacements, by ModelKind.
+std::array<std::atomic<const ModelSpec*>, kModels> overrides{};
 
 }  // namespace
+
+ScopedModelSpec::ScopedModelSpec(ModelKind kind, const ModelSpec& spec)
+    : kind_(kind), previous_(overrides.at(static_cast<size_t>(kind)).exchange(&spec)) {}
+
+ScopedModelSpec::~ScopedModelSpec() { overrides.at(static_cast<size_t>(kind_)).store(previous_); }
 
 DpParts ModelSpec::dp_parts(const TrainConfig&, const MeshShape&,
                             const model::ParamLayout& local) const {
@@ -22,6 +32,7 @@ DpParts ModelSpec::dp_parts(const TrainConfig&, const MeshShape&,
 }
 
 const ModelSpec& model_spec(ModelKind kind) {
+  if (const ModelSpec* o = overrides.at(static_cast<size_t>(kind)).load()) return *o;
   for (const ModelSpec* spec : registry()) {
     if (spec->kind() == kind) return *spec;
   }

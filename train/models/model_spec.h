@@ -119,6 +119,21 @@ const ModelSpec* find_model_spec(const std::string& name);
 // Every registered model, in registration order.
 std::vector<const ModelSpec*> model_specs();
 
+// For tests that plant a bug in a model's layout (a wrong shard): while alive, model_spec(
+// kind) returns `spec` instead of the registered one. Create and destroy it while no run
+// is in flight; reads from rank threads are safe in between.
+class ScopedModelSpec {
+ public:
+  ScopedModelSpec(ModelKind kind, const ModelSpec& spec);
+  ~ScopedModelSpec();
+  ScopedModelSpec(const ScopedModelSpec&) = delete;
+  ScopedModelSpec& operator=(const ScopedModelSpec&) = delete;
+
+ private:
+  ModelKind kind_;
+  const ModelSpec* previous_;
+};
+
 // The seed of the synthetic task, derived from the config's seed (distinct from the model's).
 inline uint64_t task_seed(const TrainConfig& config) { return config.seed * 7919 + 17; }
 
