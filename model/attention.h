@@ -20,8 +20,9 @@
 // Conventions: rows are head_dim floats at `ld`-float strides (so Q, K, V can be one
 // head's columns of a fused QKV matrix). Forward and merge OVERWRITE their outputs; backward
 // ACCUMULATES (+=) into dq, dk, dv. Thread safety: pure functions without global state; any
-// number of threads may call concurrently on disjoint outputs. No allocation (tiles live on
-// the stack; head_dim is at most kMaxHeadDim).
+// number of threads may call concurrently on disjoint outputs. The tile products run on
+// sgemm (gemm.h); tiles live on the stack (head_dim is at most kMaxHeadDim), so nothing is
+// allocated per call beyond the GEMM's per-thread buffers, grown once.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,7 @@ struct KvBlock {
 
 struct AttentionShape {
   int head_dim;  // floats per row of q, k, v, o
-  float scale;   // the logits are scale * q . k (usually 1 / sqrt(head_dim))
+  float scale;   // > 0: the logits are scale * q . k (usually 1 / sqrt(head_dim))
   bool causal;
 };
 
