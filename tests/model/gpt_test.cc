@@ -136,6 +136,60 @@ TEST(GptModel, GradientMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient(model.params(), analytic, loss, 1e-2f, 2e-4, 3e-2));
 }
 
+// The GPT on a LayerStack as train/ runs models: full recomputation gives the gradients
+// without it, bit for bit, and two stages cut from the layer list and chained by hand (as
+// a pipeline passes the activation and its gradient) give the whole model's.
+TEST(GptModel, RecomputeAndStagesGiveTheWholeModelsGradientsBitwise) {
+  const int B = 3, S = kSmall.seq_len;
+  const ReverseTask task(3, 4, 1);
+  ASSERT_EQ(task.seq_len(), S);
+  std::vector<float> tokens(B * S);
+  std::vector<int32_t> labels(B * S);
+  task.batch(0, 0, B, tokens, labels);
+  const std::vector<float> init = init_params(gpt_layout(kSmall), 9);
+  CrossEntropyLoss ce(kSmall.vocab, nullptr, S);
+  auto grads_of = [&](std::vector<std::unique_ptr<LayerStack>>& stages) {
+    size_t at = 0;
+    for (auto& st : stages) {
+      std::vector<float> mine(init.begin() + at, init.begin() + at + st->layout().size());
+      at += mine.size();
+      st->store().set_params(mine);
+      st->store().zero_grad();
+    }
+    std::vector<std::span<const float>> ins{tokens};
+    for (auto& st : stages) ins.push_back(st->forward(0, ins.back(), B));
+    std::span<float> dy = stages.back()->loss_grad(B);
+    ce.forward_backward(ins.back(), {.values = {}, .labels = labels}, B, 1.0f / B, dy);
+    std::vector<float> d(dy.begin(), dy.end());
+    for (int i = int(stages.size()) - 1; i >= 0; --i) {
+      std::span<const float> dx = stages[i]->backward(0, d, {1.0f / B, B}, nullptr, i > 0);
+      d.assign(dx.begin(), dx.end());
+    }
+    std::vector<float> g;
+    for (auto& st : stages)
+      g.insert(g.end(), st->store().grads().begin(), st->store().grads().end());
+    return g;
+  };
+  auto cut = [&](int at, Recompute r) {
+    Layers all = gpt_layers(kSmall), first, second;
+    for (int i = 0; i < int(all.size()); ++i)
+      (i < at ? first : second).push_back(std::move(all[i]));
+    std::vector<std::unique_ptr<LayerStack>> stages;
+    if (!first.empty())
+      stages.push_back(std::make_unique<LayerStack>(std::move(first), Precision::kFp32, true, r));
+    stages.push_back(std::make_unique<LayerStack>(std::move(second), Precision::kFp32, true, r));
+    return stages;
+  };
+  auto whole = cut(0, Recompute::kNone);
+  const std::vector<float> want = grads_of(whole);
+  auto full = cut(0, Recompute::kFull);
+  EXPECT_EQ(grads_of(full), want);
+  for (int at : {1, 3, 4, 6}) {
+    auto stages = cut(at, Recompute::kNone);
+    EXPECT_EQ(grads_of(stages), want) << "cut before layer " << at;
+  }
+}
+
 // Single rank, 300 Adam steps of fresh samples: the loss falls and the held-out accuracy on
 // the answer positions rises far above chance (1/K).
 TEST(GptModel, LearnsToReverseSequences) {
