@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/check.h"
 #include "model/gpt_layers.h"
@@ -28,6 +29,16 @@ Layers gpt_layers(const GptConfig& c) {
 }
 
 ParamLayout gpt_layout(const GptConfig& c) { return layout_of(gpt_layers(c)); }
+
+float heldout_accuracy(LayerStack& stack, const ReverseTask& task, int count, int pass) {
+  const int S = task.seq_len();
+  DTSIM_CHECK(count > 0 && stack.in_dim() == S && stack.out_dim() == S * task.vocab());
+  std::vector<float> tokens(size_t(count) * S);
+  std::vector<int32_t> labels(size_t(count) * S);
+  task.heldout(0, count, tokens, labels);
+  return token_accuracy(stack.forward(pass, tokens, count), labels, count, S, task.vocab(),
+                        task.answer_begin(), S);
+}
 
 GptModel::GptModel(const GptConfig& config, uint64_t seed, Precision precision)
     : config_(config),

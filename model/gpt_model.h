@@ -15,6 +15,7 @@
 
 #include "model/layer_stack.h"
 #include "model/param_store.h"
+#include "model/sequence_task.h"
 
 namespace dtsim::model {
 
@@ -31,6 +32,11 @@ struct GptConfig {
 // The model's 2L + 3 layers; aborts on a non-positive size.
 Layers gpt_layers(const GptConfig& config);
 ParamLayout gpt_layout(const GptConfig& config);
+
+// The held-out accuracy on `task`'s answer positions (token_accuracy) of a stack holding a
+// whole GPT for it: forward only, of held-out samples [0, count), in the stack's pass `pass`
+// (its saved activations are replaced; gradients are untouched).
+float heldout_accuracy(LayerStack& stack, const ReverseTask& task, int count, int pass = 0);
 
 // Thread safety: none; a model is used by one thread at a time (each rank owns its own).
 class GptModel {

@@ -206,13 +206,7 @@ TEST(GptModel, LearnsToReverseSequences) {
   const int B = 32, S = c.seq_len, steps = 300;
   std::vector<float> tokens(B * S);
   std::vector<int32_t> labels(B * S);
-  auto accuracy = [&] {
-    const int n = 256;
-    std::vector<float> ht(n * S);
-    std::vector<int32_t> hl(n * S);
-    task.heldout(0, n, ht, hl);
-    return token_accuracy(model.forward(ht, n), hl, n, S, c.vocab, task.answer_begin(), S);
-  };
+  auto accuracy = [&] { return heldout_accuracy(model.stack(), task, 256); };
   const float acc0 = accuracy();
   float first = 0, last = 0;
   for (int s = 0; s < steps; ++s) {
