@@ -95,6 +95,17 @@ void Adam::update(std::span<float> p, const float* g32, const BFloat16* g16) {
   }
 }
 
+void Adam::step_sizes(std::span<float> out) const {
+  DTSIM_CHECK(out.size() == n_ && t_ > 0);
+  const double t = static_cast<double>(t_);
+  const double c1 = 1.0 / (1.0 - std::pow(double(config_.beta1), t));
+  const double c2 = 1.0 / (1.0 - std::pow(double(config_.beta2), t));
+  const double gain = config_.lr * (1.0 - config_.beta1) * c1;
+  for (size_t i = 0; i < n_; ++i) {
+    out[i] = static_cast<float>(gain / (std::sqrt(v_[i] * c2) + config_.eps));
+  }
+}
+
 void Adam::step(std::span<float> params, std::span<const float> grads) {
   DTSIM_CHECK(master_.size() == 0 && grads.size() == n_);
   update(params, grads.data(), nullptr);

@@ -76,6 +76,10 @@ class Adam {
   std::span<const float> v() const { return v_.span(); }
   int64_t steps() const { return t_; }
   void set_lr(float lr) { config_.lr = lr; }
+  // Per element, the last step's derivative of the update by the gradient through m (v's
+  // dependence left out): lr (1 - beta1) / (1 - beta1^t) / (sqrt(v_hat) + eps). How a
+  // gradient's round-off shows in the parameters (train/check.h); `out` has n elements.
+  void step_sizes(std::span<float> out) const;
 
  private:
   // Updates p from fp32 grads g32 or, when g32 is null, bf16 grads g16 widened per element.

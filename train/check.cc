@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <tuple>
 
+#include "train/models/model_spec.h"
 #include "train/strategies.h"
 
 namespace dtsim::train {
@@ -64,7 +65,8 @@ CheckPlan plan_check(const TrainConfig& config) {
   p.reference.on_step = nullptr;  // the caller's progress callback is the run's, not ours
   p.tolerance = stated_tolerance(config.precision);
   const Strategy s = config.strategy;
-  const bool moe = config.model == ModelKind::kMoe;
+  // A batch-coupled model (MoE capacity) needs a reference that groups samples as the run.
+  const bool moe = model_spec(config).batch_coupled();
   const bool deterministic = config.algo == Algo::kDeterministic;
   const int groups = config.ranks * config.micro_batches;
 
@@ -169,21 +171,43 @@ CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
   r.floor_measured = true;
   std::tie(r.floor, r.loss_floor) = max_diffs(reference, partner);
   const Tolerance t = plan.tolerance;
-  const double slack = kFloorFactor * r.floor, loss_slack = kFloorFactor * r.loss_floor;
-  bool params_ok = run.params.size() == reference.params.size();
+  const double loss_slack = kFloorFactor * r.loss_floor;
+  bool params_ok = run.params.size() == reference.params.size() &&
+                   partner.params.size() == reference.params.size();
   bool losses_ok = run.losses.size() == reference.losses.size();
-  double worst_excess = -INFINITY;
+  // Lockstep references record each parameter's step size (how far it moved per unit of its
+  // gradient); the floor then holds in gradient units too: F_i = max(F, G s_i).
+  const std::vector<float>* sizes = nullptr;
+  if (reference.step_sizes.size() == 1 && reference.step_sizes[0].size() == run.params.size()) {
+    sizes = &reference.step_sizes[0];
+  }
+  double gradient_floor = 0;  // G = max_j |ref_j - partner_j| / s_j
+  for (size_t j = 0; sizes != nullptr && params_ok && j < sizes->size(); ++j) {
+    const double d = std::abs(double(reference.params[j]) - partner.params[j]);
+    if ((*sizes)[j] > 0) gradient_floor = std::max(gradient_floor, d / (*sizes)[j]);
+  }
+  // No correct run moves a parameter more than Adam's largest step, about lr, from another
+  // (a near-zero gradient's step can at most reverse): 4 F_i stops at 2 lr.
+  const double cap =
+      plan.reference.optimizer == model::OptimizerKind::kAdam ? plan.reference.lr / 2.0 : INFINITY;
+  double worst = -INFINITY, largest = -INFINITY;  // |run - ref| / (tol + 4 F_i); |run - ref|
   for (size_t i = 0; params_ok && i < reference.params.size(); ++i) {
     const double b = reference.params[i];
     const double d = std::isnan(run.params[i]) ? INFINITY : std::abs(run.params[i] - b);
     const double tol = t.atol + t.rtol * std::abs(b);
-    if (d - tol > worst_excess) {
-      worst_excess = d - tol;
+    const double floor =
+        sizes ? std::max(r.floor, std::min(cap, gradient_floor * (*sizes)[i])) : r.floor;
+    const double ratio = d / (tol + kFloorFactor * floor);
+    // A failing run names its worst parameter; a passing one its largest difference.
+    if (ratio > 1 ? ratio > worst : worst <= 1 && d > largest) {
       r.worst_diff = d;
       r.worst_tol = tol;
+      r.worst_floor = floor;
     }
+    worst = std::max(worst, ratio);
+    largest = std::max(largest, d);
   }
-  params_ok = params_ok && std::isfinite(slack) && worst_excess <= slack;
+  params_ok = params_ok && std::isfinite(r.floor) && std::isfinite(gradient_floor) && worst <= 1;
   for (size_t s = 0; losses_ok && s < reference.losses.size(); ++s) {
     const double b = reference.losses[s];
     const double d = std::isnan(run.losses[s]) ? INFINITY : std::abs(run.losses[s] - b);
@@ -193,10 +217,10 @@ CheckResult judge_with_partner(const CheckPlan& plan, const RunResult& run,
   r.verdict = r.passed ? Verdict::kWithinDrift : Verdict::kFail;
   if (r.passed) {
     r.verdict_text = fmt("PASS (within float drift: %.2g <= %.2g tol + 4 x %.2g floor)",
-                         r.worst_diff, r.worst_tol, r.floor);
+                         r.worst_diff, r.worst_tol, r.worst_floor);
   } else if (!params_ok) {
     r.verdict_text = fmt("FAIL (beyond float drift: %.2g > %.2g tol + 4 x %.2g floor)",
-                         r.worst_diff, r.worst_tol, r.floor);
+                         r.worst_diff, r.worst_tol, r.worst_floor);
   } else {
     r.verdict_text = fmt("FAIL (beyond float drift: loss %.2g > tol + 4 x %.2g loss floor)",
                          r.comparison.max_loss_diff, r.loss_floor);
@@ -213,6 +237,12 @@ RunResult lockstep_view(const RunResult& r) {
   v.steps = r.steps;
   for (const std::vector<float>& p : r.param_history) {
     v.params.insert(v.params.end(), p.begin(), p.end());
+  }
+  if (!r.step_sizes.empty()) {
+    v.step_sizes.emplace_back();
+    for (const std::vector<float>& s : r.step_sizes) {
+      v.step_sizes[0].insert(v.step_sizes[0].end(), s.begin(), s.end());
+    }
   }
   return v;
 }

@@ -48,10 +48,17 @@
 // happened not to flip (measured at D 64 H 256, 20 fp32 Adam steps: 1 tp and 60 dp-tp
 // parameters of 66436 beyond their own 4 x floor, none beyond 4 x the largest).
 // The factor 4 is headroom for a strategy's reassociation being larger than the floor
-// pair's. Limits: the floor pair reorders gradient sums only, while TP also reorders the
-// forward pass, so a TP-family run can drift further than 4 F (measured at D 64 H 256, 20
-// Adam steps: tp on 4 ranks 6.3e-6 vs F 5.7e-6 and dp-tp 1.1e-5, 2 F, pass; tp on 8 ranks
-// 7.0e-5 vs F 3.3e-6, 21 F, fails although its SGD run agrees to 1.5e-8). With two groups the
+// pair's. In lockstep the floor also holds in gradient units: the references record each
+// parameter's step size s_i (how far it moved per unit of its gradient: lr for SGD,
+// lr (1 - beta1) / (1 - beta1^t) / (sqrt(v_hat) + eps) for Adam), G = max_j |ref_j -
+// partner_j| / s_j is the floor pair's largest gradient difference, and parameter i's floor is
+// F_i = max(F, min(G s_i, lr / 2)): a gradient as far off as the floor pair's moves a
+// parameter whose Adam step is large per unit of gradient (a near-zero gradient) that much
+// further, and never more than Adam's step of about lr can (a reversed step: 4 F_i <= 2 lr).
+// TP reorders the hidden sums, which the floor pair does not, and its run on 8 ranks at D 64
+// H 256 (20 Adam steps) drifts 7.2e-5, 21 F, on such parameters: it fails a uniform floor and
+// passes F_i (check_test's Lockstep cases, which also fail a 1e-3 error in one tensor at one
+// step and a 1% wrong lr). Without lockstep (the demo) the floor is F alone. With two groups the
 // reversed accumulation is the same sum (addition commutes), so that floor is 0 and the stated
 // tolerance alone applies. An error smaller than 4 F cannot be seen; the ones the lesson
 // cares about (a forgotten division, a wrong lr) are far above it, as check_test asserts.
@@ -93,6 +100,7 @@ struct CheckResult {
   double loss_floor = 0;       // max |ref - partner| over per-step losses
   double worst_diff = 0;       // |run - ref| at the parameter with the largest excess over tol
   double worst_tol = 0;        // atol + rtol |ref| at that parameter
+  double worst_floor = 0;      // the floor at that parameter (F, or G s_i in lockstep)
   std::string reference_name;  // "single" or "accum"
   std::vector<double> reference_losses;  // the reference run's loss per step
   std::string criterion;                 // "bitwise" or "rtol 1e-05 atol 1e-06"

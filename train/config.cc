@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "train/models/model_spec.h"
+
 namespace dtsim::train {
 namespace {
 
@@ -22,8 +24,7 @@ constexpr std::array<std::pair<Strategy, const char*>, 10> kStrategyNames{{
 }  // namespace
 
 model::ParamLayout model_layout(const TrainConfig& config) {
-  return config.model == ModelKind::kMlp ? model::mlp_layout(config.mlp)
-                                         : model::moe_model_layout(config.moe);
+  return model_spec(config).layout(config);
 }
 
 MeshShape TrainConfig::mesh() const {
@@ -57,15 +58,15 @@ pipeline::ScheduleSpec schedule_spec(const TrainConfig& c) {
 
 void resolve_preset(TrainConfig& c) {
   if (c.strategy != Strategy::kMesh || c.pp != 1 || c.dp * c.tp_size != c.ranks) return;
-  const bool mlp = c.model == ModelKind::kMlp;
+  const bool experts = model_spec(c).experts(c) > 0;
   if (c.tp_size == 1 && c.ep == 1) {
     if (c.zero > 0 && c.dp == 1) return;  // nothing to shard: validate() says so
     constexpr Strategy kByStage[] = {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
                                      Strategy::kZero3};
     if (c.zero >= 0 && c.zero <= 3) c.strategy = kByStage[c.zero];
-  } else if (c.zero == 0 && c.ep == 1 && mlp) {
+  } else if (c.zero == 0 && c.ep == 1 && !experts) {
     c.strategy = c.dp == 1 ? Strategy::kTp : Strategy::kDpTp;
-  } else if (c.zero == 0 && c.tp_size == 1 && !mlp && c.ep == c.dp) {
+  } else if (c.zero == 0 && c.tp_size == 1 && experts && c.ep == c.dp) {
     c.strategy = Strategy::kEp;
   }
 }
@@ -82,7 +83,7 @@ const char* to_string(Strategy s) {
   return "unknown";
 }
 
-const char* to_string(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : "moe"; }
+const char* to_string(ModelKind m) { return model_spec(m).name(); }
 
 bool parse_strategy(const std::string& s, Strategy* out) {
   for (const auto& [strategy, name] : kStrategyNames) {

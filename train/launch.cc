@@ -24,6 +24,7 @@ RunResult build_result(const TrainConfig& config, std::vector<RankOutcome>& outc
     for (RankOutcome& o : outcomes) parts.push_back(std::move(o.history.at(step)));
     result.param_history.push_back(assemble(parts));
   }
+  if (outcomes.size() == 1) result.step_sizes = std::move(outcomes[0].step_sizes);
   parts.clear();
   for (RankOutcome& o : outcomes) {
     parts.push_back(std::move(o.params));

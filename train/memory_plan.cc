@@ -12,29 +12,6 @@
 #include "train/pipeline_parallel/pipeline_parallel.h"
 
 namespace dtsim::train {
-namespace {
-
-// Floats of the activations one micro-batch of `rows` samples keeps through the model's
-// layers on a rank holding 1/tp of each MLP block (a bound: inputs, outputs, pre-activations
-// and a workspace per block; an MoE layer's routed copies and expert hidden rows).
-int64_t activation_floats(const TrainConfig& c, int64_t rows, int tp, int layers_share) {
-  if (c.model == ModelKind::kMlp) {
-    const int64_t d = c.mlp.input_dim, h = c.mlp.hidden_dim / std::max(1, tp);
-    const int64_t blocks = std::max<int64_t>(1, c.mlp.num_blocks / layers_share);
-    return rows * (d + blocks * (2 * d + 3 * h) + 2 * c.mlp.output_dim);
-  }
-  const model::MoeConfig& m = c.moe.moe;
-  const int64_t blocks = std::max<int64_t>(1, c.moe.num_blocks / layers_share);
-  // Routed rows travel out and back in forward and backward (the exchange's send and
-  // receive buffers) and keep the experts' hidden rows; twice that bounds capacity padding
-  // and the per-source copies of expert parallelism.
-  const int64_t routed = rows * m.top_k;
-  return rows * (c.moe.input_dim + 2 * m.d_model + 2 * c.moe.num_classes) +
-         2 * blocks *
-             (rows * (4 * m.d_model + 2 * m.num_experts) + routed * (6 * m.d_model + 4 * m.d_ff));
-}
-
-}  // namespace
 
 MemoryPlan plan_memory(const TrainConfig& config) {
   MemoryPlan plan;
@@ -77,9 +54,9 @@ MemoryPlan plan_memory(const TrainConfig& config) {
       bytes += (zero >= 1 ? p / dp + 1 : p) * state;
     }
     const int in_flight = shape.pp > 1 ? std::min(micro, shape.pp * spec.virtual_stages) : 1;
-    bytes +=
-        activation_floats(config, solo ? config.global_batch / micro : rows, shape.tp, shape.pp) *
-        4 * in_flight;
+    bytes += model_spec(config).activation_floats(config, solo ? config.global_batch / micro : rows,
+                                                  shape.tp, shape.pp) *
+             4 * in_flight;
     plan.rank_bytes.push_back(bytes);
   }
   const int per_process = std::max(1, config.threads_per_process);

@@ -1,8 +1,7 @@
 // The model on one rank of the mesh: the plain model's layers, each given this rank's shard
-// (torchtitan's parallelize_module as one function). Tensor parallelism (tp > 1) splits the
-// MLP blocks Megatron-style (train/tensor_parallel/), expert parallelism (ep > 1) shards the
-// MoE's experts (train/expert_parallel/); whatever the layout, the data-parallel placement of
-// the rank's buffer (which tensors have copies on which ranks) comes from rank_dp_parts.
+// (torchtitan's parallelize_module as one function), as the config's ModelSpec lays them out
+// (train/models/); whatever the layout, the data-parallel placement of the rank's buffer
+// (which tensors have copies on which ranks) comes from rank_dp_parts.
 //
 // Thread safety: pure functions of their arguments.
 #pragma once
@@ -12,15 +11,9 @@
 #include "train/config.h"
 #include "train/data_parallel/data_parallel.h"
 #include "train/mesh_shape.h"
-#include "train/traced_comm.h"
+#include "train/models/model_spec.h"
 
 namespace dtsim::train {
-
-// The groups a rank's layers talk on (null: for the layout only).
-struct RankComms {
-  TracedComm* tp = nullptr;
-  TracedComm* ep = nullptr;
-};
 
 // All of the model's layers (pipeline layers of every chunk) as rank `at` of `shape` holds them.
 model::Layers rank_layers(const TrainConfig& config, const MeshShape& shape, const MeshCoord& at,

@@ -134,6 +134,8 @@ std::vector<std::byte> encode(const RankOutcome& o) {
   w.put_array(std::span<const float>(o.params));
   w.put(uint64_t{o.history.size()});
   for (const std::vector<float>& h : o.history) w.put_array(std::span<const float>(h));
+  w.put(uint64_t{o.step_sizes.size()});
+  for (const std::vector<float>& h : o.step_sizes) w.put_array(std::span<const float>(h));
   return w.take();
 }
 
@@ -174,6 +176,9 @@ RankOutcome decode(std::span<const std::byte> bytes) {
   const auto steps = in.get<uint64_t>();
   for (uint64_t i = 0; i < steps && !in.done(); ++i) o.history.push_back(in.get_array<float>());
   if (o.history.size() != steps) throw Error("rank outcome: truncated parameter history");
+  const auto sized = in.get<uint64_t>();
+  for (uint64_t i = 0; i < sized && !in.done(); ++i) o.step_sizes.push_back(in.get_array<float>());
+  if (o.step_sizes.size() != sized) throw Error("rank outcome: truncated step sizes");
   if (!in.done()) throw Error("rank outcome: trailing bytes after the encoding");
   return o;
 }

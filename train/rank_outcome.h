@@ -21,6 +21,8 @@ struct RankOutcome {
   std::vector<float> params;         // this rank's part of the final parameters (may be empty)
   // TrainConfig::record_history: this rank's part of the parameters after each step.
   std::vector<std::vector<float>> history;
+  // TrainConfig::lockstep: RankStrategy::step_sizes after each step.
+  std::vector<std::vector<float>> step_sizes;
 };
 
 // A self-contained byte string (host byte order: every rank of a job runs the same binary

@@ -65,6 +65,7 @@ class SoloRank : public RankStrategy {
   }
   void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
+  std::vector<float> step_sizes() override { return opt_->step_sizes(); }
   // Lockstep: step s starts from the parameters the checked run had after step s - 1.
   void before_step(int step) override {
     if (lockstep_ == nullptr || step == 0) return;

@@ -43,6 +43,10 @@ struct RunResult {
   // TrainConfig::record_history: the full parameter vector after each step (the last is
   // `params`), for the lockstep check (check.h).
   std::vector<std::vector<float>> param_history;
+  // The single-rank references under TrainConfig::lockstep: after each step, how far each
+  // parameter moved per unit of its gradient (SliceOptimizer::step_sizes); the check scales
+  // its floor by it (check.h).
+  std::vector<std::vector<float>> step_sizes;
   std::vector<RankReport> ranks;
   int steps = 0;
   double seconds_per_step = 0;  // wall clock, median over steps after the first

@@ -6,6 +6,7 @@
 #include "runtime/types.h"
 #include "runtime/world.h"
 #include "train/memory_plan.h"
+#include "train/models/model_spec.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/strategies.h"
@@ -38,23 +39,8 @@ void validate_counts(const TrainConfig& c) {
 }
 
 void validate_model(const TrainConfig& c) {
-  if (c.model == ModelKind::kMlp) {
-    require(c.mlp.hidden_dim >= 1,
-            "--hidden " + std::to_string(c.mlp.hidden_dim) + " must be at least 1");
-    require(c.mlp.num_blocks >= 1,
-            "--layers " + std::to_string(c.mlp.num_blocks) + " must be at least 1");
-    return;
-  }
-  const model::MoeConfig& m = c.moe.moe;
-  require(m.num_experts >= 1, "--experts " + std::to_string(m.num_experts) + " must be at least 1");
-  require(m.top_k >= 1, "--top-k " + std::to_string(m.top_k) + " must be at least 1");
-  require(m.top_k <= m.num_experts, "--top-k " + std::to_string(m.top_k) + " exceeds --experts " +
-                                        std::to_string(m.num_experts) +
-                                        ": each token picks distinct experts; lower --top-k or "
-                                        "raise --experts");
-  require(m.d_ff >= 1, "--hidden " + std::to_string(m.d_ff) + " must be at least 1");
-  require(c.moe.num_blocks >= 1,
-          "--layers " + std::to_string(c.moe.num_blocks) + " must be at least 1");
+  const std::string why = model_spec(c).validate(c);
+  require(why.empty(), why);
 }
 
 // The pitfall skips the division by N after the gradient sum, which only ddp and zero have.
@@ -73,24 +59,33 @@ void validate_data_parallel(const TrainConfig& c) {
               nearest_batches(c.global_batch, unit));
 }
 
+// The model's message about `--tp N`, said of the tp preset's width (--ranks).
+std::string as_width(std::string why, int tp, const std::string& flag) {
+  const auto swap = [&why](const std::string& from, const std::string& to) {
+    if (const size_t at = why.find(from); at != std::string::npos) why.replace(at, from.size(), to);
+  };
+  swap("--tp " + std::to_string(tp),
+       "the tensor-parallel width " + std::to_string(tp) + " (" + flag + ")");
+  swap("or --tp", "or " + flag);
+  return why;
+}
+
 // Tensor parallel (tp, dp-tp) splits the MLP's hidden width; expert parallel (ep) shards
 // the MoE's experts, the same number on every rank, and splits the batch over the ranks.
 void validate_model_parallel(const TrainConfig& c) {
   const std::string name = to_string(c.strategy);
   if (c.strategy == Strategy::kTp || c.strategy == Strategy::kDpTp) {
-    require(c.model == ModelKind::kMlp, "--strategy " + name +
-                                            " needs --model mlp (tensor parallelism splits "
-                                            "the MLP blocks)");
+    require(model_spec(c).experts(c) == 0,
+            "--strategy " + name + " needs a model without experts; for --model " +
+                to_string(c.model) + " give --dp --tp (--ep) instead");
     const int tp = c.strategy == Strategy::kTp ? c.ranks : c.tp_size;
     // The width is --ranks under tp (every rank holds a slice) and --tp under dp-tp.
     const std::string width = c.strategy == Strategy::kTp ? "--ranks" : "--tp";
     require(tp >= 1 && c.ranks % tp == 0,
             "--ranks " + std::to_string(c.ranks) + " is not divisible by --tp " +
                 std::to_string(tp) + "; dp-tp runs --ranks / --tp replicas of --tp ranks each");
-    require(c.mlp.hidden_dim % tp == 0, "--hidden " + std::to_string(c.mlp.hidden_dim) +
-                                            " is not divisible by the tensor-parallel width " +
-                                            std::to_string(tp) + " (" + width +
-                                            "); change --hidden or " + width);
+    const std::string why = model_spec(c).validate_mesh(c, {.tp = tp});
+    require(why.empty(), width == "--tp" ? why : as_width(why, tp, width));
     const int dp = c.ranks / tp;
     require(c.global_batch % (dp * c.micro_batches) == 0,
             "--batch " + std::to_string(c.global_batch) + " is not divisible by the " +
@@ -99,9 +94,8 @@ void validate_model_parallel(const TrainConfig& c) {
                 nearest_batches(c.global_batch, dp * c.micro_batches));
   }
   if (c.strategy == Strategy::kEp) {
-    const int e = c.moe.moe.num_experts;
-    require(c.model == ModelKind::kMoe,
-            "--strategy ep needs --model moe (expert parallelism shards the experts)");
+    const int e = model_spec(c).experts(c);
+    require(e > 0, "--strategy ep needs --model moe (expert parallelism shards the experts)");
     require(c.ranks <= e, "--ranks " + std::to_string(c.ranks) + " exceeds --experts " +
                               std::to_string(e) +
                               ": expert parallelism needs at least one expert per rank");
@@ -137,9 +131,10 @@ void validate_pipeline(const TrainConfig& c) {
   // evenly where they divide, else as evenly as they can (or as --stage-layers says).
   const std::string split = pipeline::validate_stage_layers(c, c.pp * c.virtual_stages);
   require(split.empty(), split);
-  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || c.model == ModelKind::kMlp,
-          "--schedule zb-h1 needs --model mlp (its layers split backward into input and "
-          "weight gradients; MoE layers do not)");
+  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || model_spec(c).splits_backward(),
+          std::string("--schedule zb-h1 splits each layer's backward into input and weight "
+                      "gradients, which --model ") +
+              to_string(c.model) + "'s layers do not; use another --schedule");
   require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
           "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
               " x --micro-batches " + str(c.micro_batches));
@@ -183,26 +178,8 @@ void validate_mesh(const TrainConfig& c) {
           "--zero 3 with --schedule zb-h1 is not supported (ZeRO-3 reduce-scatters a layer's "
           "gradients when its backward ends, which zb-h1 splits in two); use another "
           "--schedule or --zero 1 or 2");
-  const bool mlp = c.model == ModelKind::kMlp;
-  if (m.tp > 1 && mlp) {
-    require(c.mlp.hidden_dim % m.tp == 0, "--hidden " + str(c.mlp.hidden_dim) +
-                                              " is not divisible by --tp " + str(m.tp) +
-                                              "; change --hidden or --tp");
-  }
-  if (m.ep > 1) {
-    require(!mlp, "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe");
-    require(m.dp % m.ep == 0, "--ep " + str(m.ep) + " does not divide --dp " + str(m.dp) +
-                                  ": experts are sharded over groups of --ep data-parallel ranks");
-    require(c.moe.moe.num_experts % m.ep == 0,
-            "--experts " + str(c.moe.moe.num_experts) + " is not divisible by --ep " + str(m.ep) +
-                ": every rank of an expert group holds the same number of experts");
-  }
-  if (!mlp && m.tp > 1) {
-    require(c.moe.moe.d_ff % m.tp == 0, "--hidden " + str(c.moe.moe.d_ff) +
-                                            " is not divisible by --tp " + str(m.tp) +
-                                            " (each expert's hidden width is split); change "
-                                            "--hidden or --tp");
-  }
+  const std::string why = model_spec(c).validate_mesh(c, m);
+  require(why.empty(), why);
   require(c.pitfall == Pitfall::kNone,
           "--pitfall forget-divide applies to --strategy ddp, zero1, zero2, zero3");
   const int unit = m.dp * c.micro_batches;

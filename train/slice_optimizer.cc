@@ -18,7 +18,8 @@ model::AdamConfig adam_config(const TrainConfig& c) {
 
 }  // namespace
 
-SliceOptimizer::SliceOptimizer(const TrainConfig& config, size_t n, model::MemoryLedger* ledger) {
+SliceOptimizer::SliceOptimizer(const TrainConfig& config, size_t n, model::MemoryLedger* ledger)
+    : n_(n), lr_(config.lr) {
   if (config.optimizer == model::OptimizerKind::kAdam) {
     adam_ = std::make_unique<model::Adam>(adam_config(config), n, ledger);
   } else {
@@ -27,12 +28,19 @@ SliceOptimizer::SliceOptimizer(const TrainConfig& config, size_t n, model::Memor
 }
 
 SliceOptimizer::SliceOptimizer(const TrainConfig& config, std::span<const BFloat16> params,
-                               model::MemoryLedger* ledger) {
+                               model::MemoryLedger* ledger)
+    : n_(params.size()), lr_(config.lr) {
   if (config.optimizer == model::OptimizerKind::kAdam) {
     adam_ = std::make_unique<model::Adam>(adam_config(config), params, ledger);
   } else {
     sgd_ = std::make_unique<model::Sgd>(sgd_config(config), params, ledger);
   }
+}
+
+std::vector<float> SliceOptimizer::step_sizes() const {
+  std::vector<float> out(n_, lr_);
+  if (adam_) adam_->step_sizes(out);
+  return out;
 }
 
 void SliceOptimizer::step(std::span<float> params, std::span<const float> grads) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "common/bf16.h"
 #include "model/memory.h"
@@ -25,10 +26,16 @@ class SliceOptimizer {
 
   void step(std::span<float> params, std::span<const float> grads);
   void step(std::span<BFloat16> params, std::span<const BFloat16> grads);
+  // Per element, how far the last step moved it per unit of its gradient: lr for SGD (with
+  // momentum too), lr / (sqrt(v_hat) + eps) for Adam. How a gradient's round-off shows in
+  // the parameters (check.h scales its floor by it).
+  std::vector<float> step_sizes() const;
   // The optimizer when step() on fp32 spans is plain SGD (model::Sgd::is_plain), else null.
   const model::Sgd* plain_sgd() const { return sgd_ && sgd_->is_plain() ? sgd_.get() : nullptr; }
 
  private:
+  size_t n_;
+  float lr_;
   std::unique_ptr<model::Sgd> sgd_;
   std::unique_ptr<model::Adam> adam_;
 };

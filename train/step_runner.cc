@@ -69,6 +69,7 @@ void StepRunner::run(RankStrategy& s) {
     const bool root = channel_ == nullptr || channel_->rank() == 0;
     if (root && config_.on_step) config_.on_step(step + 1, loss);
     if (config_.record_history) outcome_.history.push_back(s.final_params());
+    if (config_.lockstep != nullptr) outcome_.step_sizes.push_back(s.step_sizes());
   }
   outcome_.params = s.final_params();
   outcome_.report.memory = peak_.bytes();

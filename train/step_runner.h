@@ -94,6 +94,9 @@ class RankStrategy {
   virtual std::vector<float> final_params() = 0;
   // Before step `step` begins (the references start it from TrainConfig::lockstep).
   virtual void before_step(int /*step*/) {}
+  // After the optimizer step, under TrainConfig::lockstep (the references): how far each
+  // parameter moved per unit of its gradient (SliceOptimizer::step_sizes); empty if unknown.
+  virtual std::vector<float> step_sizes() { return {}; }
 };
 
 class StepRunner {

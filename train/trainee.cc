@@ -1,27 +1,28 @@
 #include "train/trainee.h"
 
+#include <iterator>
 #include <utility>
 
-#include "model/mlp.h"
-#include "model/moe_model.h"
 #include "runtime/types.h"
 
 namespace dtsim::train {
 
 model::Layers model_layers(const TrainConfig& config) {
-  if (config.model == ModelKind::kMlp) {
-    return model::mlp_layers(config.mlp, 0, config.mlp.num_blocks + 1);
-  }
-  return model::moe_model_layers(config.moe);
+  return model_spec(config).layers(config, MeshShape{}, MeshCoord{}, {});
 }
 
 model::Layers pipeline_layers(const TrainConfig& config, int first, int last) {
-  const int L = config.mlp.num_blocks;
-  if (config.model != ModelKind::kMlp || first < 0 || first >= last || last > L) {
+  const ModelSpec& spec = model_spec(config);
+  const int lead = spec.lead_layers(), L = spec.pipeline_blocks(config);
+  if (first < 0 || first >= last || last > L) {
     throw UsageError("pipeline_layers: [" + std::to_string(first) + ", " + std::to_string(last) +
-                     ") is not a range of the MLP's " + std::to_string(L) + " blocks");
+                     ") is not a range of the model's " + std::to_string(L) + " blocks");
   }
-  return model::mlp_layers(config.mlp, first, last == L ? L + 1 : last);
+  // Block b is layer lead + b; chunk 0 keeps the lead layers, the last one the head.
+  const int begin = first == 0 ? 0 : lead + first, end = lead + last + (last == L ? 1 : 0);
+  model::Layers all = model_layers(config);
+  return model::Layers(std::make_move_iterator(all.begin() + begin),
+                       std::make_move_iterator(all.begin() + end));
 }
 
 Trainee::Trainee(const TrainConfig& config) : Trainee(config, model_layers(config)) {}
@@ -35,28 +36,7 @@ Trainee::Trainee(const TrainConfig& config, model::Layers layers, bool copy_inpu
     std::copy_n(init.begin() + s.full, s.count, mine.begin() + s.local);
   }
   stack_.store().set_params(mine);
-  if (config.model == ModelKind::kMlp) {
-    loss_ = std::make_unique<model::MseLoss>(config.mlp.output_dim);
-    regression_ = std::make_unique<model::RegressionTask>(config.mlp.input_dim,
-                                                          config.mlp.output_dim, task_seed(config));
-  } else {
-    loss_ = std::make_unique<model::CrossEntropyLoss>(config.moe.num_classes, &stack_.memory());
-    classification_ = std::make_unique<model::ClassificationTask>(
-        config.moe.input_dim, config.moe.num_classes, task_seed(config));
-  }
-}
-
-std::span<const float> Trainee::load_batch(int64_t step, int first, int count) {
-  if (regression_) {
-    x_.resize(static_cast<size_t>(count) * config_.mlp.input_dim);
-    y_.resize(static_cast<size_t>(count) * config_.mlp.output_dim);
-    regression_->batch(step, first, count, x_, y_);
-  } else {
-    x_.resize(static_cast<size_t>(count) * config_.moe.input_dim);
-    labels_.resize(count);
-    classification_->batch(step, first, count, x_, labels_);
-  }
-  return x_;
+  objective_ = model_spec(config).objective(config, &stack_.memory());
 }
 
 float Trainee::forward_backward(int64_t step, int first, int count, float grad_scale,
@@ -74,7 +54,7 @@ float Trainee::run(int64_t step, int first, int count, float grad_scale, model::
   std::span<const float> x = load_batch(step, first, count);
   std::span<const float> y = stack_.forward(0, x, count, hooks);
   std::span<float> dy = stack_.loss_grad(count);
-  const float loss = loss_->forward_backward(y, targets(), count, grad_scale, dy);
+  const float loss = objective_->loss().forward_backward(y, targets(), count, grad_scale, dy);
   const model::BackwardScale scale{grad_scale, count, write_grads};
   if (sgd != nullptr) {
     stack_.backward_sgd(0, dy, scale, *sgd, hooks);

@@ -1,6 +1,6 @@
-// Trainee: one rank's part of the model a config names (MLP regression or MoE classification)
-// as a LayerStack of layers, with its loss and its synthetic task, behind one interface, so
-// a strategy is written once for both models. The layers are the whole model's (DDP, ZeRO,
+// Trainee: one rank's part of the model a config names (its ModelSpec, train/models/) as a
+// LayerStack of layers, with its loss and its synthetic task, behind one interface, so a
+// strategy is written once for every model. The layers are the whole model's (DDP, ZeRO,
 // the references) or replacements that hold a slice of it (tensor- and expert-parallel
 // layers, train/tensor_parallel/ and train/expert_parallel/); either way the parameters
 // start as the slices of the full model's seeded initial values (the same bits as the
@@ -14,19 +14,20 @@
 #include <memory>
 #include <vector>
 
-#include "model/data.h"
 #include "model/hooks.h"
 #include "model/layer_stack.h"
 #include "model/param_store.h"
 #include "train/config.h"
+#include "train/models/model_spec.h"
 
 namespace dtsim::train {
 
 // The whole model's layers for `config` (mlp or moe).
 model::Layers model_layers(const TrainConfig& config);
 
-// A pipeline chunk's layers: [first, last) of the model's L pipeline layers (the MLP's
-// blocks, L = config.mlp.num_blocks), with the head appended when last == L. MLP only.
+// A pipeline chunk's layers: blocks [first, last) of the model's L (ModelSpec::
+// pipeline_blocks), with the lead layers (an embedding) when first == 0 and the head when
+// last == L.
 model::Layers pipeline_layers(const TrainConfig& config, int first, int last);
 
 class Trainee {
@@ -55,10 +56,12 @@ class Trainee {
 
   // Generates samples [first, first + count) of step `step`: returns their inputs (count,
   // D_in), valid until the next call; targets() holds their targets.
-  std::span<const float> load_batch(int64_t step, int first, int count);
-  model::Targets targets() const { return {.values = y_, .labels = labels_}; }
+  std::span<const float> load_batch(int64_t step, int first, int count) {
+    return objective_->load_batch(step, first, count);
+  }
+  model::Targets targets() const { return objective_->targets(); }
   // The loss on the stack's output.
-  model::Loss& loss() { return *loss_; }
+  model::Loss& loss() { return objective_->loss(); }
 
  private:
   // forward_backward's body; backward_sgd instead of backward when `sgd` is given.
@@ -67,15 +70,7 @@ class Trainee {
 
   const TrainConfig& config_;
   model::LayerStack stack_;
-  std::unique_ptr<model::Loss> loss_;
-  std::unique_ptr<model::RegressionTask> regression_;
-  std::unique_ptr<model::ClassificationTask> classification_;
-  std::vector<float> x_;         // (count, D) inputs of the current slice
-  std::vector<float> y_;         // (count, O) regression targets
-  std::vector<int32_t> labels_;  // (count) class labels
+  std::unique_ptr<Objective> objective_;  // the model's loss and task
 };
-
-// The seed of the synthetic task, derived from the config's seed (distinct from the model's).
-inline uint64_t task_seed(const TrainConfig& config) { return config.seed * 7919 + 17; }
 
 }  // namespace dtsim::train

@@ -105,6 +105,61 @@ TEST(Check, BitwisePairsStillDemandBitwise) {
   }
 }
 
+// Issue 32's command: fp32 Adam tensor parallel on 8 ranks at D 64 H 256. TP reorders the
+// hidden sums, which the floor pair (a batch reordering) does not, and Adam turns round-off
+// in a near-zero gradient into a visible step: a uniform floor failed it (7.2e-5 > 4 x
+// 3.4e-6). In lockstep the floor also holds in gradient units, scaled per parameter by the
+// reference's step size: it passes, while wrong runs still fail.
+TrainConfig wide_tp8() {
+  TrainConfig c = wide_adam(Strategy::kTp);
+  c.ranks = 8;
+  c.record_history = true;
+  return c;
+}
+
+TEST(Check, LockstepAdamTensorParallelPasses) {
+  const CheckResult r = run_and_check(wide_tp8());
+  std::cout << "[tp8 adam] " << r << "\n";
+  EXPECT_TRUE(r.lockstep);
+  EXPECT_TRUE(r.passed) << r;
+}
+
+// A wrong step in lockstep: one tensor of the run off by 1e-3 relative in one step, a ring
+// all-reduce that sends a wrong chunk (the runtime's planted bug), a 1% too large lr.
+TEST(Check, LockstepAdamStillFailsWrongRuns) {
+  const TrainConfig c = wide_tp8();
+  // Judged as --check judges a run of `c`: the reference restarts every step from it.
+  const auto judged = [&c](const RunResult& run) {
+    const CheckPlan plan = lockstep_plan(plan_check(c), run);
+    return judge(plan, run, run_training(plan.reference));
+  };
+  RunResult perturbed = run_training(c);
+  std::vector<float>& step5 = perturbed.param_history.at(5);
+  for (size_t i = 0; i < 64 * 256; ++i) step5[i] *= 1.001f;  // block0.w1
+  const CheckResult p = judged(perturbed);
+  std::cout << "[tp8 adam, block0.w1 x 1.001 at step 5] " << p << "\n";
+  EXPECT_FALSE(p.passed) << p;
+
+  TrainConfig wrong_lr = c;
+  wrong_lr.lr *= 1.01f;
+  const CheckResult lr = judged(run_training(wrong_lr));
+  std::cout << "[tp8 adam, lr x 1.01] " << lr << "\n";
+  EXPECT_FALSE(lr.passed) << lr;
+
+  TrainConfig bug = c;
+  bug.algo = Algo::kRing;
+  bug.world.mutant = Mutant::kRingWrongChunk;
+  bool failed = false;
+  try {
+    const CheckResult b = judged(run_training(bug));
+    std::cout << "[tp8 adam, ring sends a wrong chunk] " << b << "\n";
+    failed = !b.passed;
+  } catch (const RankFailure&) {
+    failed = true;  // uneven chunks: a size mismatch
+  }
+  EXPECT_TRUE(failed);
+}
+
 // The run's progress callback (dtsim's bar) belongs to the run: a reference or floor run
 // that inherited it reported its own steps from 0 again and the demo's bar ran backwards.
 TEST(Check, PlannedRunsDoNotInheritTheRunsStepCallback) {

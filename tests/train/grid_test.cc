@@ -82,7 +82,7 @@ std::vector<Cell> grid() {
 const char* const kKnownRefusals[] = {
     "shards the MoE's experts: it needs --model moe",
     "does not divide --dp",                // ep inside dp only
-    "--schedule zb-h1 needs --model mlp",  // MoE layers' split backward
+    "which --model moe's layers do not",  // MoE layers' split backward
     "--zero 3 with --schedule zb-h1",      // ZeRO-3 of a split backward
 };
 

@@ -14,6 +14,7 @@
 #include "runtime/algorithms/registry.h"
 #include "train/cli/output_file.h"
 #include "train/cli/table.h"
+#include "train/models/model_spec.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
 
 namespace dtsim::cli {
@@ -41,21 +42,16 @@ json config_json(const train::TrainConfig& c) {
     const train::MeshShape m = c.mesh();
     j["mesh"] = {{"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"zero", c.zero}};
   }
-  if (c.model == train::ModelKind::kMlp) {
-    j["shape"] = {{"dim", c.mlp.input_dim},
-                  {"hidden", c.mlp.hidden_dim},
-                  {"layers", c.mlp.num_blocks},
-                  {"outputs", c.mlp.output_dim}};
-  } else {
-    j["shape"] = {{"dim", c.moe.moe.d_model},
-                  {"input_dim", c.moe.input_dim},
-                  {"hidden", c.moe.moe.d_ff},
-                  {"experts", c.moe.moe.num_experts},
-                  {"top_k", c.moe.moe.top_k},
-                  {"classes", c.moe.num_classes},
-                  {"capacity_factor", c.moe.moe.capacity_factor},
-                  {"layers", c.moe.num_blocks}};
+  nlohmann::json shape = nlohmann::json::object();
+  for (const auto& [name, value] : train::model_spec(c).shape_fields(c)) {
+    // Integers as integers; a float field as typed (single precision), not its binary tail.
+    if (value == std::floor(value)) {
+      shape[name] = static_cast<int64_t>(value);
+    } else {
+      shape[name] = std::stod(fmt::format("{:.7g}", value));
+    }
   }
+  j["shape"] = shape;
   return j;
 }
 

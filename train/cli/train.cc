@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "model/moe_model.h"
 #include "model/param_layout.h"
 #include "runtime/algorithms/registry.h"
 #include "runtime/job_start.h"
@@ -28,6 +27,7 @@
 #include "train/cli/report_json.h"
 #include "train/cli/table.h"
 #include "train/launch.h"
+#include "train/models/model_spec.h"
 #include "train/strategies.h"
 
 namespace dtsim::cli {
@@ -55,7 +55,9 @@ void declare(CLI::App* app, TrainFlags& f) {
       ->check(OneOf(kStrategies,
                     "FSDP is ZeRO-3, --strategy zero3 (zero2 shards gradients and optimizer "
                     "state but keeps whole weights)"));
-  app->add_option("--model", f.model)->check(OneOf({"mlp", "moe"}));
+  std::vector<std::string> models;
+  for (const train::ModelSpec* spec : train::model_specs()) models.push_back(spec->name());
+  app->add_option("--model", f.model)->check(OneOf(models));
   app->add_option("--ranks", f.ranks, "rank threads (falls back to $WORLD_SIZE, as torchrun sets)")
       ->transform(Integer(1, 256))
       ->envname("WORLD_SIZE");
@@ -200,7 +202,8 @@ void parse_mesh(const CLI::App& a, const TrainFlags& f, train::TrainConfig& c) {
 train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   train::TrainConfig c;
   train::parse_strategy(f.strategy, &c.strategy);
-  c.model = f.model == "mlp" ? train::ModelKind::kMlp : train::ModelKind::kMoe;
+  const train::ModelSpec& spec = *train::find_model_spec(f.model);  // the CLI checked the name
+  c.model = spec.kind();
   c.ranks = f.ranks;
   // Under mpirun the world is processes x --threads-per-process ranks (README, "Across
   // processes and machines"); --ranks defaults to that and must agree with it.
@@ -239,24 +242,19 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   c.optimizer = adam ? model::OptimizerKind::kAdam : model::OptimizerKind::kSgd;
   c.lr = static_cast<float>(given(a, "--lr") ? f.lr : adam ? 0.01 : 0.05);
   c.precision = f.precision == "bf16" ? model::Precision::kMixedBf16 : model::Precision::kFp32;
-  const bool mlp = c.model == train::ModelKind::kMlp;
-  for (const char* flag : {"--experts", "--top-k"}) {
-    if (mlp && given(a, flag)) fail("train", std::string(flag) + " applies to --model moe");
+  for (const std::string flag : {"--experts", "--top-k"}) {
+    const std::vector<std::string> own = spec.own_flags();
+    if (given(a, flag) && std::find(own.begin(), own.end(), flag) == own.end()) {
+      fail("train", flag + " applies to --model moe");
+    }
   }
-  if (mlp) {
-    c.mlp = {.input_dim = f.dim,
-             .hidden_dim = given(a, "--hidden") ? f.hidden : 64,
-             .num_blocks = f.layers,
-             .output_dim = 4};
-  } else {
-    c.moe.input_dim = f.dim;
-    c.moe.num_classes = 4;
-    c.moe.moe.d_model = f.dim;
-    c.moe.moe.d_ff = given(a, "--hidden") ? f.hidden : 32;
-    c.moe.moe.num_experts = f.experts;
-    c.moe.moe.top_k = f.top_k;
-    c.moe.num_blocks = given(a, "--layers") ? f.layers : 1;
-  }
+  train::ModelFlags model_flags;
+  model_flags.dim = f.dim;
+  model_flags.experts = f.experts;
+  model_flags.top_k = f.top_k;
+  if (given(a, "--hidden")) model_flags.hidden = f.hidden;
+  if (given(a, "--layers")) model_flags.layers = f.layers;
+  spec.configure(model_flags, c);
   c.tp_size = f.tp;
   parse_mesh(a, f, c);
   parse_algo(f.algo, &c.algo);  // AlgoFor() accepted it
@@ -269,14 +267,7 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   return c;
 }
 
-std::string shape_text(const train::TrainConfig& c) {
-  if (c.model == train::ModelKind::kMlp) {
-    return fmt::format("mlp D {} H {} L {}", c.mlp.input_dim, c.mlp.hidden_dim, c.mlp.num_blocks);
-  }
-  return fmt::format("moe D {} F {} E {} top-{}{}", c.moe.moe.d_model, c.moe.moe.d_ff,
-                     c.moe.moe.num_experts, c.moe.moe.top_k,
-                     c.moe.num_blocks > 1 ? fmt::format(" L {}", c.moe.num_blocks) : "");
-}
+std::string shape_text(const train::TrainConfig& c) { return train::model_spec(c).describe(c); }
 
 // What runs: "1 rank", "1 rank accumulating as 4 would", "8 ranks (dp 4 x tp 2)".
 std::string ranks_text(const train::TrainConfig& c) {
@@ -312,7 +303,7 @@ std::string algo_text(const train::TrainConfig& c) {
   if (c.strategy == Strategy::kSingle || c.strategy == Strategy::kAccum) return text;
   if (sharded) used = {OpKind::kReduceScatter, OpKind::kAllGather};
   if (!sharded || m.tp > 1 || c.strategy == Strategy::kTp) used.push_back(OpKind::kAllReduce);
-  if (c.model == train::ModelKind::kMoe && (c.strategy == Strategy::kEp || m.ep > 1)) {
+  if (m.ep > 1) {  // the expert exchange
     used.push_back(OpKind::kAllToAll);
   }
   std::string lacking;

@@ -71,9 +71,6 @@ class LayerStackChunk : public StageChunk {
 model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
                               const ChunkParallel& at) {
   const auto [first, last] = chunk_layers(config, spec, chunk);
-  if (config.model == ModelKind::kMlp && at.tp_size == 1) {
-    return model::mlp_layers(config.mlp, first, last);
-  }
   const MeshShape shape{.tp = at.tp_size, .ep = at.ep_size};
   MeshCoord coord;
   coord.tp = at.tp_rank;
@@ -216,12 +213,12 @@ class PipelineRank : public RankStrategy {
 }  // namespace
 
 int pipeline_blocks(const TrainConfig& config) {
-  return config.model == ModelKind::kMlp ? config.mlp.num_blocks : config.moe.num_blocks;
+  return model_spec(config).pipeline_blocks(config);
 }
 
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
   const int blocks = pipeline_blocks(config), chunks = spec.stages * spec.virtual_stages;
-  const int lead = config.model == ModelKind::kMlp ? 0 : 1;  // the MoE's embedding
+  const int lead = model_spec(config).lead_layers();  // an embedding before the blocks
   // Where chunk c's blocks begin: the explicit counts' prefix sum, else the balanced split.
   const auto begin = [&](int c) {
     if (config.stage_layers.empty()) return first_layer(c, blocks, chunks);
@@ -351,9 +348,11 @@ std::string validate_stage_layers(const TrainConfig& config, int chunks) {
 
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
   if (std::string why = validate(spec); !why.empty()) return why;
-  if (spec.kind == ScheduleKind::kZeroBubbleH1 && config.model != ModelKind::kMlp) {
-    return "--schedule zb-h1 needs --model mlp (its layers split backward into input and weight "
-           "gradients; MoE layers do not)";
+  if (spec.kind == ScheduleKind::kZeroBubbleH1 && !model_spec(config).splits_backward()) {
+    return std::string(
+               "--schedule zb-h1 splits each layer's backward into input and weight "
+               "gradients, which --model ") +
+           to_string(config.model) + "'s layers do not; use another --schedule";
   }
   const int chunks = spec.stages * spec.virtual_stages;
   if (std::string why = validate_stage_layers(config, chunks); !why.empty()) return why;
