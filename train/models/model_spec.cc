@@ -8,11 +8,14 @@ namespace dtsim::train {
 // Each model's spec, defined in its own file.
 const ModelSpec& mlp_model_spec();
 const ModelSpec& moe_model_spec();
+const ModelSpec& gpt_model_spec();
 
 namespace {
 
 // The registry: one row per model.
-std::array<const ModelSpec*, 2> registry() { return {&mlp_model_spec(), &moe_model_spec()}; }
+std::array<const ModelSpec*, 3> registry() {
+  return {&mlp_model_spec(), &moe_model_spec(), &gpt_model_spec()};
+}
 
 }  // namespace
 

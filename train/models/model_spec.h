@@ -52,6 +52,10 @@ struct ModelFlags {
   std::optional<int> layers;
   int experts = 4;
   int top_k = 2;
+  int heads = 2;                // gpt: attention heads
+  std::optional<int> head_dim;  // gpt: [default: dim / heads]
+  int seq = 12;                 // gpt: sequence length S (the task's 2n tokens)
+  int vocab = 9;                // gpt: V, the separator and V - 1 symbols
 };
 
 class ModelSpec {
