@@ -92,8 +92,8 @@ class GptSpec : public ModelSpec {
     if (m.ep > 1) return "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe";
     if (m.tp > 1 || m.pp > 1) {
       return "--model gpt trains on the data axis only for now (strategies single, accum, ddp, "
-             "zero1-3, or --dp with --zero): its tensor- and pipeline-parallel forms (--tp " +
-             str(m.tp) + ", --pp " + str(m.pp) + ") are not built yet";
+             "zero1-3, or --dp with --zero): tensor and pipeline parallelism of it are not built "
+             "yet";
     }
     return "";
   }
