@@ -472,6 +472,9 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   std::printf("\ncollectives ran: %s\n", algorithms_ran_text(run).c_str());
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());
+  if (const std::string e = train::model_spec(config).evaluate(config, run.params); !e.empty()) {
+    std::printf("%s\n", e.c_str());
+  }
   if (config.pp > 1) {
     const PipelineBubble b = pipeline_bubble(config, run);
     std::printf(

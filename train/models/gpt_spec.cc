@@ -3,6 +3,7 @@
 // the reversal task (model/sequence_task.h). Single rank and the data axis (ddp, ZeRO) for
 // now: tensor, sequence, context and pipeline parallelism are issue 33's later parts.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "model/attention.h"
@@ -121,6 +122,26 @@ class GptSpec : public ModelSpec {
     const int64_t saved = l * (d + 4 * e + g.heads + 2) + l * (d + 2 * f + 2) + 2;
     const int64_t work = std::max(e, f) + std::max(3 * e, d) + d + 1 + 2 * std::max(d, v) + 2 * v;
     return rows * s * (outputs + saved + work);
+  }
+
+  // The answer positions' held-out accuracy (model/sequence_task.h) at the initial and the
+  // trained parameters, on one rank's stack.
+  std::string evaluate(const TrainConfig& c, std::span<const float> params) const override {
+    const model::GptConfig& g = c.gpt;
+    const model::ReverseTask task(g.seq_len / 2, g.vocab - 1, task_seed(c));
+    model::LayerStack stack(model::gpt_layers(g), model::Precision::kFp32);
+    if (params.size() != stack.layout().size()) return "";
+    constexpr int kHeldOut = 256;
+    stack.store().set_params(model::init_params(stack.layout(), c.seed));
+    const float before = model::heldout_accuracy(stack, task, kHeldOut);
+    stack.store().set_params(params);
+    const float after = model::heldout_accuracy(stack, task, kHeldOut);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "held-out accuracy %.3f -> %.3f on the reversed symbols (%d samples; chance "
+                  "%.3f)",
+                  before, after, kHeldOut, 1.0 / (g.vocab - 1));
+    return line;
   }
 
   std::unique_ptr<Objective> objective(const TrainConfig& c,

@@ -110,6 +110,12 @@ class ModelSpec {
   virtual int64_t activation_floats(const TrainConfig& config, int64_t rows, int tp,
                                     int layers_share) const = 0;
 
+  // What the trained full parameters (single-rank layout) do on held-out samples beside
+  // what the initial ones did, one line for the run's summary ("" when the model has none).
+  virtual std::string evaluate(const TrainConfig&, std::span<const float> /*params*/) const {
+    return "";
+  }
+
   // The loss and task of a rank (activations recorded in `ledger`).
   virtual std::unique_ptr<Objective> objective(const TrainConfig& config,
                                                model::MemoryLedger* ledger) const = 0;
