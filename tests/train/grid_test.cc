@@ -1,11 +1,14 @@
 // The whole grid of parallelisms (issue 32): dp, tp, pp, ep in {1, 2}, ZeRO 0-3, mlp and moe,
-// every schedule at pp 2. Each cell either trains and passes the lockstep check, or is refused
-// by validate() with a one-line reason; the test fails on any other outcome and prints the
-// grid as a table (the README's copy comes from this command):
+// every schedule at pp 2, activation recomputation none, selective and full. Each cell either
+// trains and passes the lockstep check, or is refused by validate() with a one-line reason;
+// the test fails on any other outcome and prints every cell, then a summary (docs/mesh.md's
+// copy comes from this command):
 //   build/tests/train/train_test --gtest_filter='Grid.*'
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,7 @@ struct Cell {
   int dp, tp, pp, ep, zero;
   ModelKind model;
   pipeline::ScheduleKind schedule;
+  model::Recompute recompute;
 };
 
 std::string mesh_text(const Cell& c) {
@@ -42,6 +46,7 @@ TrainConfig cell_config(const Cell& cell) {
   c.ep = cell.ep;
   c.zero = cell.zero;
   c.schedule = cell.schedule;
+  c.recompute = cell.recompute;
   c.moe.num_blocks = 2;
   if (cell.schedule == pipeline::ScheduleKind::kInterleaved && cell.pp > 1) {
     c.virtual_stages = 2;  // two chunks per stage: four of the model's layers
@@ -65,7 +70,10 @@ std::vector<Cell> grid() {
           for (int tp : {1, 2}) {
             for (int ep : {1, 2}) {
               for (int zero = 0; zero <= 3; ++zero) {
-                cells.push_back({dp, tp, pp, ep, zero, model, schedule});
+                for (model::Recompute r : {model::Recompute::kNone, model::Recompute::kSelective,
+                                           model::Recompute::kFull}) {
+                  cells.push_back({dp, tp, pp, ep, zero, model, schedule, r});
+                }
               }
             }
           }
@@ -81,14 +89,17 @@ std::vector<Cell> grid() {
 // fails the test, and each entry removed here as its combination lands.
 const char* const kKnownRefusals[] = {
     "shards the MoE's experts: it needs --model moe",
-    "does not divide --dp",                // ep inside dp only
+    "does not divide --dp",               // ep inside dp only
     "which --model moe's layers do not",  // MoE layers' split backward
-    "--zero 3 with --schedule zb-h1",      // ZeRO-3 of a split backward
+    "--zero 3 with --schedule zb-h1",     // ZeRO-3 of a split backward
 };
 
 TEST(Grid, EveryCellPassesTheCheckOrIsRefusedWithItsReason) {
   int passed = 0, refused = 0, failed = 0;
-  std::printf("%-4s %-22s %-11s %-5s  %s\n", "model", "mesh", "schedule", "zero", "outcome");
+  // Per (model, pipeline) and recompute none / selective / full: cells passed, refused.
+  std::map<std::string, std::array<std::pair<int, int>, 3>> summary;
+  std::printf("%-5s %-22s %-11s %-4s %-9s %s\n", "model", "mesh", "schedule", "zero", "recompute",
+              "outcome");
   for (const Cell& cell : grid()) {
     const TrainConfig c = cell_config(cell);
     std::string outcome;
@@ -114,8 +125,21 @@ TEST(Grid, EveryCellPassesTheCheckOrIsRefusedWithItsReason) {
                       << ": " << r;
       }
     }
-    std::printf("%-5s %-22s %-11s %-5d %s\n", to_string(cell.model), mesh_text(cell).c_str(),
-                cell.pp > 1 ? pipeline::to_string(cell.schedule) : "-", cell.zero, outcome.c_str());
+    const char* schedule = cell.pp > 1 ? pipeline::to_string(cell.schedule) : "-";
+    std::printf("%-5s %-22s %-11s %-4d %-9s %s\n", to_string(cell.model), mesh_text(cell).c_str(),
+                schedule, cell.zero, model::recompute_name(cell.recompute), outcome.c_str());
+    std::pair<int, int>& counts =
+        summary[std::string(to_string(cell.model)) + (cell.pp > 1 ? " pp2 " : " pp1 ") + schedule]
+               [static_cast<int>(cell.recompute)];
+    (outcome.rfind("PASS", 0) == 0 ? counts.first : counts.second) += 1;
+  }
+  std::printf("\n%-27s %10s %10s %10s\n", "passed/refused", "none", "selective", "full");
+  for (const auto& [key, by_recompute] : summary) {
+    std::printf("%-27s", key.c_str());
+    for (const auto& [pass, refuse] : by_recompute) {
+      std::printf(" %10s", (std::to_string(pass) + "/" + std::to_string(refuse)).c_str());
+    }
+    std::printf("\n");
   }
   std::printf("grid: %d cells train and pass, %d refused, %d fail\n", passed, refused, failed);
   EXPECT_EQ(failed, 0);

@@ -12,6 +12,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <list>
 #include <map>
 #include <optional>
 #include <string>
@@ -252,13 +253,16 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
       progress.advance(name + " " + train::to_string(c.model));
       // Under mpirun P processes x ranks / P threads (the 1-rank rows run on every process).
       if (c.ranks > 1) c.threads_per_process = threads_per_process_for(c.ranks);
+      c.record_history = true;  // for the lockstep check
       c.on_step = [&progress, steps = c.steps](int done, double) {
         progress.set_steps(done, steps);
       };
       const std::optional<train::RunResult> trained = train::launch_training(c);
       if (!trained) continue;  // global rank 0 is in another process: it prints
       const train::RunResult& run = *trained;
-      const train::CheckPlan check = train::plan_check(c);
+      // Lockstep (check.h): the reference and floor partner restart every step from this
+      // run's parameters, so they are this row's own, not shared with other rows.
+      const train::CheckPlan check = train::lockstep_plan(train::plan_check(c), run);
       std::vector<std::string> cells{name, train::to_string(c.model),
                                      fmt::format("{:.4g}", run.losses.back())};
       train::CheckResult judged;
@@ -267,7 +271,13 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
         references[reference_key(c)] = run;
         cells.insert(cells.end(), {"-", "reference", ""});
       } else {
+        std::list<train::RunResult> own;  // this row's lockstep runs (stable addresses)
         const auto cached = [&](const train::TrainConfig& ref) -> const train::RunResult& {
+          if (ref.lockstep != nullptr) {
+            train::TrainConfig quiet_ref = ref;
+            quiet_ref.on_step = nullptr;
+            return own.emplace_back(train::run_training(quiet_ref));
+          }
           const std::string key = reference_key(ref);
           if (!references.count(key)) {
             train::TrainConfig quiet_ref = ref;  // the bar counts this row's own steps only
