@@ -1,11 +1,12 @@
 // --model gpt on the data axis: DDP and every ZeRO stage are bitwise gradient accumulation
 // over the same micro-batches under the deterministic reduction, and within fp32 tolerance
 // of single-rank training; a single-rank run's loss falls; the model rejects the axes it
-// does not lie on yet.
+// does not lie on yet; the memory plan bounds the measured peak.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "train/memory_plan.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 
@@ -59,6 +60,23 @@ TEST(GptTrain, SingleRankLossFalls) {
   const RunResult r = run_single(c);
   ASSERT_EQ(r.losses.size(), 60u);
   EXPECT_LT(r.losses.back(), 0.8 * r.losses.front());
+}
+
+// The memory plan (activation_floats of the gpt's spec) bounds what each rank measures,
+// and not by more than 3x, as memory_plan_test.cc asks of the other models.
+TEST(GptTrain, MemoryPlanBoundsTheMeasuredPeak) {
+  for (Strategy s : {Strategy::kDdp, Strategy::kZero3}) {
+    const TrainConfig c = gpt_config(s, 4);
+    const MemoryPlan plan = plan_memory(c);
+    const RunResult run = run_training(c);
+    ASSERT_EQ(plan.rank_bytes.size(), run.ranks.size());
+    for (size_t r = 0; r < run.ranks.size(); ++r) {
+      int64_t measured = 0;
+      for (int64_t b : run.ranks[r].memory) measured += b;
+      EXPECT_GE(plan.rank_bytes[r], measured) << to_string(s) << " rank " << r;
+      EXPECT_LE(plan.rank_bytes[r], 3 * measured) << to_string(s) << " rank " << r;
+    }
+  }
 }
 
 TEST(GptTrain, TensorAndPipelineAxesAreRejected) {
