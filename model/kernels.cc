@@ -291,6 +291,27 @@ void softmax_forward(std::span<const float> logits, std::span<float> probs, int 
   }
 }
 
+float exp_scaled_shifted(float* x, int n, float scale, float shift) {
+  Pack sum = Pack::Zero();
+  float tail = 0.0f;
+  for (int c = 0; c < n; c += kPack) {
+    const int k = std::min(kPack, n - c);
+    const Pack e = pack_exp(load(x + c, k) * scale - shift);
+    store(e, x + c, k);
+    if (k == kPack) {
+      sum += e;
+    } else {
+      for (int i = 0; i < k; ++i) tail += x[c + i];
+    }
+  }
+  return sum.sum() + tail;
+}
+
+float max_of(const float* x, int n) {
+  DTSIM_CHECK(n >= 1);
+  return Eigen::Map<const Eigen::ArrayXf>(x, n).maxCoeff();
+}
+
 void softmax_backward(std::span<const float> probs, std::span<const float> dprobs,
                       std::span<float> dlogits, int batch, int classes) {
   for (int r = 0; r < batch; ++r) {

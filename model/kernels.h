@@ -89,6 +89,12 @@ void softmax_cross_entropy_backward(std::span<const float> probs, std::span<cons
 
 // probs (B, C) = row-wise softmax of logits (B, C) (max-subtracted).
 void softmax_forward(std::span<const float> logits, std::span<float> probs, int batch, int classes);
+// x[i] = e^(scale * x[i] - shift) for the n floats at x, through the same vectorised exp as
+// softmax_forward (no libm call; x[i] depends on x[i] alone); returns their sum, added in a
+// fixed order for a given n. Runs on the calling thread.
+float exp_scaled_shifted(float* x, int n, float scale, float shift);
+// The largest of the n >= 1 floats at x (vectorised; no NaN expected).
+float max_of(const float* x, int n);
 // dlogits (B, C) += probs * (dprobs - sum_j probs_j * dprobs_j), row-wise.
 void softmax_backward(std::span<const float> probs, std::span<const float> dprobs,
                       std::span<float> dlogits, int batch, int classes);

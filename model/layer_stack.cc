@@ -246,15 +246,17 @@ float MseLoss::forward_backward(std::span<const float> y, const Targets& t, int 
 
 float CrossEntropyLoss::forward_backward(std::span<const float> y, const Targets& t, int batch,
                                          float grad_scale, std::span<float> dy) {
-  DTSIM_CHECK(t.labels.size() == size_t(batch));
-  const size_t n = size_t(batch) * classes_;
+  const int rows = batch * positions_;
+  DTSIM_CHECK(t.labels.size() == size_t(rows));
+  const size_t n = size_t(rows) * classes_;
   if (probs_.size() != n) {
     probs_.release();
     probs_ = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
   }
-  const float loss = softmax_cross_entropy_forward(y, t.labels, probs_.span(), batch, classes_);
+  const float loss = softmax_cross_entropy_forward(y, t.labels, probs_.span(), rows, classes_);
   std::fill(dy.begin(), dy.end(), 0.0f);
-  softmax_cross_entropy_backward(probs_.span(), t.labels, batch, classes_, grad_scale, dy);
+  const float scale = positions_ == 1 ? grad_scale : grad_scale / float(positions_);
+  softmax_cross_entropy_backward(probs_.span(), t.labels, rows, classes_, scale, dy);
   return loss;
 }
 

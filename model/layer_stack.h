@@ -179,14 +179,19 @@ class MseLoss : public Loss {
 };
 
 // Mean over samples of -log softmax(y)[label]; keeps the probabilities (activations).
+// With `positions` P > 1 (a sequence model's next-token loss), a sample's y is (P, C) and
+// its labels are P: the per-sample loss is the mean over its P positions, so the returned
+// loss is the mean over all B P positions and grad_scale = 1/B still gives its gradient.
 class CrossEntropyLoss : public Loss {
  public:
-  CrossEntropyLoss(int classes, MemoryLedger* ledger) : classes_(classes), ledger_(ledger) {}
+  CrossEntropyLoss(int classes, MemoryLedger* ledger, int positions = 1)
+      : classes_(classes), positions_(positions), ledger_(ledger) {}
   float forward_backward(std::span<const float> y, const Targets& targets, int batch,
                          float grad_scale, std::span<float> dy) override;
 
  private:
   int classes_;
+  int positions_;
   MemoryLedger* ledger_;
   TrackedBuffer<float> probs_;  // (B, C)
 };

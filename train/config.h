@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gpt_model.h"
 #include "model/layer_stack.h"
 #include "model/memory.h"
 #include "model/mlp.h"
@@ -32,7 +33,7 @@ enum class Strategy {
   kMesh,  // any other device mesh: --dp --tp --pp --ep --zero (TrainConfig::dp ... zero)
 };
 
-enum class ModelKind { kMlp, kMoe };
+enum class ModelKind { kMlp, kMoe, kGpt };
 
 // The lesson's first pitfall, selectable so the demo can show what it does.
 enum class Pitfall { kNone, kForgetDivide };
@@ -51,6 +52,7 @@ struct TrainConfig {
   model::Precision precision = model::Precision::kFp32;
   model::MlpConfig mlp;
   model::MoeModelConfig moe;
+  model::GptConfig gpt;
   Algo algo = Algo::kAuto;          // all_reduce algorithm (kDeterministic: bitwise runs)
   size_t bucket_bytes = 64 * 1024;  // DDP gradient bucket size
   int tp_size = 2;                  // tensor-parallel width (kTp uses all ranks; kDpTp, kMesh this)

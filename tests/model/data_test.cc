@@ -10,6 +10,7 @@
 
 #include "model/data.h"
 #include "model/gemm.h"
+#include "model/sequence_task.h"
 
 namespace dtsim::model {
 namespace {
@@ -85,6 +86,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TeacherBatchTest,
                                            TeacherCase{7, 13, 3, 5}, TeacherCase{33, 17, 1, 1},
                                            TeacherCase{64, 32, 8, 97}),
                          case_name);
+
+// ReverseTask: each sample is its symbols, the separator, the symbols reversed; labels are
+// the next tokens; a rank's slice is the slice of the whole batch; held-out samples differ.
+TEST(ReverseTask, SamplesAreReversalsAndSlicesOfTheBatch) {
+  const ReverseTask task(4, 6, 3);
+  const int S = task.seq_len(), B = 16;
+  ASSERT_EQ(S, 8);
+  ASSERT_EQ(task.vocab(), 7);
+  std::vector<float> x(B * S), part(5 * S), hx(B * S);
+  std::vector<int32_t> y(B * S), part_y(5 * S), hy(B * S);
+  task.batch(2, 0, B, x, y);
+  for (int b = 0; b < B; ++b) {
+    const float* t = x.data() + b * S;
+    const int32_t* l = y.data() + b * S;
+    EXPECT_EQ(t[4], 0.0f);  // the separator
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_GE(t[i], 1.0f);
+      EXPECT_LE(t[i], 6.0f);
+      if (i < 3) {
+        EXPECT_EQ(t[5 + i], t[3 - i]);  // reversed (the last one is only a label)
+      }
+    }
+    for (int i = 0; i + 1 < S; ++i) EXPECT_EQ(l[i], int32_t(t[i + 1]));
+    EXPECT_EQ(l[S - 1], int32_t(t[0]));  // the sequence's final token: the first symbol
+  }
+  task.batch(2, 7, 5, part, part_y);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), x.begin() + 7 * S));
+  EXPECT_TRUE(std::equal(part_y.begin(), part_y.end(), y.begin() + 7 * S));
+  task.heldout(0, B, hx, hy);
+  EXPECT_NE(hx, x);
+}
 
 }  // namespace
 }  // namespace dtsim::model

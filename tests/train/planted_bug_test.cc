@@ -50,6 +50,9 @@ class ForwardingSpec : public ModelSpec {
   int64_t activation_floats(const TrainConfig& c, int64_t rows, int tp, int share) const override {
     return base_.activation_floats(c, rows, tp, share);
   }
+  std::string evaluate(const TrainConfig& c, std::span<const float> params) const override {
+    return base_.evaluate(c, params);
+  }
   std::unique_ptr<Objective> objective(const TrainConfig& c,
                                        model::MemoryLedger* ledger) const override {
     return base_.objective(c, ledger);

@@ -42,6 +42,7 @@ struct TrainFlags {
   std::string algo = "auto", pitfall, report, trace, html;
   int ranks = 4, steps = 20, batch = 32, micro_batches = 1, dim = 16, hidden = 64, layers = 2;
   int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
+  int heads = 2, head_dim = 0, seq = 12, vocab = 9;  // gpt
   int dp = 1, pp = 1, ep = 1, zero = 0, virtual_stages = 1;
   std::vector<int> stage_layers;
   std::string schedule = "1f1b", recompute = "none";
@@ -89,6 +90,15 @@ void declare(CLI::App* app, TrainFlags& f) {
       ->transform(Integer(1, 1024));
   app->add_option("--top-k", f.top_k, "experts per token, at most --experts (moe only)")
       ->transform(Integer(1, 1024));
+  app->add_option("--heads", f.heads, "attention heads (gpt only)")->transform(Integer(1, 256));
+  app->add_option("--head-dim", f.head_dim,
+                  "size of each head (gpt only) [default: --dim / --heads]")
+      ->transform(Integer(1, 4096))
+      ->default_str("");
+  app->add_option("--seq", f.seq, "sequence length, even: the reversal task's 2n tokens (gpt only)")
+      ->transform(Integer(2, 4096));
+  app->add_option("--vocab", f.vocab, "vocabulary: a separator and --vocab - 1 symbols (gpt only)")
+      ->transform(Integer(3, 1 << 16));
   app->add_option("--tp", f.tp,
                   "mesh: tensor-parallel width (also dp-tp's; --strategy tp uses every rank) "
                   "[default: 1 on the mesh, 2 for --strategy dp-tp]")
@@ -242,16 +252,24 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
   c.optimizer = adam ? model::OptimizerKind::kAdam : model::OptimizerKind::kSgd;
   c.lr = static_cast<float>(given(a, "--lr") ? f.lr : adam ? 0.01 : 0.05);
   c.precision = f.precision == "bf16" ? model::Precision::kMixedBf16 : model::Precision::kFp32;
-  for (const std::string flag : {"--experts", "--top-k"}) {
-    const std::vector<std::string> own = spec.own_flags();
-    if (given(a, flag) && std::find(own.begin(), own.end(), flag) == own.end()) {
-      fail("train", flag + " applies to --model moe");
+  // A model's own flags apply to it alone.
+  for (const train::ModelSpec* owner : train::model_specs()) {
+    if (owner == &spec) continue;
+    const std::vector<std::string> mine = spec.own_flags();
+    for (const std::string& flag : owner->own_flags()) {
+      if (given(a, flag) && std::find(mine.begin(), mine.end(), flag) == mine.end()) {
+        fail("train", flag + " applies to --model " + owner->name());
+      }
     }
   }
   train::ModelFlags model_flags;
   model_flags.dim = f.dim;
   model_flags.experts = f.experts;
   model_flags.top_k = f.top_k;
+  model_flags.heads = f.heads;
+  if (given(a, "--head-dim")) model_flags.head_dim = f.head_dim;
+  model_flags.seq = f.seq;
+  model_flags.vocab = f.vocab;
   if (given(a, "--hidden")) model_flags.hidden = f.hidden;
   if (given(a, "--layers")) model_flags.layers = f.layers;
   spec.configure(model_flags, c);
@@ -454,6 +472,9 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   std::printf("\ncollectives ran: %s\n", algorithms_ran_text(run).c_str());
   std::printf("\nstep time %s (median over steps after the first)\n",
               seconds_text(run.seconds_per_step).c_str());
+  if (const std::string e = train::model_spec(config).evaluate(config, run.params); !e.empty()) {
+    std::printf("%s\n", e.c_str());
+  }
   if (config.pp > 1) {
     const PipelineBubble b = pipeline_bubble(config, run);
     std::printf(

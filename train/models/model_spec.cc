@@ -9,12 +9,15 @@ namespace dtsim::train {
 // Each model's spec, defined in its own file.
 const ModelSpec& mlp_model_spec();
 const ModelSpec& moe_model_spec();
+const ModelSpec& gpt_model_spec();
 
 namespace {
 
 // The registry: one row per model.
-constexpr size_t kModels = 2;
-std::array<const ModelSpec*, kModels> registry() { return {&mlp_model_spec(), &moe_model_spec()}; }
+constexpr size_t kModels = 3;
+std::array<const ModelSpec*, kModels> registry() {
+  return {&mlp_model_spec(), &moe_model_spec(), &gpt_model_spec()};
+}
 
 // ScopedModelSpec's replacements, by ModelKind.
 std::array<std::atomic<const ModelSpec*>, kModels> overrides{};

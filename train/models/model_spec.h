@@ -52,6 +52,10 @@ struct ModelFlags {
   std::optional<int> layers;
   int experts = 4;
   int top_k = 2;
+  int heads = 2;                // gpt: attention heads
+  std::optional<int> head_dim;  // gpt: [default: dim / heads]
+  int seq = 12;                 // gpt: sequence length S (the task's 2n tokens)
+  int vocab = 9;                // gpt: V, the separator and V - 1 symbols
 };
 
 class ModelSpec {
@@ -105,6 +109,12 @@ class ModelSpec {
   // holding 1/tp of each layer's width and 1/layers_share of the blocks.
   virtual int64_t activation_floats(const TrainConfig& config, int64_t rows, int tp,
                                     int layers_share) const = 0;
+
+  // What the trained full parameters (single-rank layout) do on held-out samples beside
+  // what the initial ones did, one line for the run's summary ("" when the model has none).
+  virtual std::string evaluate(const TrainConfig&, std::span<const float> /*params*/) const {
+    return "";
+  }
 
   // The loss and task of a rank (activations recorded in `ledger`).
   virtual std::unique_ptr<Objective> objective(const TrainConfig& config,

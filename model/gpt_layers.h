@@ -1,0 +1,137 @@
+// The layers a GPT is built from, as plain Layers over samples of S tokens (a sample's
+// features are S * D floats, token after token; the embedding's input is S floats holding
+// integer token ids). Each works on the B * S token rows of a micro-batch; every norm is a
+// pre-norm with gain 1 + g (gpt_kernels.h).
+//
+//   TokenEmbedding  y = wte[id] + wpe[t]                       wte (V, D), wpe (S, D)
+//   AttentionBlock  y = x + Wo attn(Wqkv LN(x) + bqkv) + bo     causal, H heads of size hs
+//   GptMlpBlock     y = x + W2 gelu(W1 LN(x) + b1) + b2          W1 (F, D), W2 (D, F)
+//   LayerNormLayer  y = LN(x)                                    the final norm
+//   PerToken        any per-row layer (the LM head: Linear D -> V) applied to each token
+//
+// Thread safety: none, as every Layer (layer.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/layer.h"
+
+namespace dtsim::model {
+
+// "<name>.wte" (V, D), "<name>.wpe" (S, D). The input gradient is not defined (ids):
+// backward leaves dx as zeros if asked for one.
+class TokenEmbedding : public Layer {
+ public:
+  TokenEmbedding(std::string name, int vocab, int seq, int dim)
+      : name_(std::move(name)), vocab_(vocab), seq_(seq), dim_(dim) {}
+  void add_params(ParamLayout& layout) const override;
+  int in_dim() const override { return seq_; }
+  int out_dim() const override { return seq_ * dim_; }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override;
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override;
+
+ private:
+  std::string name_;
+  int vocab_, seq_, dim_;
+};
+
+// Pre-norm causal multi-head self-attention with its residual: "<name>.ln.g" (D),
+// ".ln.b" (D), ".qkv.w" (3E, D), ".qkv.b" (3E), ".proj.w" (D, E), ".proj.b" (D), E = H hs;
+// a qkv row is [q heads, k heads, v heads], head h at columns h hs. Saves LN(x) (BS, D), its
+// mean and rstd (BS), qkv (BS, 3E), the attention output (BS, E) and each row's log-sum-exp
+// (B H S) — no S x S matrix (attention.h). Backward uses workspace slots 0-3.
+class AttentionBlock : public Layer {
+ public:
+  AttentionBlock(std::string name, int seq, int dim, int heads, int head_dim);
+  void add_params(ParamLayout& layout) const override;
+  int in_dim() const override { return seq_ * dim_; }
+  int out_dim() const override { return seq_ * dim_; }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override;
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override;
+
+ private:
+  std::string name_;
+  int seq_, dim_, heads_, head_dim_;
+};
+
+// Pre-norm GELU MLP with its residual: "<name>.ln.g" (D), ".ln.b" (D), ".fc1.w" (F, D),
+// ".fc1.b" (F), ".fc2.w" (D, F), ".fc2.b" (D). Saves LN(x) (BS, D), its mean and rstd, and
+// gelu(pre), gelu'(pre) (BS, F each). Backward uses workspace slots 0 and 1.
+class GptMlpBlock : public Layer {
+ public:
+  GptMlpBlock(std::string name, int seq, int dim, int hidden)
+      : name_(std::move(name)), seq_(seq), dim_(dim), hidden_(hidden) {}
+  void add_params(ParamLayout& layout) const override;
+  int in_dim() const override { return seq_ * dim_; }
+  int out_dim() const override { return seq_ * dim_; }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override;
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override;
+
+ private:
+  std::string name_;
+  int seq_, dim_, hidden_;
+};
+
+// LayerNorm of each token: "<name>.g" (D), "<name>.b" (D). Saves mean and rstd (BS).
+class LayerNormLayer : public Layer {
+ public:
+  LayerNormLayer(std::string name, int seq, int dim)
+      : name_(std::move(name)), seq_(seq), dim_(dim) {}
+  void add_params(ParamLayout& layout) const override;
+  int in_dim() const override { return seq_ * dim_; }
+  int out_dim() const override { return seq_ * dim_; }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override;
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override;
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override;
+
+ private:
+  std::string name_;
+  int seq_, dim_;
+};
+
+// A layer over rows (in -> out) applied to each of a sample's S tokens: in_dim S * in,
+// out_dim S * out; it is the inner layer run on B * S rows (same tensors, names, state).
+class PerToken : public Layer {
+ public:
+  PerToken(std::unique_ptr<Layer> inner, int seq) : inner_(std::move(inner)), seq_(seq) {}
+  void add_params(ParamLayout& layout) const override { inner_->add_params(layout); }
+  int in_dim() const override { return seq_ * inner_->in_dim(); }
+  int out_dim() const override { return seq_ * inner_->out_dim(); }
+  bool writes_grads() const override { return inner_->writes_grads(); }
+  std::unique_ptr<LayerState> make_state(MemoryLedger* ledger) const override {
+    return inner_->make_state(ledger);
+  }
+  void forward(std::span<const float> params, std::span<const float> x, int batch,
+               std::span<float> y, LayerState& state, Workspace& ws) override {
+    inner_->forward(params, x, batch * seq_, y, state, ws);
+  }
+  void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
+                const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
+                LayerState& state, Workspace& ws) override {
+    BackwardScale rows = scale;
+    rows.batch = scale.batch * seq_;
+    inner_->backward(params, x, dy, rows, grads, dx, state, ws);
+  }
+
+ private:
+  std::unique_ptr<Layer> inner_;
+  int seq_;
+};
+
+}  // namespace dtsim::model

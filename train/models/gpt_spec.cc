@@ -1,0 +1,160 @@
+// The tiny GPT (model/gpt_model.h): token + position embedding, L pre-norm blocks of causal
+// self-attention and a GELU MLP, a final norm and an LM head, next-token cross-entropy on
+// the reversal task (model/sequence_task.h). Single rank and the data axis (ddp, ZeRO) for
+// now: tensor, sequence, context and pipeline parallelism are issue 33's later parts.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "model/attention.h"
+#include "model/gpt_model.h"
+#include "model/sequence_task.h"
+#include "train/models/model_spec.h"
+
+namespace dtsim::train {
+namespace {
+
+std::string str(int v) { return std::to_string(v); }
+
+class ReverseObjective : public Objective {
+ public:
+  ReverseObjective(const TrainConfig& c, model::MemoryLedger* ledger)
+      : seq_(c.gpt.seq_len),
+        loss_(c.gpt.vocab, ledger, c.gpt.seq_len),
+        task_(c.gpt.seq_len / 2, c.gpt.vocab - 1, task_seed(c)) {}
+
+  std::span<const float> load_batch(int64_t step, int first, int count) override {
+    tokens_.resize(static_cast<size_t>(count) * seq_);
+    labels_.resize(static_cast<size_t>(count) * seq_);
+    task_.batch(step, first, count, tokens_, labels_);
+    return tokens_;
+  }
+  model::Targets targets() const override { return {.values = {}, .labels = labels_}; }
+  model::Loss& loss() override { return loss_; }
+
+ private:
+  int seq_;
+  model::CrossEntropyLoss loss_;
+  model::ReverseTask task_;
+  std::vector<float> tokens_;    // (count, S) token ids as floats
+  std::vector<int32_t> labels_;  // (count, S) next tokens
+};
+
+class GptSpec : public ModelSpec {
+ public:
+  ModelKind kind() const override { return ModelKind::kGpt; }
+  const char* name() const override { return "gpt"; }
+  std::vector<std::string> own_flags() const override {
+    return {"--heads", "--head-dim", "--seq", "--vocab"};
+  }
+
+  void configure(const ModelFlags& f, TrainConfig& c) const override {
+    const int heads = f.heads;
+    c.gpt = {.vocab = f.vocab,
+             .seq_len = f.seq,
+             .d_model = f.dim,
+             .heads = heads,
+             .head_dim = f.head_dim.value_or(std::max(1, f.dim / std::max(1, heads))),
+             .num_layers = f.layers.value_or(2),
+             .mlp_hidden = f.hidden.value_or(4 * f.dim)};
+  }
+  std::string describe(const TrainConfig& c) const override {
+    const model::GptConfig& g = c.gpt;
+    return "gpt D " + str(g.d_model) + " H " + str(g.heads) + "x" + str(g.head_dim) + " F " +
+           str(g.mlp_hidden) + " L " + str(g.num_layers) + " S " + str(g.seq_len) + " V " +
+           str(g.vocab);
+  }
+  std::vector<std::pair<std::string, double>> shape_fields(const TrainConfig& c) const override {
+    const model::GptConfig& g = c.gpt;
+    return {{"dim", g.d_model},       {"heads", g.heads},       {"head_dim", g.head_dim},
+            {"hidden", g.mlp_hidden}, {"layers", g.num_layers}, {"seq", g.seq_len},
+            {"vocab", g.vocab}};
+  }
+
+  std::string validate(const TrainConfig& c) const override {
+    const model::GptConfig& g = c.gpt;
+    if (g.seq_len < 2 || g.seq_len % 2 != 0) {
+      return "--seq " + str(g.seq_len) +
+             " must be even and at least 2: the reversal task reads n symbols, a separator "
+             "and n - 1 reversed ones (2n tokens)";
+    }
+    if (g.vocab < 3) {
+      return "--vocab " + str(g.vocab) + " must be at least 3 (a separator and 2 symbols)";
+    }
+    if (g.heads < 1) return "--heads " + str(g.heads) + " must be at least 1";
+    if (g.head_dim < 1 || g.head_dim > model::kMaxHeadDim) {
+      return "--head-dim " + str(g.head_dim) + " must be in [1, " + str(model::kMaxHeadDim) + "]";
+    }
+    if (g.mlp_hidden < 1) return "--hidden " + str(g.mlp_hidden) + " must be at least 1";
+    if (g.num_layers < 1) return "--layers " + str(g.num_layers) + " must be at least 1";
+    return "";
+  }
+  std::string validate_mesh(const TrainConfig&, const MeshShape& m) const override {
+    if (m.ep > 1) return "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe";
+    if (m.tp > 1 || m.pp > 1) {
+      return "--model gpt trains on the data axis only for now (strategies single, accum, ddp, "
+             "zero1-3, or --dp with --zero): tensor and pipeline parallelism of it are not built "
+             "yet";
+    }
+    return "";
+  }
+
+  model::ParamLayout layout(const TrainConfig& c) const override {
+    return model::gpt_layout(c.gpt);
+  }
+  model::Layers layers(const TrainConfig& c, const MeshShape&, const MeshCoord&,
+                       RankComms) const override {
+    return model::gpt_layers(c.gpt);
+  }
+
+  int pipeline_blocks(const TrainConfig& c) const override { return c.gpt.num_layers; }
+
+  // Per sample (S tokens): the input and every layer's output, each layer's saved tensors
+  // (gpt_layers.h), the shared backward workspaces and gradient buffers, the loss's
+  // probabilities and gradient.
+  int64_t activation_floats(const TrainConfig& c, int64_t rows, int,
+                            int layers_share) const override {
+    const model::GptConfig& g = c.gpt;
+    const int64_t s = g.seq_len, d = g.d_model, e = int64_t(g.heads) * g.head_dim, f = g.mlp_hidden,
+                  v = g.vocab;
+    const int64_t l = std::max<int64_t>(1, g.num_layers / std::max(1, layers_share));
+    const int64_t outputs = 1 + (2 * l + 2) * d + v;
+    const int64_t saved = l * (d + 4 * e + g.heads + 2) + l * (d + 2 * f + 2) + 2;
+    const int64_t work = std::max(e, f) + std::max(3 * e, d) + d + 1 + 2 * std::max(d, v) + 2 * v;
+    return rows * s * (outputs + saved + work);
+  }
+
+  // The answer positions' held-out accuracy (model/sequence_task.h) at the initial and the
+  // trained parameters, on one rank's stack.
+  std::string evaluate(const TrainConfig& c, std::span<const float> params) const override {
+    const model::GptConfig& g = c.gpt;
+    const model::ReverseTask task(g.seq_len / 2, g.vocab - 1, task_seed(c));
+    model::LayerStack stack(model::gpt_layers(g), model::Precision::kFp32);
+    if (params.size() != stack.layout().size()) return "";
+    constexpr int kHeldOut = 256;
+    stack.store().set_params(model::init_params(stack.layout(), c.seed));
+    const float before = model::heldout_accuracy(stack, task, kHeldOut);
+    stack.store().set_params(params);
+    const float after = model::heldout_accuracy(stack, task, kHeldOut);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "held-out accuracy %.3f -> %.3f on the reversed symbols (%d samples; chance "
+                  "%.3f)",
+                  before, after, kHeldOut, 1.0 / (g.vocab - 1));
+    return line;
+  }
+
+  std::unique_ptr<Objective> objective(const TrainConfig& c,
+                                       model::MemoryLedger* ledger) const override {
+    return std::make_unique<ReverseObjective>(c, ledger);
+  }
+};
+
+}  // namespace
+
+const ModelSpec& gpt_model_spec() {
+  static const GptSpec spec;
+  return spec;
+}
+
+}  // namespace dtsim::train
