@@ -28,6 +28,7 @@
 
 #include "common/bf16.h"
 #include "train/accounting.h"
+#include "train/checkpoint/rank_state.h"
 #include "train/config.h"
 #include "train/rank_outcome.h"
 #include "train/report_channel.h"
@@ -94,6 +95,8 @@ class RankStrategy {
   virtual std::vector<float> final_params() = 0;
   // Before step `step` begins (the references start it from TrainConfig::lockstep).
   virtual void before_step(int /*step*/) {}
+  // What --save and --resume read and write (train/checkpoint/); empty: not supported.
+  virtual checkpoint::RankState checkpoint_state() { return {}; }
 };
 
 class StepRunner {

@@ -25,5 +25,6 @@ Command add_train(CLI::App& dtsim);     // train.cc
 Command add_walk(CLI::App& dtsim);      // walk.cc
 Command add_estimate(CLI::App& dtsim);  // estimate.cc
 Command add_stress(CLI::App& dtsim);    // stress.cc
+Command add_checkpoint(CLI::App& dtsim);  // checkpoint.cc
 
 }  // namespace dtsim::cli
