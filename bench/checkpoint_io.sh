@@ -4,12 +4,14 @@
 #   bench/checkpoint_io.sh DTSIM [rounds] [dir]      (defaults 5 rounds, $TMPDIR or /tmp)
 #
 # The model: MLP D 512 H 4096, 4 blocks (16.8 M parameters), Adam, on --dp 4 --zero 3 rank
-# threads: a checkpoint of params, adam_m and adam_v, 3 x 67 MB in 4 shards. A save's time
-# is the wall time of `train --steps 1 --save` minus that of `train --steps 1` (the same
-# start-up and step without the save); a load's is `train --steps 2 --resume` (a load, its
-# checksums and one step) minus `train --steps 1`; each the median over the rounds. dd
-# writes the same bytes with conv=fsync (as a save fsyncs) and reads them back; both reads
-# come from the page cache when the file is still in it, as the resume's do.
+# threads: a checkpoint of params, adam_m and adam_v, 3 x 67 MB in 4 shards. The save and
+# load times are those dtsim train prints ("saved step 1 into DIR: 201.6 MB in 1.754 s"):
+# from the save's start to its last barrier (every rank's shard written and fsync'd, the
+# commit), and from the resume's start to its barrier (every rank's chunks read, checksums
+# verified); the medians over the rounds. dd writes the same bytes with conv=fsync (as a
+# save fsyncs) and reads them back; both reads come from the page cache when the file is
+# still in it, as the resume's do. The resume also verifies every checksum before it starts
+# (tools.h, validate_resume), outside the load time printed.
 set -euo pipefail
 . "$(dirname "$0")/stats.sh"
 usage() {
@@ -27,25 +29,23 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -
 echo "disk: $(df -h "$work" | awk 'NR == 2 {print $1 " (" $2 ", " $5 " used)"}')"
 echo "uptime before: $(uptime)"
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
-plain=() save=() load=() ddw=() ddr=()
+io_secs() { sed -n "s/^  $1 step .* in \([0-9.]*\) s$/\1/p"; }
+save=() load=() ddw=() ddr=()
 for ((r = 0; r < rounds; ++r)); do
   rm -rf "$work/ck" "$work/dd.bin"
-  plain+=("$(secs "$dtsim" train "${model[@]}" --steps 1)")
-  save+=("$(secs "$dtsim" train "${model[@]}" --steps 1 --save "$work/ck")")
-  load+=("$(secs "$dtsim" train "${model[@]}" --steps 2 --resume "$work/ck")")
+  save+=("$("$dtsim" train "${model[@]}" --steps 1 --save "$work/ck" | io_secs saved)")
+  load+=("$("$dtsim" train "${model[@]}" --steps 2 --resume "$work/ck" | io_secs loaded)")
   bytes=$(du -sb "$work/ck" | cut -f1)
   ddw+=("$(secs dd if=/dev/zero of="$work/dd.bin" bs=1M count=$((bytes >> 20)) conv=fsync status=none)")
   ddr+=("$(secs dd if="$work/dd.bin" of=/dev/null bs=1M status=none)")
 done
 mb=$(echo "$bytes / 1000000" | bc -l)
 med() { echo "$@" | median; }
-p=$(med "${plain[@]}") s=$(med "${save[@]}") l=$(med "${load[@]}")
-w=$(med "${ddw[@]}") d=$(med "${ddr[@]}")
-printf "checkpoint: %.1f MB; train --steps 1 alone %.3f s (median of %d)\n" "$mb" "$p" "$rounds"
+s=$(med "${save[@]}") l=$(med "${load[@]}") w=$(med "${ddw[@]}") d=$(med "${ddr[@]}")
+rate() { echo "$mb / $1" | bc -l; }
+printf "checkpoint folder: %.1f MB; medians of %d rounds\n" "$mb" "$rounds"
 printf "save  %.3f s  %7.1f MB/s   dd write+fsync %.3f s  %7.1f MB/s   save/dd %.2f\n" \
-  "$(echo "$s - $p" | bc -l)" "$(echo "$mb / ($s - $p)" | bc -l)" "$w" "$(echo "$mb / $w" | bc -l)" \
-  "$(echo "($mb / ($s - $p)) / ($mb / $w)" | bc -l)"
+  "$s" "$(rate "$s")" "$w" "$(rate "$w")" "$(echo "$w / $s" | bc -l)"
 printf "load  %.3f s  %7.1f MB/s   dd read        %.3f s  %7.1f MB/s   load/dd %.2f\n" \
-  "$(echo "$l - $p" | bc -l)" "$(echo "$mb / ($l - $p)" | bc -l)" "$d" "$(echo "$mb / $d" | bc -l)" \
-  "$(echo "($mb / ($l - $p)) / ($mb / $d)" | bc -l)"
+  "$l" "$(rate "$l")" "$d" "$(rate "$d")" "$(echo "$d / $l" | bc -l)"
 echo "uptime after: $(uptime)"

@@ -152,6 +152,8 @@ CKPT_BAD = [  # (damage, arguments, what the one-line error must contain)
      "has no tensor adam_m/block0.b1"),
     (None, ["train", "--resume", "ck", "--steps", "4", "--check"], "--check with --resume"),
     (None, ["train", "--save-every", "2"], "--save-every needs --save DIR"),
+    (None, ["train", "--steps", "4", "--save", "ck"],
+     "--save ck already holds a checkpoint (step 2); continue it with --resume ck"),
     (None, ["train", "--strategy", "single", "--save", "new"], "--save and --resume run on the mesh"),
 ]
 

@@ -1,5 +1,7 @@
 #include "train/checkpoint/checkpointer.h"
+#include "train/accounting.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -171,6 +173,7 @@ void Checkpointer::barrier() {
 int Checkpointer::restore() {
   const std::string& dir = config_.checkpoint.resume_dir;
   if (dir.empty()) return 0;
+  const auto start = std::chrono::steady_clock::now();
   std::string folder;
   const Metadata meta = read_checkpoint(dir, "--resume", &folder);
   for (const StatePart& part : state_.parts) {
@@ -196,6 +199,11 @@ int Checkpointer::restore() {
     }
   }
   barrier();  // every rank has read before any may save over the same directory
+  if (config_.checkpoint.on_io && (channel_ == nullptr || channel_->rank() == 0)) {
+    uint64_t bytes = 0;
+    for (const auto& [name, t] : meta.tensors) bytes += t.rows * t.cols * sizeof(float);
+    config_.checkpoint.on_io("loaded", meta.step, bytes, seconds_since(start));
+  }
   return static_cast<int>(meta.step);
 }
 
@@ -207,6 +215,7 @@ void Checkpointer::save(int64_t step) {
   const std::string& dir = config_.checkpoint.save_dir;
   const int rank = channel_ != nullptr ? channel_->rank() : 0;
   const int ranks = channel_ != nullptr ? channel_->size() : 1;
+  const auto start = std::chrono::steady_clock::now();
   if (rank == 0) begin_save(dir, step);
   barrier();
   std::vector<std::vector<float>> data;  // the entries' values
@@ -243,13 +252,17 @@ void Checkpointer::save(int64_t step) {
     write_synced(file.string(), safetensors_bytes(entries).bytes);
   }
   barrier();
+  uint64_t bytes = 0;
   if (rank == 0) {
     Metadata meta;
     meta.step = step;
     meta.saved_from = saved_from(config_);
-    commit_save(dir, meta, expected_tensors(config_));
+    bytes = commit_save(dir, meta, expected_tensors(config_));
   }
   barrier();
+  if (rank == 0 && config_.checkpoint.on_io) {
+    config_.checkpoint.on_io("saved", step, bytes, seconds_since(start));
+  }
 }
 
 }  // namespace dtsim::train::checkpoint

@@ -205,8 +205,8 @@ std::string begin_save(const std::string& dir, int64_t step) {
   return partial.string();
 }
 
-void commit_save(const std::string& dir, Metadata meta,
-                 const std::map<std::string, TensorMeta>& expected) {
+uint64_t commit_save(const std::string& dir, Metadata meta,
+                     const std::map<std::string, TensorMeta>& expected) {
   const fs::path partial = fs::path(dir) / (step_folder(meta.step) + ".partial");
   meta.tensors = expected;
   for (auto& [name, t] : meta.tensors) t.chunks.clear();
@@ -227,7 +227,9 @@ void commit_save(const std::string& dir, Metadata meta,
     }
   }
   // Every element of every tensor written exactly once: else the ranks' ownership is wrong.
+  uint64_t bytes = 0;
   for (const auto& [name, t] : meta.tensors) {
+    bytes += static_cast<uint64_t>(t.rows * t.cols) * sizeof(float);
     std::vector<char> seen(t.rows * t.cols, 0);
     const Box whole{0, 0, t.rows, t.cols};
     for (const Chunk& c : t.chunks) {
@@ -263,6 +265,7 @@ void commit_save(const std::string& dir, Metadata meta,
   replace_synced((fs::path(dir) / kMarkerName).string(), marker.dump(1) + "\n");  // the commit
   crash_point();
   if (previous) fs::remove_all(fs::path(dir) / previous->folder);
+  return bytes;
 }
 
 }  // namespace dtsim::train::checkpoint

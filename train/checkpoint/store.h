@@ -57,8 +57,9 @@ void check_save_dir(const std::string& dir);
 std::string begin_save(const std::string& dir, int64_t step);
 // Step 3 (rank 0): `meta` with saved_from and step set; its tensors are read from the
 // shards. `expected` gives every global tensor's shape: "kind/name" -> (rows, cols, vector).
-void commit_save(const std::string& dir, Metadata meta,
-                 const std::map<std::string, TensorMeta>& expected);
+// Returns the bytes of data the checkpoint holds.
+uint64_t commit_save(const std::string& dir, Metadata meta,
+                     const std::map<std::string, TensorMeta>& expected);
 
 std::string step_folder(int64_t step);
 std::string shard_file(int rank, int ranks);

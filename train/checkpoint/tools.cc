@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -89,7 +90,18 @@ void validate_resume(const TrainConfig& config) {
 }
 
 void validate_save(const TrainConfig& config) {
-  if (!config.checkpoint.save_dir.empty()) check_save_dir(config.checkpoint.save_dir);
+  const checkpoint::Options& o = config.checkpoint;
+  if (o.save_dir.empty()) return;
+  check_save_dir(o.save_dir);
+  // A run that does not continue the checkpoint already there would replace it with another
+  // training's (or collide with its step folder): continuing it is the one way to save there.
+  std::error_code ec;
+  const std::optional<Committed> there = read_marker(o.save_dir);
+  if (there && !(!o.resume_dir.empty() && fs::equivalent(o.resume_dir, o.save_dir, ec))) {
+    throw UsageError("--save " + o.save_dir + " already holds a checkpoint (step " +
+                     std::to_string(there->step) + "); continue it with --resume " + o.save_dir +
+                     ", or give another directory");
+  }
 }
 
 std::string inspect(const std::string& dir) {

@@ -35,8 +35,8 @@ void declare_checkpoint_flags(CLI::App* app, train::checkpoint::Options& o) {
       ->default_str("");
 }
 
-void check_checkpoint_flags(const CLI::App& app, const train::TrainConfig& config, bool check) {
-  const train::checkpoint::Options& o = config.checkpoint;
+void check_checkpoint_flags(const CLI::App& app, train::TrainConfig& config, bool check) {
+  train::checkpoint::Options& o = config.checkpoint;
   if (given(app, "--save-every") && o.save_dir.empty()) {
     fail("train", "--save-every needs --save DIR");
   }
@@ -57,6 +57,15 @@ void check_checkpoint_flags(const CLI::App& app, const train::TrainConfig& confi
   } catch (const UsageError& e) {
     fail("train", e.what());
   }
+  o.on_io = [dir = o.save_dir, from = o.resume_dir](const char* what, int64_t step, uint64_t bytes,
+                                                    double seconds) {
+    const bool saved = std::string(what) == "saved";
+    const bool mb = bytes >= 1000000;
+    std::printf("  %s step %lld %s %s: %.1f %s in %.3f s\n", what, static_cast<long long>(step),
+                saved ? "into" : "from", (saved ? dir : from).c_str(), bytes / (mb ? 1e6 : 1e3),
+                mb ? "MB" : "kB", seconds);
+    std::fflush(stdout);
+  };
 }
 
 namespace {
