@@ -180,13 +180,21 @@ int Checkpointer::restore() {
     ChunkReader reader(meta, folder);
     const model::ParamLayout& layout = *part.layout;
     std::vector<float> local(layout.size(), std::numeric_limits<float>::quiet_NaN());
-    for (const model::ParamView& v : layout.views()) {
-      const Box box{v.shard.row0, v.shard.col0, v.rows, v.cols};
-      reader.read("params/" + v.name, box,
-                  [&](int64_t r, int64_t c, float x) { local[local_index(v, r, c)] = x; });
+    const std::vector<OptimizerRun> runs = part.access->optimizer_runs();
+    std::vector<Piece> wanted;  // the parameters this part keeps
+    if (part.access->keeps_all_params()) {
+      wanted = pieces(layout, 0, layout.size());
+    } else {
+      for (const OptimizerRun& run : runs) {
+        for (const Piece& p : pieces(layout, run.local, run.local + run.count)) wanted.push_back(p);
+      }
+    }
+    for (const Piece& p : wanted) {
+      reader.read("params/" + p.view->name, p.global,
+                  [&](int64_t r, int64_t c, float x) { local[local_index(*p.view, r, c)] = x; });
     }
     part.access->load_params(local);
-    for (const OptimizerRun& run : part.access->optimizer_runs()) {
+    for (const OptimizerRun& run : runs) {
       run.opt->set_steps(meta.step);
       for (const SliceOptimizer::NamedState& st : run.opt->state()) {
         for (const Piece& p : pieces(layout, run.local, run.local + run.count)) {

@@ -37,6 +37,9 @@ class StateAccess {
   // Sets the parameters from `local` (fp32, the whole local layout): the elements this rank
   // holds are taken (all of them, or ZeRO-3's shard), stored in the buffer's type.
   virtual void load_params(std::span<const float> local) = 0;
+  // Whether load_params() takes every element (false: only the optimizer runs', ZeRO-3's
+  // shard), so that a resume reads only what it keeps.
+  virtual bool keeps_all_params() const = 0;
 };
 
 struct StatePart {

@@ -130,6 +130,7 @@ class DataParallel : public checkpoint::StateAccess {
   std::vector<checkpoint::OptimizerRun> optimizer_runs() override;
   std::vector<float> params() const override { return final_params(); }
   void load_params(std::span<const float> local) override;
+  bool keeps_all_params() const override { return zero_ != 3; }
 
  private:
   class Hooks;
