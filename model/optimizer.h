@@ -49,6 +49,11 @@ class Sgd {
   // weights), which a backward may then apply itself (Layer::backward_sgd); its lr and decay.
   bool is_plain() const { return config_.momentum == 0.0f && master_.size() == 0; }
   SgdUpdate plain_update() const { return {config_.lr, config_.weight_decay}; }
+  // Checkpoints: the per-element state to save and restore (master and momentum, each n or
+  // empty), and the number of steps taken (0 makes the next step start the momentum).
+  std::span<float> mutable_master() { return master_.span(); }
+  std::span<float> mutable_momentum() { return momentum_.span(); }
+  void set_steps(int64_t steps) { first_step_ = steps == 0; }
 
  private:
   // Updates p from fp32 grads g32 or, when g32 is null, bf16 grads g16 widened per element.
@@ -75,6 +80,12 @@ class Adam {
   std::span<const float> m() const { return m_.span(); }
   std::span<const float> v() const { return v_.span(); }
   int64_t steps() const { return t_; }
+  // Checkpoints: the per-element state to save and restore (master n or empty, m and v n),
+  // and the step count t that the bias correction uses.
+  std::span<float> mutable_master() { return master_.span(); }
+  std::span<float> mutable_m() { return m_.span(); }
+  std::span<float> mutable_v() { return v_.span(); }
+  void set_steps(int64_t steps) { t_ = steps; }
   void set_lr(float lr) { config_.lr = lr; }
   // Per element, the last step's derivative of the update by the gradient through m (v's
   // dependence left out): lr (1 - beta1) / (1 - beta1^t) / (sqrt(v_hat) + eps). How a

@@ -15,6 +15,7 @@
 #include "model/moe_model.h"
 #include "runtime/types.h"
 #include "runtime/world.h"
+#include "train/checkpoint/options.h"
 #include "train/mesh_shape.h"
 #include "train/pipeline_parallel/schedule.h"
 
@@ -94,6 +95,9 @@ struct TrainConfig {
   // outlive the run), so that round-off cannot compound from step to step.
   bool record_history = false;
   const std::vector<std::vector<float>>* lockstep = nullptr;
+  // --save, --save-every, --resume (train/checkpoint/); with a resume, `steps` counts the
+  // whole run: it continues from the checkpoint's step to `steps`.
+  checkpoint::Options checkpoint;
   // Options of the rank threads' World (the controlled scheduler for schedule tests,
   // planted mutants); the defaults run free threads.
   WorldOptions world;

@@ -12,10 +12,10 @@
 namespace dtsim::train {
 namespace {
 
-RunResult build_result(const TrainConfig& config, std::vector<RankOutcome>& outcomes,
-                       const AssembleParams& assemble) {
+// result.steps counts the steps run: config.steps, or fewer after a --resume.
+RunResult build_result(std::vector<RankOutcome>& outcomes, const AssembleParams& assemble) {
   RunResult result;
-  result.steps = config.steps;
+  result.steps = static_cast<int>(outcomes[0].losses.size());
   result.losses = std::move(outcomes[0].losses);
   result.seconds_per_step = median_seconds(outcomes[0].step_seconds);
   std::vector<std::vector<float>> parts;
@@ -65,15 +65,15 @@ std::optional<RunResult> launch(const TrainConfig& config, const RankJob& job,
     mine.report.reporting = channel.reporting_counters();
     mine.report.flight = channel.training_flight_record();
     std::vector<RankOutcome> all = channel.gather_to_root(mine);
-    if (comm.rank() == 0) result = build_result(config, all, assemble);  // rank 0's process
+    if (comm.rank() == 0) result = build_result(all, assemble);  // rank 0's process
   });
   return result;
 }
 
-RunResult solo_result(const TrainConfig& config, RankOutcome outcome) {
+RunResult solo_result(const TrainConfig& /*config*/, RankOutcome outcome) {
   std::vector<RankOutcome> one;
   one.push_back(std::move(outcome));
-  return build_result(config, one, params_of_rank0);
+  return build_result(one, params_of_rank0);
 }
 
 std::vector<float> params_of_rank0(std::vector<std::vector<float>>& parts) {

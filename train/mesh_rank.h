@@ -27,6 +27,7 @@ class MeshRank : public RankStrategy {
            std::span<T> params, std::span<T> grads)
       : trainee_(trainee),
         peak_(runner.peak()),
+        tp_rank_(mesh.coord().tp),
         dp_(DpContext{.config = &config,
                       .zero = zero_stage(config),
                       .dp = mesh.dp(),
@@ -63,10 +64,14 @@ class MeshRank : public RankStrategy {
     peak.observe(state, trainee_.memory());
   }
   std::vector<float> final_params() override { return dp_.final_params(); }
+  checkpoint::RankState checkpoint_state() override {
+    return {.parts = {{&trainee_.store().layout(), &dp_}}, .writes_replicated = tp_rank_ == 0};
+  }
 
  private:
   Trainee& trainee_;
   PeakMemory& peak_;
+  int tp_rank_;
   DataParallel<T> dp_;
   std::vector<MicroBatch> micro_;
 };

@@ -78,6 +78,10 @@ void ReportChannel::all_gather(std::span<const double> in, std::span<double> out
   booked([&] { comm_->all_gather(in, out, Algo::kRing); });
 }
 
+void ReportChannel::barrier() {
+  booked([&] { comm_->barrier(); });
+}
+
 RankCounters ReportChannel::training_counters() const {
   RankCounters c = minus(world_.counters(), overhead_);
   // The channel's own communicator carries nothing but reporting.

@@ -31,6 +31,9 @@ class ReportChannel {
   // Collective: out (size() * in.size()) = every rank's `in`, in rank order.
   void all_gather(std::span<const double> in, std::span<double> out);
 
+  // Collective: returns once every rank has entered it (checkpoints' commit, checkpoint/).
+  void barrier();
+
   // This rank's traffic counters and flight record with the channel's own calls taken out.
   RankCounters training_counters() const;
   std::vector<FlightEntry> training_flight_record() const;

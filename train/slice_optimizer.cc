@@ -59,4 +59,28 @@ void SliceOptimizer::step(std::span<BFloat16> params, std::span<const BFloat16> 
   }
 }
 
+std::vector<SliceOptimizer::NamedState> SliceOptimizer::state() {
+  std::vector<NamedState> out;
+  const auto add = [&out](const char* name, std::span<float> data) {
+    if (!data.empty()) out.push_back({name, data});
+  };
+  if (adam_) {
+    add("master", adam_->mutable_master());
+    add("adam_m", adam_->mutable_m());
+    add("adam_v", adam_->mutable_v());
+  } else {
+    add("master", sgd_->mutable_master());
+    add("momentum", sgd_->mutable_momentum());
+  }
+  return out;
+}
+
+void SliceOptimizer::set_steps(int64_t steps) {
+  if (adam_) {
+    adam_->set_steps(steps);
+  } else {
+    sgd_->set_steps(steps);
+  }
+}
+
 }  // namespace dtsim::train

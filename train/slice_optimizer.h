@@ -5,6 +5,7 @@
 // Thread safety: none; one optimizer per slice per rank thread.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
@@ -32,6 +33,16 @@ class SliceOptimizer {
   std::vector<float> step_sizes() const;
   // The optimizer when step() on fp32 spans is plain SGD (model::Sgd::is_plain), else null.
   const model::Sgd* plain_sgd() const { return sgd_ && sgd_->is_plain() ? sgd_.get() : nullptr; }
+
+  // Checkpoints (train/checkpoint/): the slice's per-element fp32 state by name, each of the
+  // slice's size, in a fixed order ("master" under mixed precision, then "adam_m" and
+  // "adam_v", or "momentum"); and the steps taken, restored by set_steps().
+  struct NamedState {
+    const char* name;
+    std::span<float> data;
+  };
+  std::vector<NamedState> state();
+  void set_steps(int64_t steps);
 
  private:
   size_t n_;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <memory>
 #include <utility>
 
+#include "train/checkpoint/checkpointer.h"
 #include "train/trainee.h"
 
 namespace dtsim::train {
@@ -41,8 +43,14 @@ StepRunner::StepRunner(const TrainConfig& config, ReportChannel* channel, int lo
 void StepRunner::run(RankStrategy& s) {
   const std::vector<MicroBatch> micro = s.micro_batches();
   std::vector<double> sums(loss_slots_);
-  std::vector<float> losses;  // per micro-batch of the step
-  for (int step = 0; step < config_.steps; ++step) {
+  std::vector<float> losses;                        // per micro-batch of the step
+  std::unique_ptr<checkpoint::Checkpointer> saves;  // --save, --resume
+  int first = 0;
+  if (config_.checkpoint.active()) {
+    saves = std::make_unique<checkpoint::Checkpointer>(config_, channel_, s.checkpoint_state());
+    first = saves->restore();
+  }
+  for (int step = first; step < config_.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     std::fill(sums.begin(), sums.end(), 0.0);
     s.before_step(step);
@@ -70,6 +78,7 @@ void StepRunner::run(RankStrategy& s) {
     if (root && config_.on_step) config_.on_step(step + 1, loss);
     if (config_.record_history) outcome_.history.push_back(s.final_params());
     if (config_.lockstep != nullptr) outcome_.step_sizes.push_back(s.step_sizes());
+    if (saves) saves->after_step(step + 1);
   }
   outcome_.params = s.final_params();
   outcome_.report.memory = peak_.bytes();

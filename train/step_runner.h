@@ -28,6 +28,7 @@
 
 #include "common/bf16.h"
 #include "train/accounting.h"
+#include "train/checkpoint/rank_state.h"
 #include "train/config.h"
 #include "train/rank_outcome.h"
 #include "train/report_channel.h"
@@ -97,6 +98,8 @@ class RankStrategy {
   // After the optimizer step, under TrainConfig::lockstep (the references): how far each
   // parameter moved per unit of its gradient (SliceOptimizer::step_sizes); empty if unknown.
   virtual std::vector<float> step_sizes() { return {}; }
+  // What --save and --resume read and write (train/checkpoint/); empty: not supported.
+  virtual checkpoint::RankState checkpoint_state() { return {}; }
 };
 
 class StepRunner {

@@ -20,10 +20,11 @@ struct Command {
   std::function<int()> run;  // called after a successful parse
 };
 
-Command add_demo(CLI::App& dtsim);      // demo.cc
-Command add_train(CLI::App& dtsim);     // train.cc
-Command add_walk(CLI::App& dtsim);      // walk.cc
-Command add_estimate(CLI::App& dtsim);  // estimate.cc
-Command add_stress(CLI::App& dtsim);    // stress.cc
+Command add_demo(CLI::App& dtsim);        // demo.cc
+Command add_train(CLI::App& dtsim);       // train.cc
+Command add_walk(CLI::App& dtsim);        // walk.cc
+Command add_estimate(CLI::App& dtsim);    // estimate.cc
+Command add_stress(CLI::App& dtsim);      // stress.cc
+Command add_checkpoint(CLI::App& dtsim);  // checkpoint.cc
 
 }  // namespace dtsim::cli

@@ -189,8 +189,9 @@ int main(int argc, char** argv) {
       "(keys are flag names without --, e.g. strategy = \"zero2\"; see README).");
   // Keep in the order a new user would try them.
   const std::vector<Command> commands = {
-      dtsim::cli::add_demo(dtsim), dtsim::cli::add_train(dtsim), dtsim::cli::add_walk(dtsim),
-      dtsim::cli::add_estimate(dtsim), dtsim::cli::add_stress(dtsim)};
+      dtsim::cli::add_demo(dtsim),   dtsim::cli::add_train(dtsim),
+      dtsim::cli::add_walk(dtsim),   dtsim::cli::add_estimate(dtsim),
+      dtsim::cli::add_stress(dtsim), dtsim::cli::add_checkpoint(dtsim)};
   std::vector<std::string> names;
   for (const Command& c : commands) {
     names.push_back(c.app->get_name());

@@ -19,6 +19,7 @@
 #include "runtime/job_start.h"
 #include "runtime/process_model.h"
 #include "train/check.h"
+#include "train/cli/checkpoint.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
 #include "train/cli/html_report.h"
@@ -49,6 +50,7 @@ struct TrainFlags {
   double lr = 0.05;
   int64_t seed = 1;
   bool check = false, quiet = false;
+  train::checkpoint::Options checkpoint;  // cli/checkpoint.cc
 };
 
 void declare(CLI::App* app, TrainFlags& f) {
@@ -165,6 +167,7 @@ void declare(CLI::App* app, TrainFlags& f) {
       ->type_name("FILE")
       ->default_str("");
   app->add_flag("--quiet", f.quiet, "no progress bar, no notes on stderr");
+  declare_checkpoint_flags(app, f.checkpoint);
 }
 
 // The mesh flags: without --strategy they lay the run on a device mesh (presets included:
@@ -282,6 +285,7 @@ train::TrainConfig parse_config(const CLI::App& a, const TrainFlags& f) {
                                              : model::Recompute::kNone;
   if (!f.pitfall.empty())
     c.pitfall = train::Pitfall::kForgetDivide;  // validate() checks the strategy
+  c.checkpoint = f.checkpoint;
   return c;
 }
 
@@ -398,6 +402,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   } catch (const UsageError& e) {
     fail("train", e.what());
   }
+  check_checkpoint_flags(a, config, f.check);
   // Open the output files before any work: a bad path is a usage error, not a lost run.
   // Only the process of global rank 0 prints and writes files (all of them, with threads).
   const bool root = train::holds_global_rank0();

@@ -46,6 +46,7 @@
 #include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "train/accounting.h"
+#include "train/checkpoint/rank_state.h"
 #include "train/config.h"
 #include "train/data_parallel/ddp.h"
 #include "train/grad_ops.h"
@@ -97,7 +98,7 @@ struct DpContext {
 };
 
 template <class T>
-class DataParallel {
+class DataParallel : public checkpoint::StateAccess {
  public:
   DataParallel(DpContext ctx, const model::ParamLayout& layout, DpParts parts, std::span<T> params,
                std::span<T> grads);
@@ -122,6 +123,14 @@ class DataParallel {
   // After the last step: this rank's parameters in its local layout (fp32); under ZeRO-3
   // only the owned elements are real (see owned_ranges()), the rest are zero.
   std::vector<float> final_params() const;
+
+  // Checkpoints (checkpoint::StateAccess): the optimizers' runs (ZeRO 0: the whole buffer,
+  // saved by rank 0 of each part's group; ZeRO 1-3: this rank's shards), the parameters, and
+  // setting them before the first step.
+  std::vector<checkpoint::OptimizerRun> optimizer_runs() override;
+  std::vector<float> params() const override { return final_params(); }
+  void load_params(std::span<const float> local) override;
+  bool keeps_all_params() const override { return zero_ != 3; }
 
  private:
   class Hooks;

@@ -325,4 +325,55 @@ std::vector<float> DataParallel<T>::final_params() const {
   return out;
 }
 
+template <class T>
+std::vector<checkpoint::OptimizerRun> DataParallel<T>::optimizer_runs() {
+  std::vector<checkpoint::OptimizerRun> out;
+  if (zero_ == 0) {
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      for (const model::ParamRange& r : parts_[k].ranges) {
+        out.push_back({opt_.get(), r.begin, r.begin, r.size(), rank_in(static_cast<int>(k)) == 0});
+      }
+    }
+  } else if (zero_ == 3) {
+    for (const Zero3Segment& s : segments_) {
+      const model::ParamRange o = zero3_owned(s, rank_in(s.part));
+      if (o.size() > 0) out.push_back({opt_.get(), s.offset, o.begin, o.size(), true});
+    }
+  } else {
+    for (Part& p : parts_) {  // the shard [mine) of the packed part, back in local order
+      size_t packed = 0;
+      for (const model::ParamRange& r : p.ranges) {
+        const size_t b = std::max(packed, p.mine.begin),
+                     e = std::min(packed + r.size(), p.mine.end);
+        if (b < e) {
+          out.push_back({p.opt.get(), b - p.mine.begin, r.begin + (b - packed), e - b, true});
+        }
+        packed += r.size();
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.local < b.local; });
+  return out;
+}
+
+template <class T>
+void DataParallel<T>::load_params(std::span<const float> local) {
+  if (zero_ != 3) {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i] = T(local[i]);
+    for (Part& p : parts_) {
+      if (p.size > 0 && !p.contiguous && !p.packed_params.empty()) {
+        pack(p, std::span<const T>(params_), std::span<T>(p.packed_params));
+      }
+    }
+    return;
+  }
+  for (const Zero3Segment& s : segments_) {
+    const model::ParamRange o = zero3_owned(s, rank_in(s.part));
+    for (size_t i = 0; i < o.size(); ++i) {
+      params_[o.begin + i] = T(local[o.begin + i]);
+      shard_params_.data()[s.offset + i] = params_[o.begin + i];
+    }
+  }
+}
+
 }  // namespace dtsim::train

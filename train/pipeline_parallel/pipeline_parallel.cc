@@ -102,6 +102,7 @@ class PipelineRank : public RankStrategy {
                bool reports_loss, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
                const MeshShape& shape)
       : chunks_(chunks),
+        tp_rank0_(reports_loss),
         micro_(data_parallel_micro_batches(config, shape.dp, groups.dp ? groups.dp->rank() : 0)),
         peak_(runner.peak()) {
     const int zero = zero_stage(config);
@@ -198,9 +199,17 @@ class PipelineRank : public RankStrategy {
     }
     return out;
   }
+  checkpoint::RankState checkpoint_state() override {
+    checkpoint::RankState state{.parts = {}, .writes_replicated = tp_rank0_};
+    for (size_t j = 0; j < chunks_.size(); ++j) {
+      state.parts.push_back({&chunks_[j]->store().layout(), dp_[j].get()});
+    }
+    return state;
+  }
 
  private:
   std::vector<std::unique_ptr<Trainee>>& chunks_;
+  bool tp_rank0_;  // tensor-parallel rank 0: saves the tensors tp replicates
   std::vector<MicroBatch> micro_;
   std::vector<StageMicroBatch> mbs_;
   PeakMemory& peak_;

@@ -1,0 +1,179 @@
+// Checkpoints (train/checkpoint/): K steps, save, resume for K steps is bitwise 2K straight on
+// the same mesh (--algo deterministic); a resume on another mesh loads exactly the saved
+// parameters and continues as the new mesh does (within the stated tolerance); a checkpoint of
+// another model shape is refused naming the tensor and both shapes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "runtime/types.h"
+#include "tests/train/train_test_util.h"
+#include "train/checkpoint/tools.h"
+#include "train/strategies.h"
+
+namespace dtsim::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kK = 3;  // steps before the save, and after the resume
+
+struct MeshSpec {
+  int dp = 1, tp = 1, pp = 1, ep = 1, zero = 0;
+  bool moe = false;
+  model::Precision precision = model::Precision::kFp32;
+};
+
+std::string mesh_name(const MeshSpec& m) {
+  std::string s = m.moe ? "moe" : "mlp";
+  for (auto [axis, v] : {std::pair{"_dp", m.dp}, {"_tp", m.tp}, {"_pp", m.pp}, {"_ep", m.ep}}) {
+    if (v > 1) s += axis + std::to_string(v);
+  }
+  if (m.zero > 0) s += "_zero" + std::to_string(m.zero);
+  if (m.precision == model::Precision::kMixedBf16) s += "_bf16";
+  return s;
+}
+
+void PrintTo(const MeshSpec& m, std::ostream* os) { *os << mesh_name(m); }
+
+TrainConfig mesh_config(const MeshSpec& m, int steps) {
+  TrainConfig c = with_adam(make_config({.strategy = Strategy::kMesh,
+                                         .model = m.moe ? ModelKind::kMoe : ModelKind::kMlp,
+                                         .ranks = m.dp * m.tp * m.pp,
+                                         .steps = steps,
+                                         .micro_batches = m.pp > 1 ? 2 : 1,
+                                         .precision = m.precision,
+                                         .algo = Algo::kDeterministic}));
+  c.dp = m.dp;
+  c.tp_size = m.tp;
+  c.pp = m.pp;
+  c.ep = m.ep;
+  c.zero = m.zero;
+  return c;
+}
+
+// A fresh directory for one test's checkpoints, removed afterwards.
+class CheckpointDir {
+ public:
+  CheckpointDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+    for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+    path_ = (fs::temp_directory_path() / ("dtsim_ckpt_" + std::to_string(::getpid()) + "_" + name))
+                .string();
+    fs::remove_all(path_);
+  }
+  ~CheckpointDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+RunResult save_run(TrainConfig c, const std::string& dir) {
+  c.checkpoint.save_dir = dir;
+  checkpoint::validate_save(c);
+  return run_training(c);
+}
+
+RunResult resume_run(TrainConfig c, const std::string& dir) {
+  c.checkpoint.resume_dir = dir;
+  if (c.steps > kK)
+    checkpoint::validate_resume(c);  // the CLI's checks (a resume of 0 steps
+                                     // is the test's own)
+  return run_training(c);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class SameMeshResume : public ::testing::TestWithParam<MeshSpec> {};
+
+TEST_P(SameMeshResume, KStepsSaveResumeKIsBitwise2KStraight) {
+  const MeshSpec m = GetParam();
+  CheckpointDir dir;
+  const RunResult straight = run_training(mesh_config(m, 2 * kK));
+  const RunResult first = save_run(mesh_config(m, kK), dir.path());
+  const RunResult resumed = resume_run(mesh_config(m, 2 * kK), dir.path());
+  ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kK));
+  EXPECT_TRUE(same_bits(resumed.params, straight.params));
+  for (int s = 0; s < kK; ++s) {
+    EXPECT_EQ(first.losses[s], straight.losses[s]) << "step " << s;
+    EXPECT_EQ(resumed.losses[s], straight.losses[kK + s]) << "step " << kK + s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, SameMeshResume,
+    ::testing::Values(MeshSpec{.dp = 4}, MeshSpec{.dp = 4, .zero = 3},
+                      MeshSpec{.dp = 2, .tp = 2, .pp = 2}, MeshSpec{.dp = 4, .ep = 2, .moe = true},
+                      MeshSpec{.dp = 2, .tp = 2, .zero = 1},
+                      MeshSpec{.tp = 2, .pp = 2, .precision = model::Precision::kMixedBf16},
+                      MeshSpec{.dp = 4, .ep = 4, .zero = 3, .moe = true}),
+    [](const auto& info) { return mesh_name(info.param); });
+
+struct ReshardCase {
+  MeshSpec from, to;
+};
+
+void PrintTo(const ReshardCase& r, std::ostream* os) {
+  *os << mesh_name(r.from) << " to " << mesh_name(r.to);
+}
+
+class Resharding : public ::testing::TestWithParam<ReshardCase> {};
+
+// The resume on the new mesh starts from exactly the saved parameters (a resume of zero
+// steps returns them), and its K steps match both K straight steps on the old mesh and 2K
+// on the new one within the stated fp32 tolerance (the meshes differ only in summation order).
+TEST_P(Resharding, LoadsTheSavedStateAndContinuesAsTheNewMesh) {
+  const ReshardCase r = GetParam();
+  CheckpointDir dir;
+  const RunResult saved = save_run(mesh_config(r.from, kK), dir.path());
+  const RunResult loaded = resume_run(mesh_config(r.to, kK), dir.path());
+  EXPECT_TRUE(same_bits(loaded.params, saved.params));
+  const RunResult resumed = resume_run(mesh_config(r.to, 2 * kK), dir.path());
+  for (const MeshSpec& reference : {r.from, r.to}) {
+    RunResult straight = run_training(mesh_config(reference, 2 * kK));
+    straight.losses.erase(straight.losses.begin(), straight.losses.begin() + kK);
+    const Comparison c = compare(resumed, straight, kFp32Rtol, kFp32Atol);
+    EXPECT_TRUE(c.passed) << "against " << mesh_name(reference) << ": max |dparam| "
+                          << c.max_abs_diff << ", max |dloss| " << c.max_loss_diff;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, Resharding,
+    ::testing::Values(ReshardCase{{.dp = 4, .zero = 3}, {.dp = 2, .tp = 2}},
+                      ReshardCase{{.tp = 2, .pp = 2}, {.dp = 1}},
+                      ReshardCase{{.dp = 2, .tp = 2, .pp = 2}, {.dp = 4, .zero = 2}},
+                      // An MoE's capacity drops tokens per data-parallel micro-batch: dp stays.
+                      ReshardCase{{.dp = 4, .ep = 4, .moe = true},
+                                  {.dp = 4, .ep = 2, .zero = 3, .moe = true}}),
+    [](const auto& info) {
+      return mesh_name(info.param.from) + "_to_" + mesh_name(info.param.to);
+    });
+
+TEST(CheckpointShape, AnotherModelShapeIsRefusedNamingTheTensorAndBothShapes) {
+  CheckpointDir dir;
+  save_run(mesh_config({.dp = 2}, kK), dir.path());
+  TrainConfig wider = mesh_config({.dp = 2}, 2 * kK);
+  wider.mlp.hidden_dim = 32;
+  wider.checkpoint.resume_dir = dir.path();
+  try {
+    checkpoint::validate_resume(wider);
+    FAIL() << "a checkpoint of hidden 24 resumed with hidden 32";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("block0.b1"), std::string::npos) << what;
+    EXPECT_NE(what.find("[24]"), std::string::npos) << what;
+    EXPECT_NE(what.find("[32]"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace dtsim::train

@@ -1,0 +1,276 @@
+#include "train/checkpoint/checkpointer.h"
+#include "train/accounting.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <utility>
+
+#include "runtime/types.h"
+#include "train/checkpoint/store.h"
+
+namespace dtsim::train::checkpoint {
+namespace {
+
+// A run of a local layout's elements inside one tensor, as a block of it: `local` in the
+// local tensor's coordinates, `global` in the full tensor's.
+struct Piece {
+  const model::ParamView* view = nullptr;
+  Box local, global;
+};
+
+// The blocks that local elements [begin, end) of `layout` cover: per tensor, a partial first
+// row, the whole rows, a partial last row.
+std::vector<Piece> pieces(const model::ParamLayout& layout, size_t begin, size_t end) {
+  std::vector<Piece> out;
+  for (const model::ParamView& v : layout.views()) {
+    const size_t lo = std::max(begin, v.offset), hi = std::min(end, v.offset + v.size());
+    if (lo >= hi) continue;
+    int64_t a = static_cast<int64_t>(lo - v.offset);
+    const int64_t b = static_cast<int64_t>(hi - v.offset), cols = v.cols;
+    const auto add = [&](int64_t row, int64_t col, int64_t rows, int64_t n) {
+      const Box local{row, col, rows, n};
+      const Box global{row + v.shard.row0, col + v.shard.col0, rows, n};
+      out.push_back({&v, local, global});
+    };
+    if (a % cols != 0) {
+      const int64_t n = std::min(cols - a % cols, b - a);
+      add(a / cols, a % cols, 1, n);
+      a += n;
+    }
+    if (b - a >= cols) {
+      const int64_t rows = (b - a) / cols;
+      add(a / cols, 0, rows, cols);
+      a += rows * cols;
+    }
+    if (a < b) add(a / cols, 0, 1, b - a);
+  }
+  return out;
+}
+
+size_t local_index(const model::ParamView& v, int64_t grow, int64_t gcol) {
+  return v.offset + static_cast<size_t>((grow - v.shard.row0) * v.cols + (gcol - v.shard.col0));
+}
+
+std::vector<int64_t> entry_shape(const model::ParamLayout& full, const Piece& p) {
+  if (full.view(p.view->name).cols == 1) return {p.global.rows};
+  return {p.global.rows, p.global.cols};
+}
+
+// The chunks of one checkpoint that a rank reads, each read and verified once.
+class ChunkReader {
+ public:
+  ChunkReader(const Metadata& meta, std::string folder) : meta_(meta), folder_(std::move(folder)) {}
+  // Calls put(global_row, global_col, value) for every element of `box` of `tensor`.
+  template <class Put>
+  void read(const std::string& tensor, const Box& box, Put&& put) {
+    const auto it = meta_.tensors.find(tensor);
+    if (it == meta_.tensors.end()) {
+      throw UsageError("the checkpoint has no tensor " + tensor);
+    }
+    int64_t filled = 0;
+    for (size_t i = 0; i < it->second.chunks.size(); ++i) {
+      const Chunk& c = it->second.chunks[i];
+      const Box o = intersect(box, c.box);
+      if (o.size() == 0) continue;
+      const std::vector<float>& data = chunk(tensor, i, c);
+      for (int64_t r = o.row0; r < o.row0 + o.rows; ++r) {
+        for (int64_t k = o.col0; k < o.col0 + o.cols; ++k) {
+          put(r, k, data[(r - c.box.row0) * c.box.cols + (k - c.box.col0)]);
+        }
+      }
+      filled += o.size();
+    }
+    if (filled != box.size()) {
+      throw UsageError("the checkpoint's chunks of " + tensor + " do not cover it");
+    }
+  }
+
+ private:
+  const std::vector<float>& chunk(const std::string& tensor, size_t index, const Chunk& c) {
+    std::vector<float>& out = cache_[{tensor, index}];
+    if (!out.empty()) return out;
+    const std::string path = (std::filesystem::path(folder_) / c.file).string();
+    const std::vector<std::byte> bytes = read_range(path, c.begin, c.end);
+    if (fnv1a64(bytes) != c.fnv) {
+      throw UsageError("checkpoint shard " + path + " is corrupted: a chunk of " + tensor +
+                       " fails its checksum; save it again");
+    }
+    out.resize(bytes.size() / sizeof(float));
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  }
+
+  const Metadata& meta_;
+  std::string folder_;
+  std::map<std::pair<std::string, size_t>, std::vector<float>> cache_;
+};
+
+}  // namespace
+
+std::vector<std::string> state_kinds(const TrainConfig& config) {
+  std::vector<std::string> out = {"params"};
+  if (config.precision == model::Precision::kMixedBf16) out.push_back("master");
+  if (config.optimizer == model::OptimizerKind::kAdam) {
+    out.push_back("adam_m");
+    out.push_back("adam_v");
+  } else if (config.optimizer == model::OptimizerKind::kSgdMomentum) {
+    out.push_back("momentum");
+  }
+  return out;
+}
+
+std::map<std::string, TensorMeta> expected_tensors(const TrainConfig& config) {
+  std::map<std::string, TensorMeta> out;
+  const model::ParamLayout full = model_layout(config);
+  for (const std::string& kind : state_kinds(config)) {
+    for (const model::ParamView& v : full.views()) {
+      TensorMeta& t = out[kind + "/" + v.name];
+      t.rows = v.rows;
+      t.cols = v.cols;
+      t.vector = v.cols == 1;
+      t.flat_offset = static_cast<int64_t>(v.offset);
+    }
+  }
+  return out;
+}
+
+SavedFrom saved_from(const TrainConfig& config) {
+  const MeshShape m = config.mesh();
+  std::string mesh = "dp " + std::to_string(m.dp) + " x tp " + std::to_string(m.tp) + " x pp " +
+                     std::to_string(m.pp) + ", ep " + std::to_string(m.ep) + ", zero " +
+                     std::to_string(config.strategy == Strategy::kZero1   ? 1
+                                    : config.strategy == Strategy::kZero2 ? 2
+                                    : config.strategy == Strategy::kZero3 ? 3
+                                                                          : config.zero);
+  return {.strategy = to_string(config.strategy),
+          .model = to_string(config.model),
+          .optimizer = config.optimizer == model::OptimizerKind::kAdam          ? "adam"
+                       : config.optimizer == model::OptimizerKind::kSgdMomentum ? "sgd-momentum"
+                                                                                : "sgd",
+          .precision = config.precision == model::Precision::kMixedBf16 ? "bf16" : "fp32",
+          .mesh = mesh,
+          .ranks = config.ranks,
+          .batch = config.global_batch,
+          .seed = config.seed};
+}
+
+Checkpointer::Checkpointer(const TrainConfig& config, ReportChannel* channel, RankState state)
+    : config_(config), channel_(channel), state_(std::move(state)), full_(model_layout(config)) {
+  if (state_.parts.empty()) {
+    throw UsageError(std::string("--save and --resume do not support --strategy ") +
+                     to_string(config.strategy) +
+                     " yet; use ddp, zero1-3, tp, ep, dp-tp or a mesh");
+  }
+}
+
+void Checkpointer::barrier() {
+  if (channel_ != nullptr) channel_->barrier();
+}
+
+int Checkpointer::restore() {
+  const std::string& dir = config_.checkpoint.resume_dir;
+  if (dir.empty()) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::string folder;
+  const Metadata meta = read_checkpoint(dir, "--resume", &folder);
+  for (const StatePart& part : state_.parts) {
+    ChunkReader reader(meta, folder);
+    const model::ParamLayout& layout = *part.layout;
+    std::vector<float> local(layout.size(), std::numeric_limits<float>::quiet_NaN());
+    const std::vector<OptimizerRun> runs = part.access->optimizer_runs();
+    std::vector<Piece> wanted;  // the parameters this part keeps
+    if (part.access->keeps_all_params()) {
+      wanted = pieces(layout, 0, layout.size());
+    } else {
+      for (const OptimizerRun& run : runs) {
+        for (const Piece& p : pieces(layout, run.local, run.local + run.count)) wanted.push_back(p);
+      }
+    }
+    for (const Piece& p : wanted) {
+      reader.read("params/" + p.view->name, p.global,
+                  [&](int64_t r, int64_t c, float x) { local[local_index(*p.view, r, c)] = x; });
+    }
+    part.access->load_params(local);
+    for (const OptimizerRun& run : runs) {
+      run.opt->set_steps(meta.step);
+      for (const SliceOptimizer::NamedState& st : run.opt->state()) {
+        for (const Piece& p : pieces(layout, run.local, run.local + run.count)) {
+          reader.read(std::string(st.name) + "/" + p.view->name, p.global,
+                      [&](int64_t r, int64_t c, float x) {
+                        st.data[run.at + (local_index(*p.view, r, c) - run.local)] = x;
+                      });
+        }
+      }
+    }
+  }
+  barrier();  // every rank has read before any may save over the same directory
+  if (config_.checkpoint.on_io && (channel_ == nullptr || channel_->rank() == 0)) {
+    uint64_t bytes = 0;
+    for (const auto& [name, t] : meta.tensors) bytes += t.rows * t.cols * sizeof(float);
+    config_.checkpoint.on_io("loaded", meta.step, bytes, seconds_since(start));
+  }
+  return static_cast<int>(meta.step);
+}
+
+void Checkpointer::after_step(int done) {
+  if (config_.checkpoint.saves_after(done, config_.steps)) save(done);
+}
+
+void Checkpointer::save(int64_t step) {
+  const std::string& dir = config_.checkpoint.save_dir;
+  const int rank = channel_ != nullptr ? channel_->rank() : 0;
+  const int ranks = channel_ != nullptr ? channel_->size() : 1;
+  const auto start = std::chrono::steady_clock::now();
+  if (rank == 0) begin_save(dir, step);
+  barrier();
+  std::vector<std::vector<float>> data;  // the entries' values
+  std::vector<ShardEntry> entries;
+  for (const StatePart& part : state_.parts) {
+    const std::vector<float> params = part.access->params();
+    for (const OptimizerRun& run : part.access->optimizer_runs()) {
+      if (!run.writer) continue;
+      const std::vector<SliceOptimizer::NamedState> states = run.opt->state();
+      for (const Piece& p : pieces(*part.layout, run.local, run.local + run.count)) {
+        if (p.view->shard.full_rows == 0 && !state_.writes_replicated) continue;
+        const auto add = [&](const std::string& kind, auto&& value_at) {
+          std::vector<float>& d = data.emplace_back();
+          for (int64_t r = 0; r < p.global.rows; ++r) {
+            for (int64_t c = 0; c < p.global.cols; ++c) {
+              d.push_back(value_at(local_index(*p.view, p.global.row0 + r, p.global.col0 + c)));
+            }
+          }
+          entries.push_back({entry_name(kind + "/" + p.view->name, p.global.row0, p.global.col0),
+                             entry_shape(full_, p),
+                             {}});
+        };
+        add("params", [&](size_t i) { return params[i]; });
+        for (const SliceOptimizer::NamedState& st : states) {
+          add(st.name, [&](size_t i) { return st.data[run.at + (i - run.local)]; });
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < entries.size(); ++i) entries[i].data = data[i];
+  if (!entries.empty()) {
+    const std::filesystem::path file =
+        std::filesystem::path(dir) / (step_folder(step) + ".partial") / shard_file(rank, ranks);
+    write_synced(file.string(), safetensors_bytes(entries).bytes);
+  }
+  barrier();
+  uint64_t bytes = 0;
+  if (rank == 0) {
+    Metadata meta;
+    meta.step = step;
+    meta.saved_from = saved_from(config_);
+    bytes = commit_save(dir, meta, expected_tensors(config_));
+  }
+  barrier();
+  if (rank == 0 && config_.checkpoint.on_io) {
+    config_.checkpoint.on_io("saved", step, bytes, seconds_since(start));
+  }
+}
+
+}  // namespace dtsim::train::checkpoint

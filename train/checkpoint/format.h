@@ -1,0 +1,105 @@
+// The on-disk format of a dtsim checkpoint (docs/checkpoints.md shows one):
+//
+//   DIR/dtsim-checkpoint.json       the commit marker: format, version, step, the step's folder
+//   DIR/step-000010/metadata.json   for every global tensor ("params/block0.w1", "adam_m/...",
+//                                   "adam_v/...", "master/...", "momentum/...") its global
+//                                   shape, dtype and the chunks covering it: global offsets and
+//                                   sizes, file, byte range, FNV-1a 64 checksum (as DCP's)
+//   DIR/step-000010/shard-00003-of-00008.safetensors
+//                                   what rank 3 wrote: one safetensors entry per chunk
+//                                   ("params/block0.w1@0,16", F32, row-major), numpy-readable
+//
+// A checkpoint holds global tensors by the full model's names, each element written by one
+// rank, so the same reader serves a resume on the same mesh and on any other.
+//
+// Thread safety: free functions on values; files are read and written by the caller's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dtsim::train::checkpoint {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr char kMarkerName[] = "dtsim-checkpoint.json";
+inline constexpr char kMetadataName[] = "metadata.json";
+
+// FNV-1a 64 over bytes, the checksum of every chunk; as 16 hex digits.
+uint64_t fnv1a64(std::span<const std::byte> bytes);
+std::string hex64(uint64_t v);
+
+// A block [row0, row0 + rows) x [col0, col0 + cols) of a 2-D tensor (a vector: cols 1).
+struct Box {
+  int64_t row0 = 0, col0 = 0, rows = 0, cols = 0;
+  int64_t size() const { return rows * cols; }
+};
+// The overlap of two blocks (size() 0 when none).
+Box intersect(const Box& a, const Box& b);
+
+struct Chunk {
+  Box box;
+  std::string file;             // in the step's folder
+  uint64_t begin = 0, end = 0;  // byte range in the file
+  uint64_t fnv = 0;
+};
+
+struct TensorMeta {
+  int64_t rows = 0, cols = 0;
+  bool vector = false;      // shape [rows] rather than [rows, cols]
+  int64_t flat_offset = 0;  // where the tensor starts in the model's flat parameter vector
+  std::vector<Chunk> chunks;
+};
+
+// What a run was saved from and must match to resume (the data position and the model).
+struct SavedFrom {
+  std::string strategy, model, optimizer, precision, mesh;
+  int ranks = 0, batch = 0;
+  uint64_t seed = 0;
+};
+
+struct Metadata {
+  int version = kFormatVersion;
+  int64_t step = 0;  // optimizer steps taken; the next step's data is (seed, step, i)
+  SavedFrom saved_from;
+  std::map<std::string, TensorMeta> tensors;  // by "kind/name"
+};
+
+// The text of metadata.json and back; parse_metadata throws Error naming what is wrong.
+std::string metadata_json(const Metadata& m);
+Metadata parse_metadata(const std::string& text, const std::string& where);
+
+// One safetensors entry to write: a chunk of kind/tensor with its F32 data.
+struct ShardEntry {
+  std::string name;  // "params/block0.w1@row0,col0"
+  std::vector<int64_t> shape;
+  std::span<const float> data;
+};
+// The bytes of a safetensors file holding `entries` in order (8-byte little-endian header
+// length, JSON header padded to 8 bytes, raw little-endian data) and, per entry, its
+// absolute byte range and checksum (__metadata__ also lists the checksums).
+struct ShardBytes {
+  std::vector<std::byte> bytes;
+  std::vector<Chunk> chunks;  // box unset: the caller's
+};
+ShardBytes safetensors_bytes(const std::vector<ShardEntry>& entries);
+
+// A safetensors file's entries, read from its header: name, shape, absolute byte range and
+// the checksum __metadata__ lists (0 when absent). Throws Error naming the file.
+struct HeaderEntry {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+  uint64_t fnv = 0;
+};
+std::vector<HeaderEntry> read_safetensors_header(const std::string& path);
+
+// "params/block0.w1@0,16" -> kind/tensor "params/block0.w1", offsets (0, 16).
+bool parse_entry_name(const std::string& name, std::string* tensor, int64_t* row0, int64_t* col0);
+std::string entry_name(const std::string& tensor, int64_t row0, int64_t col0);
+
+}  // namespace dtsim::train::checkpoint

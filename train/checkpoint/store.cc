@@ -1,0 +1,271 @@
+#include "train/checkpoint/store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "runtime/types.h"
+
+namespace dtsim::train::checkpoint {
+namespace fs = std::filesystem;
+namespace {
+
+std::string os_error(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + std::strerror(errno);
+}
+
+// The names a save creates: anything else in a save directory is someone else's.
+bool ours(const std::string& name) {
+  static const std::regex pattern(R"(step-\d{8}(\.partial)?|dtsim-checkpoint\.json(\.tmp)?)");
+  return std::regex_match(name, pattern);
+}
+
+}  // namespace
+
+void crash_point() {
+  static const long at = [] {
+    const char* v = std::getenv("DTSIM_CHECKPOINT_CRASH_AT");
+    return v != nullptr ? std::atol(v) : 0L;
+  }();
+  static std::atomic<long> reached{0};
+  if (at > 0 && ++reached == at) _exit(86);
+}
+
+std::string step_folder(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::string shard_file(int rank, int ranks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", rank, ranks);
+  return name;
+}
+
+void write_synced(const std::string& path, std::span<const std::byte> bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(os_error("cannot create", path));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      throw Error(os_error("cannot write", path));
+    }
+    done += static_cast<size_t>(n);
+    crash_point();
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    throw Error(os_error("cannot fsync", path));
+  }
+  ::close(fd);
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error(os_error("cannot open", dir));
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void replace_synced(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  write_synced(tmp, std::as_bytes(std::span<const char>(text.data(), text.size())));
+  crash_point();
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(os_error("cannot rename", tmp));
+  fsync_dir(fs::path(path).parent_path().string());
+}
+
+std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UsageError(os_error("cannot open checkpoint shard", path));
+  std::vector<std::byte> out(end - begin);
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, begin + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (done != out.size()) {
+    throw UsageError("checkpoint shard " + path + " is truncated: bytes " + std::to_string(begin) +
+                     "-" + std::to_string(end) + " are missing; save it again");
+  }
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  const uintmax_t size = fs::file_size(path);
+  const std::vector<std::byte> b = read_range(path, 0, size);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+std::optional<Committed> read_marker(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kMarkerName).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  Committed c;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_text(path));
+    if (j.value("format", "") != "dtsim-checkpoint")
+      throw Error("no \"format\": \"dtsim-checkpoint\"");
+    const int version = j.at("version");
+    if (version > kFormatVersion) {
+      throw UsageError(path + " has format version " + std::to_string(version) +
+                       ", newer than this dtsim reads (" + std::to_string(kFormatVersion) +
+                       "); use the dtsim that saved it");
+    }
+    c.step = j.at("step");
+    c.folder = j.at("folder");
+    if (c.folder != step_folder(c.step)) throw Error("its folder does not match its step");
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw UsageError(path + " is not a dtsim checkpoint marker (" + e.what() + ")");
+  }
+  return c;
+}
+
+Metadata read_checkpoint(const std::string& dir, const std::string& flag, std::string* folder) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw UsageError(flag + " " + dir + ": no such directory; give a directory that --save wrote");
+  }
+  const std::optional<Committed> c = read_marker(dir);
+  if (!c) {
+    throw UsageError(flag + " " + dir + " is not a dtsim checkpoint (it has no " + kMarkerName +
+                     "); give a directory that --save wrote");
+  }
+  const fs::path path = fs::path(dir) / c->folder / kMetadataName;
+  if (!fs::exists(path, ec)) {
+    throw UsageError(flag + " " + dir + ": " + path.string() +
+                     " is missing; the checkpoint was damaged after it was saved");
+  }
+  Metadata m = parse_metadata(read_text(path.string()), path.string());
+  if (m.step != c->step) {
+    throw UsageError(path.string() + " is at step " + std::to_string(m.step) + " but " +
+                     kMarkerName + " names step " + std::to_string(c->step));
+  }
+  if (folder != nullptr) *folder = (fs::path(dir) / c->folder).string();
+  return m;
+}
+
+void check_save_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw UsageError("--save " + dir + " is a file, not a directory; give a new directory");
+  }
+  if (fs::is_directory(dir, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (!ours(name)) {
+        throw UsageError("--save " + dir + " holds " + name +
+                         ", which is not part of a dtsim checkpoint; give a new or empty "
+                         "directory, or one that --save wrote");
+      }
+    }
+    read_marker(dir);  // a marker must be ours
+    return;
+  }
+  const fs::path parent = fs::absolute(dir).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    throw UsageError("--save " + dir + ": its parent " + parent.string() +
+                     " does not exist; create it first");
+  }
+  if (!fs::create_directory(dir, ec) && ec) {
+    throw UsageError("--save " + dir + ": cannot create it (" + ec.message() + ")");
+  }
+}
+
+std::string begin_save(const std::string& dir, int64_t step) {
+  const std::optional<Committed> committed = read_marker(dir);
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    // What an interrupted save left: never the committed folder, never another's file.
+    if (!ours(name) || name == kMarkerName || (committed && name == committed->folder)) continue;
+    fs::remove_all(e.path());
+  }
+  const fs::path partial = fs::path(dir) / (step_folder(step) + ".partial");
+  fs::create_directory(partial);
+  fsync_dir(dir);
+  return partial.string();
+}
+
+uint64_t commit_save(const std::string& dir, Metadata meta,
+                     const std::map<std::string, TensorMeta>& expected) {
+  const fs::path partial = fs::path(dir) / (step_folder(meta.step) + ".partial");
+  meta.tensors = expected;
+  for (auto& [name, t] : meta.tensors) t.chunks.clear();
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(partial)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) {
+    for (const HeaderEntry& e : read_safetensors_header(f.string())) {
+      std::string tensor;
+      int64_t row0 = 0, col0 = 0;
+      if (!parse_entry_name(e.name, &tensor, &row0, &col0) || e.shape.empty() ||
+          meta.tensors.find(tensor) == meta.tensors.end()) {
+        throw Error("checkpoint save: " + f.string() + " holds an unexpected entry " + e.name);
+      }
+      const int64_t rows = e.shape[0], cols = e.shape.size() > 1 ? e.shape[1] : 1;
+      meta.tensors[tensor].chunks.push_back(
+          {{row0, col0, rows, cols}, f.filename().string(), e.begin, e.end, e.fnv});
+    }
+  }
+  // Every element of every tensor written exactly once: else the ranks' ownership is wrong.
+  uint64_t bytes = 0;
+  for (const auto& [name, t] : meta.tensors) {
+    bytes += static_cast<uint64_t>(t.rows * t.cols) * sizeof(float);
+    std::vector<char> seen(t.rows * t.cols, 0);
+    const Box whole{0, 0, t.rows, t.cols};
+    for (const Chunk& c : t.chunks) {
+      if (intersect(whole, c.box).size() != c.box.size()) {
+        throw Error("checkpoint save: a chunk of " + name + " lies outside its shape");
+      }
+      for (int64_t r = 0; r < c.box.rows; ++r) {
+        for (int64_t k = 0; k < c.box.cols; ++k) {
+          char& s = seen[(c.box.row0 + r) * t.cols + c.box.col0 + k];
+          if (s) throw Error("checkpoint save: two ranks wrote the same element of " + name);
+          s = 1;
+        }
+      }
+    }
+    if (std::find(seen.begin(), seen.end(), 0) != seen.end()) {
+      throw Error("checkpoint save: no rank wrote part of " + name);
+    }
+  }
+  replace_synced((partial / kMetadataName).string(), metadata_json(meta));
+  crash_point();
+  const fs::path final_folder = fs::path(dir) / step_folder(meta.step);
+  const std::optional<Committed> previous = read_marker(dir);
+  if (previous && previous->folder == step_folder(meta.step)) {
+    throw Error("checkpoint save: " + final_folder.string() + " is the committed checkpoint");
+  }
+  fs::rename(partial, final_folder);
+  fsync_dir(dir);
+  crash_point();
+  const nlohmann::ordered_json marker = {{"format", "dtsim-checkpoint"},
+                                         {"version", kFormatVersion},
+                                         {"step", meta.step},
+                                         {"folder", step_folder(meta.step)}};
+  replace_synced((fs::path(dir) / kMarkerName).string(), marker.dump(1) + "\n");  // the commit
+  crash_point();
+  if (previous) fs::remove_all(fs::path(dir) / previous->folder);
+  return bytes;
+}
+
+}  // namespace dtsim::train::checkpoint
