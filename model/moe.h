@@ -103,6 +103,14 @@ void gate_backward(const Routing& r, std::span<const float> d_gate, std::span<fl
 void router_backward(std::span<const float> h, std::span<const float> wr, const Routing& r,
                      std::span<const float> d_probs, std::span<float> dwr, std::span<float> dh,
                      int d_model);
+// router_backward split for ZB-H1: router_backward_input WRITES the logits' gradient
+// d_logits (T, E) and adds dh (T, D) +=; router_backward_weight then dwr (E, D) += from
+// d_logits. Input then weight is bitwise router_backward.
+void router_backward_input(std::span<const float> h, std::span<const float> wr, const Routing& r,
+                           std::span<const float> d_probs, std::span<float> d_logits,
+                           std::span<float> dh, int d_model);
+void router_backward_weight(std::span<const float> h, const Routing& r,
+                            std::span<const float> d_logits, std::span<float> dwr, int d_model);
 
 // Switch load-balancing loss alpha * E * sum_i f_i * P_i, f_i = routed[i] / (T * k) (before
 // capacity), P_i = mean over tokens of probs[:, i].
@@ -129,6 +137,17 @@ void expert_forward(const ExpertWeights& w, std::span<const float> x, int n, con
 void expert_backward(const ExpertWeights& w, std::span<const float> x, const ExpertActivations& act,
                      std::span<const float> dy, int n, const MoeConfig& c, const ExpertGrads& g,
                      std::span<float> dx);
+// expert_backward split for ZB-H1: expert_backward_input WRITES the pre-activation gradient
+// d_pre (n, F) and adds dx (n, D) += (dx may be empty), with d_hid (n, F) as scratch;
+// expert_backward_weight then grads += from dy and d_pre. Input then weight is bitwise
+// expert_backward.
+void expert_backward_input(const ExpertWeights& w, std::span<const float> x,
+                           const ExpertActivations& act, std::span<const float> dy, int n,
+                           const MoeConfig& c, std::span<float> d_hid, std::span<float> d_pre,
+                           std::span<float> dx);
+void expert_backward_weight(std::span<const float> x, const ExpertActivations& act,
+                            std::span<const float> dy, std::span<const float> d_pre, int n,
+                            const MoeConfig& c, const ExpertGrads& g);
 
 // y (T, D) = h + gate-weighted sum of each token's kept expert outputs from the dispatched
 // buffer expert_out (rows, D), summed over j = 0..k-1 in order.

@@ -67,23 +67,52 @@ float MoeLayer::forward(std::span<const float> params, std::span<const float> h,
 
 void MoeLayer::backward(std::span<const float> params, std::span<const float> dy, float aux_scale,
                         std::span<float> grads, std::span<float> dh) {
+  backward_input(params, dy, aux_scale, dh);
+  backward_weight(grads);
+}
+
+void MoeLayer::backward_input(std::span<const float> params, std::span<const float> dy,
+                              float aux_scale, std::span<float> dh) {
   const MoeConfig& c = config_;
-  const int D = c.d_model;
+  const int D = c.d_model, F = c.d_ff;
   const Routing& r = routing_;
   d_out_.assign(size_t(r.rows()) * D, 0.0f);
   d_in_.assign(size_t(r.rows()) * D, 0.0f);
   d_gate_.assign(size_t(r.tokens) * r.top_k, 0.0f);
+  d_pre_.resize(size_t(r.rows()) * F);
+  d_hid_.resize(size_t(*std::max_element(r.counts.begin(), r.counts.end())) * F);
   combine_backward(dy, grouped_out_, r, D, dh, d_out_, d_gate_);
   for (int e = 0; e < c.num_experts; ++e) {
-    const size_t begin = size_t(r.offsets[e]) * D;
-    const size_t n = r.counts[e];
-    expert_backward(expert(params, e), std::span(grouped_in_).subspan(begin, n * D), acts_[e],
-                    std::span(d_out_).subspan(begin, n * D), static_cast<int>(n), c,
-                    expert_grads_at(grads, e, c), std::span(d_in_).subspan(begin, n * D));
+    const size_t begin = size_t(r.offsets[e]), n = r.counts[e];
+    expert_backward_input(
+        expert(params, e), std::span(grouped_in_).subspan(begin * D, n * D), acts_[e],
+        std::span(d_out_).subspan(begin * D, n * D), static_cast<int>(n), c, d_hid_,
+        std::span(d_pre_).subspan(begin * F, n * F), std::span(d_in_).subspan(begin * D, n * D));
   }
   if (sharding_.size > 1) sharding_.reduce(d_in_);  // f's backward: the partial dx summed
   dispatch_backward(d_in_, r, D, dh);
-  backward_router(h_, params, r, c, d_gate_, aux_scale, grads, dh, d_probs_);
+  d_probs_.assign(size_t(r.tokens) * r.num_experts, 0.0f);
+  d_logits_.resize(d_probs_.size());
+  gate_backward(r, d_gate_, d_probs_);
+  aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs_);
+  router_backward_input(h_, router_weights(params, c), r, d_probs_, d_logits_, dh, D);
+  weight_pending_ = true;
+}
+
+void MoeLayer::backward_weight(std::span<float> grads) {
+  const MoeConfig& c = config_;
+  const int D = c.d_model, F = c.d_ff;
+  const Routing& r = routing_;
+  DTSIM_CHECK(weight_pending_ && grads.size() == moe_layer_size(c));
+  for (int e = 0; e < c.num_experts; ++e) {
+    const size_t begin = size_t(r.offsets[e]), n = r.counts[e];
+    expert_backward_weight(std::span(grouped_in_).subspan(begin * D, n * D), acts_[e],
+                           std::span(d_out_).subspan(begin * D, n * D),
+                           std::span(d_pre_).subspan(begin * F, n * F), static_cast<int>(n), c,
+                           expert_grads_at(grads, e, c));
+  }
+  router_backward_weight(h_, r, d_logits_, grads.first(moe_router_size(c)), D);
+  weight_pending_ = false;
 }
 
 void MoeLayer::drop_hidden() {
@@ -100,6 +129,7 @@ void MoeLayer::rebuild_hidden() {
 size_t MoeLayer::activation_bytes() const {
   size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size();
   for (const ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
+  if (weight_pending_) n += d_out_.size() + d_pre_.size() + d_logits_.size();
   return n * sizeof(float);
 }
 
@@ -174,6 +204,23 @@ void MoeBlock::backward(std::span<const float> params, std::span<const float> x,
   if (dx.empty()) dx = ws.take(0, x.size());  // MoeLayer always computes it
   std::fill(dx.begin(), dx.end(), 0.0f);
   s.layer.backward(params, dy, scale.grad_scale * static_cast<float>(scale.batch), grads, dx);
+}
+
+void MoeBlock::backward_input(std::span<const float> params, std::span<const float> x,
+                              std::span<const float> dy, const BackwardScale& scale,
+                              std::span<float> dx, LayerState& state, Workspace& ws) {
+  auto& s = static_cast<State&>(state);
+  if (dx.empty()) dx = ws.take(0, x.size());  // MoeLayer always computes it
+  std::fill(dx.begin(), dx.end(), 0.0f);
+  s.layer.backward_input(params, dy, scale.grad_scale * static_cast<float>(scale.batch), dx);
+  s.record();  // with the gradients kept for backward_weight
+}
+
+void MoeBlock::backward_weight(std::span<const float> /*x*/, const BackwardScale& /*scale*/,
+                               std::span<float> grads, LayerState& state, Workspace& /*ws*/) {
+  auto& s = static_cast<State&>(state);
+  s.layer.backward_weight(grads);
+  s.record();
 }
 
 float DenseMoeReference::forward(std::span<const float> params, std::span<const float> h,

@@ -28,6 +28,13 @@ class MoeLayer {
   // grads (moe_layer_size) += and dh (T, D) +=. Must follow forward with the same params.
   void backward(std::span<const float> params, std::span<const float> dy, float aux_scale,
                 std::span<float> grads, std::span<float> dh);
+  // backward split for ZB-H1: backward_input adds dh (T, D) += and keeps the gradients
+  // backward_weight reads (the expert outputs', the pre-activations' and the router logits'),
+  // so dy may change once it returns; backward_weight then adds grads (moe_layer_size) +=.
+  // Input then weight is bitwise backward (which is just that).
+  void backward_input(std::span<const float> params, std::span<const float> dy, float aux_scale,
+                      std::span<float> dh);
+  void backward_weight(std::span<float> grads);
 
   // Selective recomputation: frees every expert's GELU output (n_e, F); rebuild_hidden()
   // recomputes it from the kept pre-activations, bitwise forward's, before backward.
@@ -36,7 +43,8 @@ class MoeLayer {
 
   const MoeConfig& config() const { return config_; }
   const Routing& routing() const { return routing_; }
-  // Bytes of activations held for backward.
+  // Bytes of activations held for backward, and between backward_input and backward_weight
+  // the gradients kept for the latter.
   size_t activation_bytes() const;
 
  private:
@@ -51,11 +59,16 @@ class MoeLayer {
   std::vector<float> grouped_in_;        // (rows, D) dispatched tokens
   std::vector<float> grouped_out_;       // (rows, D) expert outputs
   std::vector<ExpertActivations> acts_;  // (E) per-expert activations
-  // Backward workspaces, kept so a step does not allocate them anew (not in activation_bytes).
-  std::vector<float> d_out_;    // (rows, D) gradient w.r.t. the expert outputs
-  std::vector<float> d_in_;     // (rows, D) gradient w.r.t. the dispatched tokens
-  std::vector<float> d_gate_;   // (T, k) gradient w.r.t. the gates
-  std::vector<float> d_probs_;  // (T, E) gradient w.r.t. the router probabilities
+  // Backward workspaces, kept so a step does not allocate them anew; d_out_, d_pre_ and
+  // d_logits_ are what backward_weight reads (in activation_bytes while weight_pending_).
+  std::vector<float> d_out_;     // (rows, D) gradient w.r.t. the expert outputs
+  std::vector<float> d_in_;      // (rows, D) gradient w.r.t. the dispatched tokens
+  std::vector<float> d_gate_;    // (T, k) gradient w.r.t. the gates
+  std::vector<float> d_probs_;   // (T, E) gradient w.r.t. the router probabilities
+  std::vector<float> d_logits_;  // (T, E) gradient w.r.t. the router logits
+  std::vector<float> d_hid_;     // (max_e n_e, F) scratch: one expert's GELU output gradient
+  std::vector<float> d_pre_;     // (rows, F) gradient w.r.t. the expert pre-activations
+  bool weight_pending_ = false;  // between backward_input and backward_weight
 };
 
 // MoeLayer as a model Layer "<name>" (default "moe"): "<name>.router" (E, D), then
@@ -81,6 +94,14 @@ class MoeBlock : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  // The split keeps the expert outputs', pre-activations' and router logits' gradients in
+  // the state (recorded as activations until backward_weight).
+  bool splits_backward() const override { return true; }
+  void backward_input(std::span<const float> params, std::span<const float> x,
+                      std::span<const float> dy, const BackwardScale& scale, std::span<float> dx,
+                      LayerState& state, Workspace& ws) override;
+  void backward_weight(std::span<const float> x, const BackwardScale& scale, std::span<float> grads,
+                       LayerState& state, Workspace& ws) override;
   bool recomputes_selectively() const override { return true; }
   void rebuild_state(std::span<const float> params, std::span<const float> x, int batch,
                      LayerState& state) override;
@@ -114,6 +135,13 @@ class DenseMoeReference {
                 std::span<float> y);
   void backward(std::span<const float> params, std::span<const float> dy, float aux_scale,
                 std::span<float> grads, std::span<float> dh);
+  // backward split for ZB-H1: backward_input adds dh (T, D) += and keeps the gradients
+  // backward_weight reads (the expert outputs', the pre-activations' and the router logits'),
+  // so dy may change once it returns; backward_weight then adds grads (moe_layer_size) +=.
+  // Input then weight is bitwise backward (which is just that).
+  void backward_input(std::span<const float> params, std::span<const float> dy, float aux_scale,
+                      std::span<float> dh);
+  void backward_weight(std::span<float> grads);
   const Routing& routing() const { return routing_; }
 
  private:

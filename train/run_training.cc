@@ -137,9 +137,6 @@ void validate_pipeline(const TrainConfig& c) {
   // evenly where they divide, else as evenly as they can (or as --stage-layers says).
   const std::string split = pipeline::validate_stage_layers(c, c.pp * c.virtual_stages);
   require(split.empty(), split);
-  require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || c.model == ModelKind::kMlp,
-          "--schedule zb-h1 needs --model mlp (its layers split backward into input and "
-          "weight gradients; MoE layers do not)");
   require(c.global_batch % (c.mesh().dp * c.micro_batches) == 0,
           "--batch " + str(c.global_batch) + " is not divisible by --dp " + str(c.mesh().dp) +
               " x --micro-batches " + str(c.micro_batches));

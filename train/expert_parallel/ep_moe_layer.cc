@@ -91,11 +91,16 @@ void EpMoeLayer::backward(std::span<const float> router, std::span<const float> 
                           std::span<const float> dy, float aux_scale, std::span<float> d_router,
                           std::span<const std::span<float>> d_experts, std::span<float> dh,
                           TracedComm& comm) {
+  backward_input(router, experts, dy, aux_scale, dh, comm);
+  backward_weight(d_router, d_experts);
+}
+
+void EpMoeLayer::backward_input(std::span<const float> router, std::span<const float> experts,
+                                std::span<const float> dy, float aux_scale, std::span<float> dh,
+                                TracedComm& comm) {
   const model::MoeConfig& c = config_;
-  const int D = c.d_model, n = ep_size_, m = local_experts_;
+  const int D = c.d_model, F = c.d_ff, n = ep_size_, m = local_experts_;
   const model::Routing& r = routing_;
-  DTSIM_CHECK(d_experts.size() == size_t(n));
-  for (std::span<float> d : d_experts) DTSIM_CHECK(d.size() == local_expert_params());
   d_grouped_.assign(size_t(r.rows()) * D, 0.0f);
   d_gate_.assign(size_t(r.tokens) * r.top_k, 0.0f);
   model::combine_backward(dy, grouped_out_, r, D, dh, d_grouped_, d_gate_);
@@ -103,17 +108,18 @@ void EpMoeLayer::backward(std::span<const float> router, std::span<const float> 
   // Output gradients to the experts' ranks, expert backward per source, input gradients back.
   d_out_.resize(expert_out_.size());
   d_in_.assign(expert_in_.size(), 0.0f);
+  d_pre_.resize(expert_in_.size() / D * F);
+  d_hid_.resize(size_t(*std::max_element(recv_rows_.begin(), recv_rows_.end())) * F);
   comm.all_to_all_single(std::span<const float>(d_grouped_), std::span<const size_t>(send_counts_),
                          std::span<float>(d_out_), std::span<const size_t>(recv_counts_));
   for (int i = 0; i < n; ++i) {
     for (int e = 0; e < m; ++e) {
-      const size_t begin = segment_begin(i, e) * D, len = size_t(segment_rows(i, e)) * D;
-      model::expert_backward(
-          expert(experts, e), std::span(expert_in_).subspan(begin, len), acts_[size_t(i) * m + e],
-          std::span(d_out_).subspan(begin, len), segment_rows(i, e), c,
-          model::expert_grads(
-              d_experts[i].subspan(e * model::moe_expert_size(c), model::moe_expert_size(c)), c),
-          std::span(d_in_).subspan(begin, len));
+      const size_t begin = segment_begin(i, e), rows = size_t(segment_rows(i, e));
+      model::expert_backward_input(
+          expert(experts, e), std::span(expert_in_).subspan(begin * D, rows * D),
+          acts_[size_t(i) * m + e], std::span(d_out_).subspan(begin * D, rows * D),
+          segment_rows(i, e), c, d_hid_, std::span(d_pre_).subspan(begin * F, rows * F),
+          std::span(d_in_).subspan(begin * D, rows * D));
     }
   }
   if (sharding_.size > 1) sharding_.reduce(d_in_);  // f's backward: the partial dx summed
@@ -124,15 +130,39 @@ void EpMoeLayer::backward(std::span<const float> router, std::span<const float> 
 
   // The router's backward is local: gates, aux loss, softmax, router weights.
   d_probs_.assign(size_t(r.tokens) * r.num_experts, 0.0f);
+  d_logits_.resize(d_probs_.size());
   model::gate_backward(r, d_gate_, d_probs_);
   model::aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs_);
-  model::router_backward(h_, router, r, d_probs_, d_router, dh, D);
+  model::router_backward_input(h_, router, r, d_probs_, d_logits_, dh, D);
+  weight_pending_ = true;
+}
+
+void EpMoeLayer::backward_weight(std::span<float> d_router,
+                                 std::span<const std::span<float>> d_experts) {
+  const model::MoeConfig& c = config_;
+  const int D = c.d_model, F = c.d_ff, n = ep_size_, m = local_experts_;
+  const size_t es = model::moe_expert_size(c);
+  DTSIM_CHECK(weight_pending_ && d_experts.size() == size_t(n));
+  for (std::span<float> d : d_experts) DTSIM_CHECK(d.size() == local_expert_params());
+  for (int i = 0; i < n; ++i) {
+    for (int e = 0; e < m; ++e) {
+      const size_t begin = segment_begin(i, e), rows = size_t(segment_rows(i, e));
+      model::expert_backward_weight(
+          std::span(expert_in_).subspan(begin * D, rows * D), acts_[size_t(i) * m + e],
+          std::span(d_out_).subspan(begin * D, rows * D),
+          std::span(d_pre_).subspan(begin * F, rows * F), segment_rows(i, e), c,
+          model::expert_grads(d_experts[i].subspan(e * es, es), c));
+    }
+  }
+  model::router_backward_weight(h_, routing_, d_logits_, d_router, D);
+  weight_pending_ = false;
 }
 
 size_t EpMoeLayer::activation_bytes() const {
   size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size() + expert_in_.size() +
              expert_out_.size();
   for (const model::ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
+  if (weight_pending_) n += d_out_.size() + d_pre_.size() + d_logits_.size();
   return n * sizeof(float);
 }
 
@@ -145,6 +175,12 @@ struct EpMoeState : model::LayerState {
       : layer(c, rank, size, sharding), ledger(ledger) {}
   ~EpMoeState() override {
     if (ledger != nullptr) ledger->add(model::MemoryCategory::kActivations, -recorded);
+  }
+  // Records the layer's activation bytes now in the ledger.
+  void record() {
+    const int64_t bytes = static_cast<int64_t>(layer.activation_bytes());
+    if (ledger != nullptr) ledger->add(model::MemoryCategory::kActivations, bytes - recorded);
+    recorded = bytes;
   }
   EpMoeLayer layer;
   model::MemoryLedger* ledger;
@@ -173,18 +209,12 @@ void EpMoeBlock::forward(std::span<const float> p, std::span<const float> x, int
   auto& s = static_cast<EpMoeState&>(state);
   const size_t rs = model::moe_router_size(config_);
   s.layer.forward(p.first(rs), p.subspan(rs), x, batch, y, *ep_);
-  const int64_t bytes = static_cast<int64_t>(s.layer.activation_bytes());
-  if (s.ledger != nullptr) s.ledger->add(model::MemoryCategory::kActivations, bytes - s.recorded);
-  s.recorded = bytes;
+  s.record();
 }
 
-void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
-                          std::span<const float> dy, const model::BackwardScale& scale,
-                          std::span<float> g, std::span<float> dx, model::LayerState& state,
-                          model::Workspace& ws) {
-  auto& s = static_cast<EpMoeState&>(state);
-  const size_t rs = model::moe_router_size(config_);
-  const size_t local = s.layer.local_expert_params();
+std::span<const std::span<float>> EpMoeBlock::expert_targets(std::span<float> g,
+                                                             model::MemoryLedger* ledger) {
+  const size_t local = g.size() - model::moe_router_size(config_);
   const bool mixed = accumulation_.precision == model::Precision::kMixedBf16;
   // fp32 with one micro-batch: the other sources' gradients are added right away.
   const bool at_once = !mixed && accumulation_.micro_batches == 1;
@@ -194,34 +224,69 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
   if (targets_.empty()) {  // the first backward: the buffers, recorded in the stack's ledger
     const size_t n = size_t(ep_size_ - 1) * local;
     if (mixed) {
-      partials_bf16_ = model::TrackedBuffer<BFloat16>(s.ledger, model::MemoryCategory::kGradients,
-                                                      n, BFloat16(0.0f));
+      partials_bf16_ = model::TrackedBuffer<BFloat16>(ledger, model::MemoryCategory::kGradients, n,
+                                                      BFloat16(0.0f));
     } else if (!at_once) {
-      partials_ = model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kGradients, n);
+      partials_ = model::TrackedBuffer<float>(ledger, model::MemoryCategory::kGradients, n);
     }
     if (rest_is_scratch) {
-      contributions_ =
-          model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kActivations, n);
+      contributions_ = model::TrackedBuffer<float>(ledger, model::MemoryCategory::kActivations, n);
     }
     targets_.resize(ep_size_);
   }
   // Source 0 into the layer's gradients; sources 1..N-1 into the partials (fp32, several
   // micro-batches) or zeroed fp32 contributions, added to the gradients right away (fp32,
-  // one micro-batch) or rounded into the bf16 partials (mixed).
-  const std::span<float> mine = g.subspan(rs);
-  targets_[0] = mine;
+  // one micro-batch) or rounded into the bf16 partials (mixed): finish_targets().
+  targets_[0] = g.subspan(model::moe_router_size(config_));
   std::span<float> rest = rest_is_scratch ? contributions_.span() : partials_.span();
   if (rest_is_scratch) std::fill(rest.begin(), rest.end(), 0.0f);
   for (int i = 1; i < ep_size_; ++i) targets_[i] = rest.subspan(size_t(i - 1) * local, local);
+  return targets_;
+}
+
+void EpMoeBlock::finish_targets() {
+  if (accumulation_.precision == model::Precision::kMixedBf16) {
+    model::bf16_accumulate(partials_bf16_.span(), contributions_.span());
+  } else if (accumulation_.micro_batches == 1) {
+    for (int i = 1; i < ep_size_; ++i) add_into(targets_[0], std::span<const float>(targets_[i]));
+  }
+}
+
+void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
+                          std::span<const float> dy, const model::BackwardScale& scale,
+                          std::span<float> g, std::span<float> dx, model::LayerState& state,
+                          model::Workspace& ws) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  const std::span<const std::span<float>> targets = expert_targets(g, s.ledger);
   if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
   std::fill(dx.begin(), dx.end(), 0.0f);
   s.layer.backward(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch),
-                   g.first(rs), targets_, dx, *ep_);
-  if (mixed) {
-    model::bf16_accumulate(partials_bf16_.span(), contributions_.span());
-  } else if (at_once) {
-    for (int i = 1; i < ep_size_; ++i) add_into(mine, std::span<const float>(targets_[i]));
-  }
+                   g.first(rs), targets, dx, *ep_);
+  finish_targets();
+}
+
+void EpMoeBlock::backward_input(std::span<const float> p, std::span<const float> x,
+                                std::span<const float> dy, const model::BackwardScale& scale,
+                                std::span<float> dx, model::LayerState& state,
+                                model::Workspace& ws) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
+  std::fill(dx.begin(), dx.end(), 0.0f);
+  s.layer.backward_input(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch), dx,
+                         *ep_);
+  s.record();  // with the gradients kept for backward_weight
+}
+
+void EpMoeBlock::backward_weight(std::span<const float> /*x*/,
+                                 const model::BackwardScale& /*scale*/, std::span<float> g,
+                                 model::LayerState& state, model::Workspace& /*ws*/) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  s.layer.backward_weight(g.first(rs), expert_targets(g, s.ledger));
+  finish_targets();
+  s.record();
 }
 
 namespace {

@@ -59,8 +59,17 @@ class EpMoeLayer {
   void backward(std::span<const float> router, std::span<const float> experts,
                 std::span<const float> dy, float aux_scale, std::span<float> d_router,
                 std::span<const std::span<float>> d_experts, std::span<float> dh, TracedComm& comm);
+  // backward split for ZB-H1: backward_input adds dh += (both all_to_alls) and keeps the
+  // gradients backward_weight reads, so dy may change once it returns; backward_weight then
+  // adds d_router and d_experts as backward does, with no communication. Input then weight
+  // is bitwise backward (which is just that).
+  void backward_input(std::span<const float> router, std::span<const float> experts,
+                      std::span<const float> dy, float aux_scale, std::span<float> dh,
+                      TracedComm& comm);
+  void backward_weight(std::span<float> d_router, std::span<const std::span<float>> d_experts);
 
-  // Bytes of activations held for backward.
+  // Bytes of activations held for backward, and between backward_input and backward_weight
+  // the gradients kept for the latter.
   size_t activation_bytes() const;
 
  private:
@@ -94,6 +103,10 @@ class EpMoeLayer {
   std::vector<float> d_out_;      // (R, D) output gradients received, source-major
   std::vector<float> d_in_;       // (R, D) input gradients to return, source-major
   std::vector<float> d_probs_;    // (T, E)
+  std::vector<float> d_logits_;   // (T, E) the router logits' gradient, for backward_weight
+  std::vector<float> d_hid_;      // (max rows of a segment, F) one segment's scratch
+  std::vector<float> d_pre_;      // (R, F) the pre-activations' gradient, source-major
+  bool weight_pending_ = false;   // between backward_input and backward_weight
 };
 
 // EpMoeLayer as the model's MoE layer "<name>" (a drop-in for model::MoeBlock):
@@ -148,6 +161,15 @@ class EpMoeBlock : public model::Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const model::BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 model::LayerState& state, model::Workspace& ws) override;
+  // The split (ZB-H1): both all_to_alls in backward_input, which keeps the gradients the
+  // weight half reads in the state (recorded as activations until backward_weight).
+  bool splits_backward() const override { return true; }
+  void backward_input(std::span<const float> params, std::span<const float> x,
+                      std::span<const float> dy, const model::BackwardScale& scale,
+                      std::span<float> dx, model::LayerState& state, model::Workspace& ws) override;
+  void backward_weight(std::span<const float> x, const model::BackwardScale& scale,
+                       std::span<float> grads, model::LayerState& state,
+                       model::Workspace& ws) override;
 
   // expert_grads (the local experts' gradients in the store, fp32 or bf16 as the precision)
   // += the partials of sources 1..N-1 in that order (fp32 sums, rounded to the store's type
@@ -167,6 +189,12 @@ class EpMoeBlock : public model::Layer {
   TracedComm* ep_;
   Accumulation accumulation_;
   std::string name_;
+  // grads' expert part as per-source targets (see above): source 0 the store's, the others
+  // scratch or the partials; then the sources 1..N-1 scratch added or rounded in.
+  std::span<const std::span<float>> expert_targets(std::span<float> grads,
+                                                   model::MemoryLedger* ledger);
+  void finish_targets();
+
   model::ExpertSharding sharding_;
   std::vector<std::span<float>> targets_;         // (N) backward's per-source targets
   model::TrackedBuffer<float> partials_;          // (N-1, local) fp32 partials

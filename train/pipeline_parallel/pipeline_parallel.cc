@@ -351,10 +351,6 @@ std::string validate_stage_layers(const TrainConfig& config, int chunks) {
 
 std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spec, int dp) {
   if (std::string why = validate(spec); !why.empty()) return why;
-  if (spec.kind == ScheduleKind::kZeroBubbleH1 && config.model != ModelKind::kMlp) {
-    return "--schedule zb-h1 needs --model mlp (its layers split backward into input and weight "
-           "gradients; MoE layers do not)";
-  }
   const int chunks = spec.stages * spec.virtual_stages;
   if (std::string why = validate_stage_layers(config, chunks); !why.empty()) return why;
   if (config.micro_batches != spec.micro_batches) {
