@@ -51,6 +51,25 @@ struct ExpertSharding {
   std::function<void(std::span<float>)> reduce;  // sum over the ranks; empty at size 1
 };
 
+// How an MoE layer's dispatched rows reach the ranks that hold their experts and come back
+// (GShard's all_to_all over an expert-parallel group), injected so the layer never learns of
+// ranks: train/expert_parallel implements it on a communicator. Rank r of N holds experts
+// [r E / N, (r + 1) E / N). A layer without one holds every expert and moves no row.
+// Thread safety: none; used by one rank thread, every rank of the group calling in step.
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Given this rank's rows per expert counts (E): recv_rows (N, E / N) the rows each source
+  // rank sends to each of this rank's experts.
+  virtual void exchange_counts(std::span<const int32_t> counts, std::span<int32_t> recv_rows) = 0;
+  // all_to_all of rows: send_counts[j] floats of `send` (in rank order) to rank j, and
+  // recv_counts[i] floats from rank i into `recv` (in rank order).
+  virtual void exchange_rows(std::span<const float> send, std::span<const size_t> send_counts,
+                             std::span<float> recv, std::span<const size_t> recv_counts) = 0;
+};
+
 // Appends one expert's tensors "<prefix>.w1" (f, D), ".b1" (f), ".w2" (D, f), ".b2" (D) for
 // the share f = local.d_ff of its full_d_ff hidden units that tensor-parallel rank `rank`
 // holds (ExpertSharding), each a TensorShard of the whole tensor; the whole expert when
