@@ -15,11 +15,11 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "model/hidden_sharding.h"
 #include "model/param_layout.h"
 
 namespace dtsim::model {
@@ -39,17 +39,10 @@ size_t moe_router_size(const MoeConfig& c);
 size_t moe_expert_size(const MoeConfig& c);
 size_t moe_layer_size(const MoeConfig& c);
 
-// Megatron's expert tensor parallelism as a layer sees it (the f and g operators injected,
-// so the layer never learns of ranks): each expert's hidden width F is split over `size`
-// ranks (this one holds hidden units [rank F / size, (rank + 1) F / size): w1's rows, b1,
-// w2's columns), so its output is a partial sum that `reduce` completes (g: a sum over the
-// ranks, in place), and so is the dispatched tokens' gradient in backward (f's backward).
-// b2 is added by rank 0 only. size 1 is the plain layer.
-struct ExpertSharding {
-  int rank = 0;
-  int size = 1;
-  std::function<void(std::span<float>)> reduce;  // sum over the ranks; empty at size 1
-};
+// Megatron's expert tensor parallelism (HiddenSharding, model/hidden_sharding.h): each
+// expert's hidden width F is split over the ranks, its output summed by `reduce` (g), and so
+// is the dispatched tokens' gradient in backward (f's backward). b2 is added by rank 0 only.
+using ExpertSharding = HiddenSharding;
 
 // How an MoE layer's dispatched rows reach the ranks that hold their experts and come back
 // (GShard's all_to_all over an expert-parallel group), injected so the layer never learns of
