@@ -1,6 +1,7 @@
-// A whole MoE layer built from the pieces in moe.h (the sparse path a single rank runs), and
-// the dense all-expert reference that it must match: every expert computed on every token
-// and combined with a (T, E) gate matrix that is zero where a slot was not chosen or dropped.
+// A whole MoE layer built from the pieces in moe.h (the sparse path, on one rank or across an
+// expert-parallel group through an ExpertExchange), and the dense all-expert reference that
+// it must match: every expert computed on every token and combined with a (T, E) gate matrix
+// that is zero where a slot was not chosen or dropped.
 #pragma once
 
 #include <span>
