@@ -19,6 +19,10 @@ class LayerHooks {
   virtual void before_backward(int /*layer*/) {}
   // Called once layer `layer`'s gradients are final for this forward_backward call.
   virtual void after_backward(int /*layer*/) {}
+  // Under a split backward (ZB-H1), called after layer `layer`'s input half: it will not read
+  // its parameters until its next forward (its weight half reads none); after_backward
+  // follows its weight half.
+  virtual void after_backward_input(int /*layer*/) {}
 };
 
 }  // namespace dtsim::model

@@ -175,12 +175,13 @@ std::span<const float> LayerStack::backward_sgd(int p, std::span<float> dy,
 }
 
 std::span<const float> LayerStack::backward_input(int p, std::span<float> dy,
-                                                  const BackwardScale& scale, bool input_grad) {
+                                                  const BackwardScale& scale, bool input_grad,
+                                                  LayerHooks* hooks) {
   DTSIM_CHECK(splits_backward());
-  return run_backward(*passes_.at(p), dy, scale, nullptr, input_grad, true);
+  return run_backward(*passes_.at(p), dy, scale, hooks, input_grad, true);
 }
 
-void LayerStack::backward_weight(int p, const BackwardScale& scale) {
+void LayerStack::backward_weight(int p, const BackwardScale& scale, LayerHooks* hooks) {
   Pass& s = *passes_.at(p);
   for (int i = num_layers() - 1; i >= 0; --i) {
     std::span<float> grads = store_.begin_layer_grads(i, scale.write_grads);
@@ -188,6 +189,7 @@ void LayerStack::backward_weight(int p, const BackwardScale& scale) {
                                 *s.states[i], ws_);
     store_.end_layer_grads(i);
     release(s, i);
+    if (hooks) hooks->after_backward(i);
   }
   s.in_flight = false;
 }
@@ -228,7 +230,7 @@ std::span<const float> LayerStack::run_backward(Pass& s, std::span<float> dy,
       store_.end_layer_grads(i);
     }
     if (!split) release(s, i);  // the split keeps the state until backward_weight
-    if (hooks) hooks->after_backward(i);
+    if (hooks) split ? hooks->after_backward_input(i) : hooks->after_backward(i);
     cur = dx;
   }
   if (!split) s.in_flight = false;

@@ -106,11 +106,12 @@ class LayerStack {
   // is backward without the weight gradients (same dy, input_grad and result); the pass
   // then keeps its activations and each layer's saved gradients until backward_weight adds
   // the weight gradients into the store, layer by layer as backward does. Bitwise, input
-  // then weight is backward. No hooks.
+  // then weight is backward. Hooks: before_backward and after_backward_input around each
+  // layer's input half, after_backward after its weight half.
   bool splits_backward() const;
   std::span<const float> backward_input(int pass, std::span<float> dy, const BackwardScale& scale,
-                                        bool input_grad = false);
-  void backward_weight(int pass, const BackwardScale& scale);
+                                        bool input_grad = false, LayerHooks* hooks = nullptr);
+  void backward_weight(int pass, const BackwardScale& scale, LayerHooks* hooks = nullptr);
   // The state layer `layer` saved in pass `pass`'s last forward (under kFull an empty one
   // outside that layer's backward).
   LayerState& state(int pass, int layer) { return *passes_.at(pass)->states[layer]; }

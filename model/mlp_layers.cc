@@ -57,12 +57,30 @@ void Linear::backward_weight(std::span<const float> x, const BackwardScale& scal
                       g.subspan(size_t(out_) * in_, out_), scale.batch, in_, out_);
 }
 
+MlpBlock::MlpBlock(std::string name, int dim, int hidden, HiddenSharding sharding)
+    : name_(std::move(name)),
+      dim_(dim),
+      hidden_(hidden / sharding.size),
+      full_hidden_(hidden),
+      sharding_(std::move(sharding)) {
+  DTSIM_CHECK(sharding_.size >= 1 && hidden % sharding_.size == 0);
+  DTSIM_CHECK(sharding_.rank >= 0 && sharding_.rank < sharding_.size);
+  DTSIM_CHECK(sharding_.size == 1 || sharding_.reduce);
+}
+
 void MlpBlock::add_params(ParamLayout& layout) const {
+  const int D = dim_, H = full_hidden_, h = hidden_, h0 = sharding_.rank * h;
   layout.begin_layer(name_);
-  layout.add(name_ + ".w1", hidden_, dim_);
-  layout.add(name_ + ".b1", hidden_, 1);
-  layout.add(name_ + ".w2", dim_, hidden_);
-  layout.add(name_ + ".b2", dim_, 1);
+  if (!sharded()) {
+    layout.add(name_ + ".w1", h, D);
+    layout.add(name_ + ".b1", h, 1);
+    layout.add(name_ + ".w2", D, h);
+  } else {
+    layout.add(name_ + ".w1", h, D, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = D});
+    layout.add(name_ + ".b1", h, 1, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = 1});
+    layout.add(name_ + ".w2", D, h, {.row0 = 0, .col0 = h0, .full_rows = D, .full_cols = H});
+  }
+  layout.add(name_ + ".b2", D, 1);
 }
 
 std::unique_ptr<LayerState> MlpBlock::make_state(MemoryLedger* ledger) const {
@@ -74,6 +92,7 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
   auto& s = static_cast<MlpBlockState&>(state);
+  if (sharded()) return forward_sharded(p, x, batch, y, s);
   const size_t bh = size_t(batch) * H;
   std::span<float> hid;
   if (s.selective) {  // pre stays the pre-activation; gelu and gelu' go to the workspace
@@ -93,6 +112,24 @@ void MlpBlock::forward(std::span<const float> p, std::span<const float> x, int b
   linear_forward(hid, p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), y, batch, H, D);
   const size_t bd = size_t(batch) * D;
   for (size_t i = 0; i < bd; ++i) y[i] += x[i];  // residual
+}
+
+void MlpBlock::forward_sharded(std::span<const float> p, std::span<const float> x, int batch,
+                               std::span<float> y, MlpBlockState& s) const {
+  const int D = dim_, H = hidden_;
+  const MlpBlockOffsets o(D, H);
+  s.ensure(size_t(batch) * H);
+  // Column-parallel W1 (+ local b1), local GELU, row-parallel W2 without its bias.
+  linear_forward(x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), s.pre.span(), batch, D, H);
+  gelu_forward_keep_grad(s.pre.span(), s.hid.span(), s.pre.span());  // pre := gelu'(pre)
+  linear_forward(s.hid.span(), p.subspan(o.w2, size_t(D) * H), {}, y, batch, H, D);
+  sharding_.reduce(y.first(size_t(batch) * D));  // g: sum the partial block outputs
+  std::span<const float> b2 = p.subspan(o.b2, D);
+  for (int r = 0; r < batch; ++r) {
+    float* row = y.data() + size_t(r) * D;
+    const float* in = x.data() + size_t(r) * D;
+    for (int d = 0; d < D; ++d) row[d] = row[d] + b2[d] + in[d];  // b2 once, then residual
+  }
 }
 
 // The three parts of a block's backward. input_part: dpre (B, H) = the pre-activation
@@ -121,10 +158,19 @@ void MlpBlock::weight_part(std::span<const float> x, std::span<const float> dy,
 
 void MlpBlock::finish_dx(std::span<const float> p, std::span<const float> x,
                          std::span<const float> dy, std::span<const float> dpre, int batch,
-                         std::span<float> dx) const {
-  if (dx.empty()) return;
+                         std::span<float> dx, Workspace& ws) const {
+  if (dx.empty()) return;  // (tensor parallel: no reduce either)
   const int D = dim_, H = hidden_;
   const MlpBlockOffsets o(D, H);
+  if (sharded()) {  // the partial input gradient, summed (f's backward), on dy
+    const size_t bd = size_t(batch) * D;
+    std::span<float> dxp = ws.take(2, bd);
+    linear_input_grad(dpre, p.subspan(o.w1, size_t(H) * D), dxp, batch, D, H);
+    sharding_.reduce(dxp);
+    if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());
+    for (size_t i = 0; i < bd; ++i) dx[i] += dxp[i];
+    return;
+  }
   // The residual makes dy the first term of dx; the block's own part accumulates on top.
   if (dx.data() != dy.data()) std::copy(dy.begin(), dy.end(), dx.begin());
   linear_backward(dpre, x, p.subspan(o.w1, size_t(H) * D), dx, {}, {}, batch, D, H);
@@ -140,7 +186,7 @@ void MlpBlock::backward(std::span<const float> p, std::span<const float> x,
   input_part(p, dy, s, batch, dpre);
   weight_part(x, dy, dpre, s, batch, scale.write_grads,
               g);  // reads dy before dx (which may alias it) is written
-  finish_dx(p, x, dy, dpre, batch, dx);
+  finish_dx(p, x, dy, dpre, batch, dx, ws);
 }
 
 void MlpBlock::backward_sgd(std::span<float> p, std::span<const float> x, std::span<const float> dy,
@@ -155,13 +201,13 @@ void MlpBlock::backward_sgd(std::span<float> p, std::span<const float> x, std::s
   // W2's update reads dy before dx (which may alias it) is written.
   linear_weight_sgd(dy, s.hid.span(), p.subspan(o.w2, size_t(D) * H), p.subspan(o.b2, D), batch, H,
                     D, u);
-  finish_dx(p, x, dy, dpre, batch, dx);  // the last read of W1
+  finish_dx(p, x, dy, dpre, batch, dx, ws);  // the last read of W1
   linear_weight_sgd(dpre, x, p.subspan(o.w1, size_t(H) * D), p.subspan(o.b1, H), batch, D, H, u);
 }
 
 void MlpBlock::backward_input(std::span<const float> p, std::span<const float> x,
                               std::span<const float> dy, const BackwardScale& scale,
-                              std::span<float> dx, LayerState& state, Workspace& /*ws*/) {
+                              std::span<float> dx, LayerState& state, Workspace& ws) {
   const int batch = scale.batch;
   auto& s = static_cast<MlpBlockState&>(state);
   const size_t bh = size_t(batch) * hidden_;
@@ -169,7 +215,7 @@ void MlpBlock::backward_input(std::span<const float> p, std::span<const float> x
   ensure_size(s.dpre, s.ledger, bh);
   std::copy(dy.begin(), dy.end(), s.dy.data());
   input_part(p, s.dy.span(), s, batch, s.dpre.span());
-  finish_dx(p, x, s.dy.span(), s.dpre.span(), batch, dx);
+  finish_dx(p, x, s.dy.span(), s.dpre.span(), batch, dx, ws);
 }
 
 void MlpBlock::backward_weight(std::span<const float> x, const BackwardScale& scale,

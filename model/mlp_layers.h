@@ -3,13 +3,13 @@
 //   Linear:    y = W x + b                                  W (out, in), b (out)
 //   MlpBlock:  y = x + W2 gelu(W1 x + b1) + b2              W1 (H, D), W2 (D, H)
 //
-// Tensor parallelism replaces MlpBlock with a column/row-parallel block of the same
-// tensors (train/tensor_parallel/); the block's tensor offsets are shared through
-// MlpBlockOffsets so there is one copy of them.
+// Tensor parallelism gives MlpBlock a HiddenSharding (Megatron's column/row split with f and
+// g injected; train/tensor_parallel/ builds it on the tp group).
 #pragma once
 
 #include <string>
 
+#include "model/hidden_sharding.h"
 #include "model/layer.h"
 
 namespace dtsim::model {
@@ -64,10 +64,19 @@ class Linear : public Layer {
 // Selective recomputation: a selective state saves pre itself (B, H) only (forward puts
 // gelu(pre) in workspace slot 0); rebuild_state recomputes gelu(pre) and gelu'(pre) from it,
 // bitwise what forward saves otherwise; release_rebuilt frees hid again.
+//
+// Tensor parallel (given f and g: sharding.reduce set, at any size T, Megatron-LM's MLP
+// split): the rank holds H/T hidden units, w1 (H/T, D), b1 (H/T) and w2 (D, H/T) each a
+// TensorShard of the whole tensor, b2 replicated. The W2 product (without b2) is a partial sum that
+// g (sharding.reduce, one all_reduce of (B, D)) completes before b2 and the residual are added; in
+// backward the input gradient through the local W1 rows is a partial sum that f's backward
+// completes (workspace slot 2 (B, D); no reduce when no input gradient is asked for). Every rank
+// computes b2's gradient from the same replicated dy, bitwise alike. No selective
+// recomputation and no SGD in backward then.
 class MlpBlock : public Layer {
  public:
-  MlpBlock(std::string name, int dim, int hidden)
-      : name_(std::move(name)), dim_(dim), hidden_(hidden) {}
+  // `hidden` is the whole block's H; without sharding.reduce, the plain block (size 1).
+  MlpBlock(std::string name, int dim, int hidden, HiddenSharding sharding = {});
   void add_params(ParamLayout& layout) const override;
   int in_dim() const override { return dim_; }
   int out_dim() const override { return dim_; }
@@ -80,7 +89,7 @@ class MlpBlock : public Layer {
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
   // W2 is updated after dh has read it, W1 after dx has.
-  bool fuses_sgd() const override { return true; }
+  bool fuses_sgd() const override { return !sharded(); }
   void backward_sgd(std::span<float> params, std::span<const float> x, std::span<const float> dy,
                     const BackwardScale& scale, const SgdUpdate& u, std::span<float> dx,
                     LayerState& state, Workspace& ws) override;
@@ -92,21 +101,28 @@ class MlpBlock : public Layer {
                       LayerState& state, Workspace& ws) override;
   void backward_weight(std::span<const float> x, const BackwardScale& scale, std::span<float> grads,
                        LayerState& state, Workspace& ws) override;
-  bool recomputes_selectively() const override { return true; }
+  bool recomputes_selectively() const override { return !sharded(); }
   void rebuild_state(std::span<const float> params, std::span<const float> x, int batch,
                      LayerState& state) override;
   void release_rebuilt(LayerState& state) override;
 
  private:
+  // Given f and g (sharding.reduce): the tensor-parallel order, at any size.
+  bool sharded() const { return static_cast<bool>(sharding_.reduce); }
+  // The tensor-parallel forward (g between the W2 product and b2).
+  void forward_sharded(std::span<const float> p, std::span<const float> x, int batch,
+                       std::span<float> y, MlpBlockState& s) const;
   void input_part(std::span<const float> p, std::span<const float> dy, const MlpBlockState& s,
                   int batch, std::span<float> dpre) const;
   void weight_part(std::span<const float> x, std::span<const float> dy, std::span<const float> dpre,
                    const MlpBlockState& s, int batch, bool write, std::span<float> g) const;
   void finish_dx(std::span<const float> p, std::span<const float> x, std::span<const float> dy,
-                 std::span<const float> dpre, int batch, std::span<float> dx) const;
+                 std::span<const float> dpre, int batch, std::span<float> dx, Workspace& ws) const;
 
   std::string name_;
-  int dim_, hidden_;
+  int dim_, hidden_;  // hidden_: this rank's H / T
+  int full_hidden_;   // H
+  HiddenSharding sharding_;
 };
 
 // Sizes `b` for n activation floats (contents unspecified) unless it has that size.
@@ -125,7 +141,7 @@ struct LinearState : LayerState {
 
 // What a block saves per micro-batch: (B, H) GELU derivatives at the pre-activations (the
 // forward writes them over the pre-activations, gelu_forward_keep_grad: all a backward reads
-// of them; MlpBlock and train/'s TpMlpBlock alike) and GELU outputs; for a split backward also its
+// of them) and GELU outputs; for a split backward also its
 // output gradient dy (B, D) and pre-activation gradient dpre (B, H), allocated by the first
 // backward_input.
 struct MlpBlockState : LayerState {

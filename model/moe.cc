@@ -102,10 +102,23 @@ void gate_backward(const Routing& r, std::span<const float> d_gate, std::span<fl
 void router_backward(std::span<const float> h, std::span<const float> wr, const Routing& r,
                      std::span<const float> d_probs, std::span<float> dwr, std::span<float> dh,
                      int d_model) {
+  std::vector<float> d_logits(size_t(r.tokens) * r.num_experts);  // (T, E)
+  router_backward_input(h, wr, r, d_probs, d_logits, dh, d_model);
+  router_backward_weight(h, r, d_logits, dwr, d_model);
+}
+
+void router_backward_input(std::span<const float> h, std::span<const float> wr, const Routing& r,
+                           std::span<const float> d_probs, std::span<float> d_logits,
+                           std::span<float> dh, int d_model) {
   const int T = r.tokens, E = r.num_experts;
-  std::vector<float> d_logits(size_t(T) * E, 0.0f);  // (T, E)
+  std::fill(d_logits.begin(), d_logits.begin() + size_t(T) * E, 0.0f);
   softmax_backward(r.probs, d_probs, d_logits, T, E);
-  linear_backward(d_logits, h, wr, dh, dwr, {}, T, d_model, E);
+  linear_backward(d_logits, h, wr, dh, {}, {}, T, d_model, E);
+}
+
+void router_backward_weight(std::span<const float> h, const Routing& r,
+                            std::span<const float> d_logits, std::span<float> dwr, int d_model) {
+  linear_backward(d_logits, h, {}, {}, dwr, {}, r.tokens, d_model, r.num_experts);
 }
 
 float aux_loss_forward(const Routing& r, float alpha) {
@@ -171,13 +184,35 @@ void expert_forward(const ExpertWeights& w, std::span<const float> x, int n, con
 void expert_backward(const ExpertWeights& w, std::span<const float> x, const ExpertActivations& act,
                      std::span<const float> dy, int n, const MoeConfig& c, const ExpertGrads& g,
                      std::span<float> dx) {
+  if (n == 0) return;
+  std::vector<float> d_hid(size_t(n) * c.d_ff), d_pre(size_t(n) * c.d_ff);  // (n, F) each
+  expert_backward_input(w, x, act, dy, n, c, d_hid, d_pre, dx);
+  expert_backward_weight(x, act, dy, d_pre, n, c, g);
+}
+
+// The kernel calls of the fused backward, each with its gradient outputs split off: each
+// output is computed by the same call on the same inputs, so the split is bitwise.
+void expert_backward_input(const ExpertWeights& w, std::span<const float> x,
+                           const ExpertActivations& act, std::span<const float> dy, int n,
+                           const MoeConfig& c, std::span<float> d_hid, std::span<float> d_pre,
+                           std::span<float> dx) {
   const int D = c.d_model, F = c.d_ff;
   if (n == 0) return;
-  std::vector<float> d_hid(size_t(n) * F, 0.0f);  // (n, F)
-  std::vector<float> d_pre(size_t(n) * F, 0.0f);  // (n, F)
-  linear_backward(dy, act.hid, w.w2, d_hid, g.w2, g.b2, n, F, D);
-  gelu_backward(act.pre, d_hid, d_pre);
-  linear_backward(d_pre, x, w.w1, dx, g.w1, g.b1, n, D, F);
+  const size_t nf = size_t(n) * F;
+  std::fill(d_hid.begin(), d_hid.begin() + nf, 0.0f);
+  std::fill(d_pre.begin(), d_pre.begin() + nf, 0.0f);
+  linear_backward(dy, act.hid, w.w2, d_hid, {}, {}, n, F, D);
+  gelu_backward(act.pre, d_hid.first(nf), d_pre.first(nf));
+  if (!dx.empty()) linear_backward(d_pre, x, w.w1, dx, {}, {}, n, D, F);
+}
+
+void expert_backward_weight(std::span<const float> x, const ExpertActivations& act,
+                            std::span<const float> dy, std::span<const float> d_pre, int n,
+                            const MoeConfig& c, const ExpertGrads& g) {
+  const int D = c.d_model, F = c.d_ff;
+  if (n == 0) return;
+  linear_backward(dy, act.hid, {}, {}, g.w2, g.b2, n, F, D);
+  linear_backward(d_pre, x, {}, {}, g.w1, g.b1, n, D, F);
 }
 
 void combine_forward(std::span<const float> h, std::span<const float> expert_out, const Routing& r,

@@ -15,11 +15,11 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "model/hidden_sharding.h"
 #include "model/param_layout.h"
 
 namespace dtsim::model {
@@ -39,16 +39,28 @@ size_t moe_router_size(const MoeConfig& c);
 size_t moe_expert_size(const MoeConfig& c);
 size_t moe_layer_size(const MoeConfig& c);
 
-// Megatron's expert tensor parallelism as a layer sees it (the f and g operators injected,
-// so the layer never learns of ranks): each expert's hidden width F is split over `size`
-// ranks (this one holds hidden units [rank F / size, (rank + 1) F / size): w1's rows, b1,
-// w2's columns), so its output is a partial sum that `reduce` completes (g: a sum over the
-// ranks, in place), and so is the dispatched tokens' gradient in backward (f's backward).
-// b2 is added by rank 0 only. size 1 is the plain layer.
-struct ExpertSharding {
-  int rank = 0;
-  int size = 1;
-  std::function<void(std::span<float>)> reduce;  // sum over the ranks; empty at size 1
+// Megatron's expert tensor parallelism (HiddenSharding, model/hidden_sharding.h): each
+// expert's hidden width F is split over the ranks, its output summed by `reduce` (g), and so
+// is the dispatched tokens' gradient in backward (f's backward). b2 is added by rank 0 only.
+using ExpertSharding = HiddenSharding;
+
+// How an MoE layer's dispatched rows reach the ranks that hold their experts and come back
+// (GShard's all_to_all over an expert-parallel group), injected so the layer never learns of
+// ranks: train/expert_parallel implements it on a communicator. Rank r of N holds experts
+// [r E / N, (r + 1) E / N). A layer without one holds every expert and moves no row.
+// Thread safety: none; used by one rank thread, every rank of the group calling in step.
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Given this rank's rows per expert counts (E): recv_rows (N, E / N) the rows each source
+  // rank sends to each of this rank's experts.
+  virtual void exchange_counts(std::span<const int32_t> counts, std::span<int32_t> recv_rows) = 0;
+  // all_to_all of rows: send_counts[j] floats of `send` (in rank order) to rank j, and
+  // recv_counts[i] floats from rank i into `recv` (in rank order).
+  virtual void exchange_rows(std::span<const float> send, std::span<const size_t> send_counts,
+                             std::span<float> recv, std::span<const size_t> recv_counts) = 0;
 };
 
 // Appends one expert's tensors "<prefix>.w1" (f, D), ".b1" (f), ".w2" (D, f), ".b2" (D) for
@@ -103,6 +115,14 @@ void gate_backward(const Routing& r, std::span<const float> d_gate, std::span<fl
 void router_backward(std::span<const float> h, std::span<const float> wr, const Routing& r,
                      std::span<const float> d_probs, std::span<float> dwr, std::span<float> dh,
                      int d_model);
+// router_backward split for ZB-H1: router_backward_input WRITES the logits' gradient
+// d_logits (T, E) and adds dh (T, D) +=; router_backward_weight then dwr (E, D) += from
+// d_logits. Input then weight is bitwise router_backward.
+void router_backward_input(std::span<const float> h, std::span<const float> wr, const Routing& r,
+                           std::span<const float> d_probs, std::span<float> d_logits,
+                           std::span<float> dh, int d_model);
+void router_backward_weight(std::span<const float> h, const Routing& r,
+                            std::span<const float> d_logits, std::span<float> dwr, int d_model);
 
 // Switch load-balancing loss alpha * E * sum_i f_i * P_i, f_i = routed[i] / (T * k) (before
 // capacity), P_i = mean over tokens of probs[:, i].
@@ -129,6 +149,17 @@ void expert_forward(const ExpertWeights& w, std::span<const float> x, int n, con
 void expert_backward(const ExpertWeights& w, std::span<const float> x, const ExpertActivations& act,
                      std::span<const float> dy, int n, const MoeConfig& c, const ExpertGrads& g,
                      std::span<float> dx);
+// expert_backward split for ZB-H1: expert_backward_input WRITES the pre-activation gradient
+// d_pre (n, F) and adds dx (n, D) += (dx may be empty), with d_hid (n, F) as scratch;
+// expert_backward_weight then grads += from dy and d_pre. Input then weight is bitwise
+// expert_backward.
+void expert_backward_input(const ExpertWeights& w, std::span<const float> x,
+                           const ExpertActivations& act, std::span<const float> dy, int n,
+                           const MoeConfig& c, std::span<float> d_hid, std::span<float> d_pre,
+                           std::span<float> dx);
+void expert_backward_weight(std::span<const float> x, const ExpertActivations& act,
+                            std::span<const float> dy, std::span<const float> d_pre, int n,
+                            const MoeConfig& c, const ExpertGrads& g);
 
 // y (T, D) = h + gate-weighted sum of each token's kept expert outputs from the dispatched
 // buffer expert_out (rows, D), summed over j = 0..k-1 in order.

@@ -174,10 +174,6 @@ void validate_mesh(const TrainConfig& c) {
                                     " (--ranks); make the product the world size");
   require(c.zero >= 0 && c.zero <= 3, "--zero " + str(c.zero) + " must be 0, 1, 2 or 3");
   // The unsupported combinations first, so that the --dp hint below leads somewhere.
-  require(c.zero <= 2 || m.pp == 1 || c.schedule != pipeline::ScheduleKind::kZeroBubbleH1,
-          "--zero 3 with --schedule zb-h1 is not supported (ZeRO-3 reduce-scatters a layer's "
-          "gradients when its backward ends, which zb-h1 splits in two); use another "
-          "--schedule or --zero 1 or 2");
   const std::string why = model_spec(c).validate_mesh(c, m);
   require(why.empty(), why);
   require(c.pitfall == Pitfall::kNone,

@@ -58,7 +58,6 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--pp", "4", "--layers", "3"], "--layers 3 leaves pipeline chunk 0 of --pp x --virtual-stages = 4 with no layer; give --layers 4 or more, or --stage-layers"),
     (["train", "--pp", "2", "--layers", "3", "--stage-layers", "1,1"], "--stage-layers add up to 2 but --layers is 3; make them agree"),
     (["train", "--model", "moe", "--ep", "2", "--dp", "1", "--zero", "3"], "--ep 2 does not divide --dp 1"),
-    (["train", "--pp", "2", "--dp", "2", "--zero", "3", "--micro-batches", "2", "--schedule", "zb-h1"], "--zero 3 with --schedule zb-h1 is not supported"),
     (["train", "--schedule", "gpipe"], "--schedule applies to a pipeline: give --pp > 1"),
     (["train", "--pitfall", "forget-sync"], "--pitfall must be one of forget-divide"),
     (["train", "--strategy", "tp", "--pitfall", "forget-divide"], "--pitfall forget-divide applies to --strategy ddp"),

@@ -5,11 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <vector>
 
+#include "model/kernels.h"
+#include "model/layer_stack.h"
 #include "model/moe.h"
 #include "model/moe_layer.h"
+#include "model/moe_model.h"
 #include "tests/model/grad_check.h"
 
 namespace dtsim::model {
@@ -278,6 +282,115 @@ TEST(MoeTopKTest, AllExpertsGiveTheSoftmaxWeightedMixture) {
   }
   const std::vector<double> want = dense_mixture(c, params, h, kTokens);
   for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 2e-6 * (1 + std::abs(want[i])));
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The split pieces of an expert's and the router's backward against the kernel calls of the
+// fused backward written out here (each weight gradient and input gradient from its own
+// linear_backward call in one): bitwise, including the signs of zeros.
+TEST(MoeSplitBackward, ExpertAndRouterPiecesAreTheFusedKernelCallsBitwise) {
+  MoeConfig c = small_config(2, 0.0f);
+  const int n = 7, T = kTokens, D = c.d_model, F = c.d_ff, E = c.num_experts;
+  const auto block = random_vector(moe_expert_size(c), 61, 0.5f);
+  const auto x = random_vector(size_t(n) * D, 62), dy = random_vector(size_t(n) * D, 63);
+  const ExpertWeights w = expert_weights(block, c);
+  ExpertActivations act;
+  std::vector<float> y(size_t(n) * D);
+  expert_forward(w, x, n, c, act, y);
+
+  std::vector<float> want_g(block.size(), 0.0f), want_dx(size_t(n) * D, 0.0f);
+  {
+    const ExpertGrads g = expert_grads(want_g, c);
+    std::vector<float> d_hid(size_t(n) * F, 0.0f), d_pre(size_t(n) * F, 0.0f);
+    linear_backward(dy, act.hid, w.w2, d_hid, g.w2, g.b2, n, F, D);
+    gelu_backward(act.pre, d_hid, d_pre);
+    linear_backward(d_pre, x, w.w1, want_dx, g.w1, g.b1, n, D, F);
+  }
+  // Scratch larger than needed and full of garbage: the pieces must not read it.
+  std::vector<float> got_g(block.size(), 0.0f), got_dx(size_t(n) * D, 0.0f);
+  std::vector<float> d_hid(size_t(n + 3) * F, std::nanf("")), d_pre(size_t(n) * F, 1e30f);
+  expert_backward_input(w, x, act, dy, n, c, d_hid, d_pre, got_dx);
+  expert_backward_weight(x, act, dy, d_pre, n, c, expert_grads(got_g, c));
+  EXPECT_TRUE(same_bits(got_dx, want_dx)) << "expert input gradient";
+  EXPECT_TRUE(same_bits(got_g, want_g)) << "expert weight gradients";
+
+  const auto wr = random_vector(size_t(E) * D, 64), h = random_vector(size_t(T) * D, 65);
+  const Routing r = router_forward(h, wr, T, c);
+  const auto d_probs = random_vector(size_t(T) * E, 66);
+  std::vector<float> want_dwr(wr.size(), 0.0f), want_dh(h.size(), 0.0f);
+  {
+    std::vector<float> d_logits(size_t(T) * E, 0.0f);
+    softmax_backward(r.probs, d_probs, d_logits, T, E);
+    linear_backward(d_logits, h, wr, want_dh, want_dwr, {}, T, D, E);
+  }
+  std::vector<float> got_dwr(wr.size(), 0.0f), got_dh(h.size(), 0.0f);
+  std::vector<float> d_logits(size_t(T) * E, std::nanf(""));
+  router_backward_input(h, wr, r, d_probs, d_logits, got_dh, D);
+  router_backward_weight(h, r, d_logits, got_dwr, D);
+  EXPECT_TRUE(same_bits(got_dh, want_dh)) << "router input gradient";
+  EXPECT_TRUE(same_bits(got_dwr, want_dwr)) << "router weight gradient";
+}
+
+// ZB-H1 on MoE blocks: a stack of the MoE classifier split into B (input gradients, dy
+// overwritten once it returns) and W (weight gradients) in the interleaving F F F B B W B W W
+// gives fused backward's input and weight gradients bit for bit, and the activations the
+// split keeps are recorded from B to W and given back by W.
+TEST(MoeSplitBackward, StackOfMoeBlocksSplitIsFusedBitwise) {
+  MoeModelConfig mc;
+  mc.input_dim = 5;
+  mc.num_classes = 3;
+  mc.moe = small_config(2, 1.0f);  // top-2, tokens dropped at capacity
+  mc.num_blocks = 2;
+  const int M = 3, B = kTokens, L = mc.num_blocks;
+  auto make = [&] {
+    // Blocks only (a middle pipeline stage that sends its input gradient back).
+    Layers all = moe_model_layers(mc), blocks;
+    for (int l = 1; l <= L; ++l) blocks.push_back(std::move(all[l]));
+    auto s = std::make_unique<LayerStack>(std::move(blocks), Precision::kFp32);
+    s->store().set_params(init_params(s->layout(), 7));
+    s->store().zero_grad();
+    return s;
+  };
+  auto fused = make(), split = make();
+  ASSERT_TRUE(split->splits_backward());
+  const size_t io = size_t(B) * mc.moe.d_model;
+  std::vector<std::vector<float>> xs, dys, want_dx, got_dx;
+  for (int m = 0; m < M; ++m) {
+    xs.push_back(random_vector(io, 70 + m));
+    dys.push_back(random_vector(io, 80 + m));
+  }
+  for (int m = 0; m < M; ++m) {
+    fused->forward(0, xs[m], B);
+    std::vector<float> dy = dys[m];
+    const auto dx = fused->backward(0, dy, {0.5f, B}, nullptr, true);
+    want_dx.emplace_back(dx.begin(), dx.end());
+  }
+  for (int m = 0; m < M; ++m) split->forward(m, xs[m], B);
+  int w = 0;  // the next W, in micro-batch order
+  for (int m : {0, 1, -1, 2, -1, -1}) {
+    if (m < 0) {
+      const int64_t before = split->memory().bytes(MemoryCategory::kActivations);
+      split->backward_weight(w++, {0.5f, B});
+      EXPECT_LT(split->memory().bytes(MemoryCategory::kActivations), before)
+          << "W of micro-batch " << w - 1 << " gives back what its B kept";
+      continue;
+    }
+    std::vector<float> dy = dys[m];
+    const int64_t before = split->memory().bytes(MemoryCategory::kActivations);
+    const auto dx = split->backward_input(m, dy, {0.5f, B}, true);
+    got_dx.emplace_back(dx.begin(), dx.end());
+    std::fill(dy.begin(), dy.end(), std::nanf(""));  // W must not read it
+    EXPECT_GT(split->memory().bytes(MemoryCategory::kActivations), before)
+        << "B of micro-batch " << m << " records the gradients it keeps for W";
+  }
+  ASSERT_EQ(got_dx.size(), want_dx.size());
+  for (int m = 0; m < M; ++m) {
+    EXPECT_TRUE(same_bits(got_dx[m], want_dx[m])) << "input gradient of micro-batch " << m;
+  }
+  EXPECT_TRUE(same_bits(split->store().grads(), fused->store().grads())) << "weight gradients";
 }
 
 }  // namespace

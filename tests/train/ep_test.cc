@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <vector>
 
@@ -182,6 +183,68 @@ TEST_P(EpLayer, EachSourcesPartIsBitwiseMoeLayerOnThatRanksTokens) {
       EXPECT_TRUE(std::ranges::equal(got, want.subspan(rs + owner * local, local)))
           << "experts of rank " << owner << " from source " << r;
     }
+  }
+}
+
+// ZB-H1's split of the expert-parallel layer: backward_input runs both backward
+// all_to_alls and backward_weight none, and input then weight (dy overwritten in between)
+// gives backward's input, router and per-source expert gradients bit for bit.
+TEST_P(EpLayer, SplitBackwardIsBackwardBitwiseWithTheAllToAllsInItsInputHalf) {
+  const LayerCase p = GetParam();
+  const int N = p.ranks, T = 12;  // tokens per rank
+  const model::MoeConfig c = layer_config(p);
+  const size_t D = c.d_model, rs = model::moe_router_size(c), es = model::moe_expert_size(c);
+  const std::vector<float> params = random_vector(model::moe_layer_size(c), 31);
+  const std::vector<float> h = random_vector(N * T * D, 32), dy = random_vector(N * T * D, 33);
+  const size_t local = es * (c.num_experts / N);
+  // [fused, split] x rank x (dh, router, sources' experts)
+  std::vector<float> dh[2], d_router[2], d_experts[2];
+  for (int k = 0; k < 2; ++k) {
+    dh[k].assign(N * T * D, 0.0f);
+    d_router[k].assign(N * rs, 0.0f);
+    d_experts[k].assign(size_t(N) * N * local, 0.0f);
+  }
+  World world(N);
+  std::vector<uint64_t> input_calls(N), weight_calls(N);
+  world.run([&](Communicator& comm) {
+    const int r = comm.rank();
+    RankTimeline timeline(nullptr);
+    TracedComm ep(comm, timeline);
+    const auto router = std::span(params).first(rs);
+    const size_t at = size_t(r) * T * D;
+    for (int k = 0; k < 2; ++k) {
+      EpMoeLayer layer(c, r, N);
+      const auto experts = std::span(params).subspan(rs + layer.first_expert() * es, local);
+      std::vector<std::span<float>> targets;
+      for (int i = 0; i < N; ++i) {
+        targets.push_back(std::span(d_experts[k]).subspan((size_t(r) * N + i) * local, local));
+      }
+      std::vector<float> y(T * D), g(dy.begin() + at, dy.begin() + at + T * D);
+      layer.forward(router, experts, std::span(h).subspan(at, T * D), T, y, ep);
+      const auto dh_r = std::span(dh[k]).subspan(at, T * D);
+      const auto dr_r = std::span(d_router[k]).subspan(r * rs, rs);
+      if (k == 0) {
+        layer.backward(router, experts, g, 0.5f, dr_r, targets, dh_r, ep);
+        continue;
+      }
+      const uint64_t before = world.counters(r)[OpKind::kAllToAll].calls;
+      layer.backward_input(router, experts, g, 0.5f, dh_r, ep);
+      std::fill(g.begin(), g.end(), std::nanf(""));
+      const uint64_t between = world.counters(r)[OpKind::kAllToAll].calls;
+      layer.backward_weight(dr_r, targets);
+      input_calls[r] = between - before;
+      weight_calls[r] = world.counters(r)[OpKind::kAllToAll].calls - between;
+    }
+  });
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(dh[1], dh[0])) << "input gradients";
+  EXPECT_TRUE(same(d_router[1], d_router[0])) << "router gradients";
+  EXPECT_TRUE(same(d_experts[1], d_experts[0])) << "expert gradients per source";
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(input_calls[r], 2u) << "rank " << r;
+    EXPECT_EQ(weight_calls[r], 0u) << "rank " << r;
   }
 }
 

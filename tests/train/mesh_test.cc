@@ -303,15 +303,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadMesh{"EpOnAnMlp", [](TrainConfig& c) { c.ep = 2; }, "--ep 2 shards the MoE's experts"},
         BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
                 "--hidden 25 is not divisible by --tp 2"},
-        BadMesh{"Zero3WithZeroBubbleSchedule",
-                [](TrainConfig& c) {
-                  c.tp_size = 1;
-                  c.pp = 2;
-                  c.micro_batches = 2;
-                  c.schedule = pipeline::ScheduleKind::kZeroBubbleH1;
-                  c.zero = 3;
-                },
-                "--zero 3 with --schedule zb-h1 is not supported"},
         BadMesh{"LayersDoNotSplitIntoStages",
                 [](TrainConfig& c) {
                   c.pp = 4;

@@ -12,9 +12,9 @@ class DataParallel<T>::Hooks : public PhaseHooks {
  public:
   Hooks(RankTimeline* timeline, DataParallel& dp) : PhaseHooks(timeline), dp_(dp) {}
   // ZeRO-3: a layer is gathered around each use and its gradients reduce-scattered after
-  // its backward; a layer with expert segments (step-scoped) stays gathered from its first
-  // use of the step until sync_gradients, since expert parallelism completes its
-  // gradients only then (finish_expert_gradients).
+  // its backward (a split backward's weight half); a layer with expert segments (step-scoped) stays
+  // gathered from its first use of the step until sync_gradients, since expert parallelism
+  // completes its gradients only then (finish_expert_gradients).
   void before_forward(int layer) override {
     PhaseHooks::before_forward(layer);
     if (dp_.zero_ == 3 && !dp_.gathered_now_[layer]) dp_.gather(layer);
@@ -30,10 +30,14 @@ class DataParallel<T>::Hooks : public PhaseHooks {
     if (dp_.zero_ == 3) {
       if (dp_.step_scoped_[layer]) return;
       dp_.reduce_scatter_layer(layer);
-      dp_.release(layer);
+      if (dp_.gathered_now_[layer]) dp_.release(layer);  // a split's input half released it
     } else if (!dp_.buckets_.empty()) {
       dp_.bucket_done(layer);
     }
+  }
+  // ZB-H1: the weight half reads no parameter, so the layer is released between the halves.
+  void after_backward_input(int layer) override {
+    if (dp_.zero_ == 3 && !dp_.step_scoped_[layer]) dp_.release(layer);
   }
 
  private:

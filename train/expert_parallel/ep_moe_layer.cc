@@ -11,142 +11,39 @@
 
 namespace dtsim::train {
 
-EpMoeLayer::EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size,
-                       model::ExpertSharding sharding)
-    : config_(config),
-      ep_rank_(ep_rank),
-      ep_size_(ep_size),
-      local_experts_(config.num_experts / ep_size),
-      sharding_(std::move(sharding)),
-      zero_b2_(config.d_model, 0.0f) {
-  DTSIM_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size);
-  DTSIM_CHECK(config.num_experts % ep_size == 0);
+TracedComm& AllToAllExchange::comm() const {
+  DTSIM_CHECK(comm_ != nullptr && comm_->size() == size_ && comm_->rank() == rank_);
+  return *comm_;
 }
 
-model::ExpertWeights EpMoeLayer::expert(std::span<const float> experts, int e) const {
-  const size_t es = model::moe_expert_size(config_);
-  model::ExpertWeights w = model::expert_weights(experts.subspan(e * es, es), config_);
-  if (sharding_.rank != 0) w.b2 = zero_b2_;
-  return w;
+void AllToAllExchange::exchange_counts(std::span<const int32_t> counts,
+                                       std::span<int32_t> recv_rows) {
+  comm().all_to_all(counts, recv_rows);
 }
 
-size_t EpMoeLayer::local_expert_params() const {
-  return size_t(local_experts_) * model::moe_expert_size(config_);
-}
-
-float EpMoeLayer::forward(std::span<const float> router, std::span<const float> experts,
-                          std::span<const float> h, int tokens, std::span<float> y,
-                          TracedComm& comm) {
-  const model::MoeConfig& c = config_;
-  const int D = c.d_model, n = ep_size_, m = local_experts_;
-  DTSIM_CHECK(comm.size() == n && comm.rank() == ep_rank_);
-  DTSIM_CHECK(experts.size() == local_expert_params());
-  h_ = h.first(size_t(tokens) * D);
-  routing_ = model::router_forward(h_, router, tokens, c);
-  grouped_in_.resize(size_t(routing_.rows()) * D);
-  grouped_out_.resize(size_t(routing_.rows()) * D);
-  model::dispatch_forward(h_, routing_, D, grouped_in_);
-
-  // Exchange the per-expert row counts: rank j learns how many rows each source sends to
-  // each of its experts (the split sizes of the token all_to_all).
-  std::vector<int32_t> counts(routing_.counts.begin(), routing_.counts.end());  // (E)
-  recv_rows_.assign(size_t(n) * m, 0);
-  comm.all_to_all(std::span<const int32_t>(counts), std::span<int32_t>(recv_rows_));
-  send_counts_.assign(n, 0);
-  recv_counts_.assign(n, 0);
-  segment_begin_.assign(size_t(n) * m, 0);
-  size_t rows = 0;  // received so far, source-major
-  for (int j = 0; j < n; ++j) {
-    send_counts_[j] = size_t(routing_.offsets[(j + 1) * m] - routing_.offsets[j * m]) * D;
-    for (int e = 0; e < m; ++e) {
-      segment_begin_[size_t(j) * m + e] = rows;
-      rows += size_t(segment_rows(j, e));
-      recv_counts_[j] += size_t(segment_rows(j, e)) * D;
-    }
-  }
-  expert_in_.resize(rows * D);
-  expert_out_.resize(rows * D);
-
-  // Tokens to the experts' ranks; each local expert runs on each source's rows.
-  comm.all_to_all_single(std::span<const float>(grouped_in_), std::span<const size_t>(send_counts_),
-                         std::span<float>(expert_in_), std::span<const size_t>(recv_counts_));
-  acts_.resize(size_t(n) * m);
-  for (int i = 0; i < n; ++i) {
-    for (int e = 0; e < m; ++e) {
-      const size_t begin = segment_begin(i, e) * D, len = size_t(segment_rows(i, e)) * D;
-      model::expert_forward(expert(experts, e), std::span(expert_in_).subspan(begin, len),
-                            segment_rows(i, e), c, acts_[size_t(i) * m + e],
-                            std::span(expert_out_).subspan(begin, len));
-    }
-  }
-  if (sharding_.size > 1) sharding_.reduce(expert_out_);  // g: the partial outputs summed
-  // Outputs back to the tokens' ranks (the reverse split), then the gate-weighted sum.
-  comm.all_to_all_single(std::span<const float>(expert_out_), std::span<const size_t>(recv_counts_),
-                         std::span<float>(grouped_out_), std::span<const size_t>(send_counts_));
-  model::combine_forward(h_, grouped_out_, routing_, D, y);
-  return model::aux_loss_forward(routing_, c.aux_alpha);
-}
-
-void EpMoeLayer::backward(std::span<const float> router, std::span<const float> experts,
-                          std::span<const float> dy, float aux_scale, std::span<float> d_router,
-                          std::span<const std::span<float>> d_experts, std::span<float> dh,
-                          TracedComm& comm) {
-  const model::MoeConfig& c = config_;
-  const int D = c.d_model, n = ep_size_, m = local_experts_;
-  const model::Routing& r = routing_;
-  DTSIM_CHECK(d_experts.size() == size_t(n));
-  for (std::span<float> d : d_experts) DTSIM_CHECK(d.size() == local_expert_params());
-  d_grouped_.assign(size_t(r.rows()) * D, 0.0f);
-  d_gate_.assign(size_t(r.tokens) * r.top_k, 0.0f);
-  model::combine_backward(dy, grouped_out_, r, D, dh, d_grouped_, d_gate_);
-
-  // Output gradients to the experts' ranks, expert backward per source, input gradients back.
-  d_out_.resize(expert_out_.size());
-  d_in_.assign(expert_in_.size(), 0.0f);
-  comm.all_to_all_single(std::span<const float>(d_grouped_), std::span<const size_t>(send_counts_),
-                         std::span<float>(d_out_), std::span<const size_t>(recv_counts_));
-  for (int i = 0; i < n; ++i) {
-    for (int e = 0; e < m; ++e) {
-      const size_t begin = segment_begin(i, e) * D, len = size_t(segment_rows(i, e)) * D;
-      model::expert_backward(
-          expert(experts, e), std::span(expert_in_).subspan(begin, len), acts_[size_t(i) * m + e],
-          std::span(d_out_).subspan(begin, len), segment_rows(i, e), c,
-          model::expert_grads(
-              d_experts[i].subspan(e * model::moe_expert_size(c), model::moe_expert_size(c)), c),
-          std::span(d_in_).subspan(begin, len));
-    }
-  }
-  if (sharding_.size > 1) sharding_.reduce(d_in_);  // f's backward: the partial dx summed
-  std::fill(d_grouped_.begin(), d_grouped_.end(), 0.0f);
-  comm.all_to_all_single(std::span<const float>(d_in_), std::span<const size_t>(recv_counts_),
-                         std::span<float>(d_grouped_), std::span<const size_t>(send_counts_));
-  model::dispatch_backward(d_grouped_, r, D, dh);
-
-  // The router's backward is local: gates, aux loss, softmax, router weights.
-  d_probs_.assign(size_t(r.tokens) * r.num_experts, 0.0f);
-  model::gate_backward(r, d_gate_, d_probs_);
-  model::aux_loss_backward(r, c.aux_alpha, aux_scale, d_probs_);
-  model::router_backward(h_, router, r, d_probs_, d_router, dh, D);
-}
-
-size_t EpMoeLayer::activation_bytes() const {
-  size_t n = grouped_in_.size() + grouped_out_.size() + routing_.probs.size() + expert_in_.size() +
-             expert_out_.size();
-  for (const model::ExpertActivations& a : acts_) n += a.pre.size() + a.hid.size();
-  return n * sizeof(float);
+void AllToAllExchange::exchange_rows(std::span<const float> send,
+                                     std::span<const size_t> send_counts, std::span<float> recv,
+                                     std::span<const size_t> recv_counts) {
+  comm().all_to_all_single(send, send_counts, recv, recv_counts);
 }
 
 namespace {
 
-// One micro-batch's EpMoeLayer and the activation bytes it has recorded.
+// One micro-batch's MoE layer and the activation bytes it has recorded.
 struct EpMoeState : model::LayerState {
-  EpMoeState(const model::MoeConfig& c, int rank, int size, const model::ExpertSharding& sharding,
-             model::MemoryLedger* ledger)
-      : layer(c, rank, size, sharding), ledger(ledger) {}
+  EpMoeState(const model::MoeConfig& c, const model::ExpertSharding& sharding,
+             model::ExpertExchange* exchange, model::MemoryLedger* ledger)
+      : layer(c, sharding, exchange), ledger(ledger) {}
   ~EpMoeState() override {
     if (ledger != nullptr) ledger->add(model::MemoryCategory::kActivations, -recorded);
   }
-  EpMoeLayer layer;
+  // Records the layer's activation bytes now in the ledger.
+  void record() {
+    const int64_t bytes = static_cast<int64_t>(layer.activation_bytes());
+    if (ledger != nullptr) ledger->add(model::MemoryCategory::kActivations, bytes - recorded);
+    recorded = bytes;
+  }
+  model::MoeLayer layer;
   model::MemoryLedger* ledger;
   int64_t recorded = 0;
 };
@@ -165,26 +62,20 @@ void EpMoeBlock::add_params(model::ParamLayout& layout) const {
 }
 
 std::unique_ptr<model::LayerState> EpMoeBlock::make_state(model::MemoryLedger* ledger) const {
-  return std::make_unique<EpMoeState>(config_, ep_rank_, ep_size_, sharding_, ledger);
+  return std::make_unique<EpMoeState>(config_, sharding_, exchange_.get(), ledger);
 }
 
 void EpMoeBlock::forward(std::span<const float> p, std::span<const float> x, int batch,
                          std::span<float> y, model::LayerState& state, model::Workspace& /*ws*/) {
   auto& s = static_cast<EpMoeState&>(state);
   const size_t rs = model::moe_router_size(config_);
-  s.layer.forward(p.first(rs), p.subspan(rs), x, batch, y, *ep_);
-  const int64_t bytes = static_cast<int64_t>(s.layer.activation_bytes());
-  if (s.ledger != nullptr) s.ledger->add(model::MemoryCategory::kActivations, bytes - s.recorded);
-  s.recorded = bytes;
+  s.layer.forward(p.first(rs), p.subspan(rs), x, batch, y);
+  s.record();
 }
 
-void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
-                          std::span<const float> dy, const model::BackwardScale& scale,
-                          std::span<float> g, std::span<float> dx, model::LayerState& state,
-                          model::Workspace& ws) {
-  auto& s = static_cast<EpMoeState&>(state);
-  const size_t rs = model::moe_router_size(config_);
-  const size_t local = s.layer.local_expert_params();
+std::span<const std::span<float>> EpMoeBlock::expert_targets(std::span<float> g,
+                                                             model::MemoryLedger* ledger) {
+  const size_t local = g.size() - model::moe_router_size(config_);
   const bool mixed = accumulation_.precision == model::Precision::kMixedBf16;
   // fp32 with one micro-batch: the other sources' gradients are added right away.
   const bool at_once = !mixed && accumulation_.micro_batches == 1;
@@ -194,34 +85,68 @@ void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
   if (targets_.empty()) {  // the first backward: the buffers, recorded in the stack's ledger
     const size_t n = size_t(ep_size_ - 1) * local;
     if (mixed) {
-      partials_bf16_ = model::TrackedBuffer<BFloat16>(s.ledger, model::MemoryCategory::kGradients,
-                                                      n, BFloat16(0.0f));
+      partials_bf16_ = model::TrackedBuffer<BFloat16>(ledger, model::MemoryCategory::kGradients, n,
+                                                      BFloat16(0.0f));
     } else if (!at_once) {
-      partials_ = model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kGradients, n);
+      partials_ = model::TrackedBuffer<float>(ledger, model::MemoryCategory::kGradients, n);
     }
     if (rest_is_scratch) {
-      contributions_ =
-          model::TrackedBuffer<float>(s.ledger, model::MemoryCategory::kActivations, n);
+      contributions_ = model::TrackedBuffer<float>(ledger, model::MemoryCategory::kActivations, n);
     }
     targets_.resize(ep_size_);
   }
   // Source 0 into the layer's gradients; sources 1..N-1 into the partials (fp32, several
   // micro-batches) or zeroed fp32 contributions, added to the gradients right away (fp32,
-  // one micro-batch) or rounded into the bf16 partials (mixed).
-  const std::span<float> mine = g.subspan(rs);
-  targets_[0] = mine;
+  // one micro-batch) or rounded into the bf16 partials (mixed): finish_targets().
+  targets_[0] = g.subspan(model::moe_router_size(config_));
   std::span<float> rest = rest_is_scratch ? contributions_.span() : partials_.span();
   if (rest_is_scratch) std::fill(rest.begin(), rest.end(), 0.0f);
   for (int i = 1; i < ep_size_; ++i) targets_[i] = rest.subspan(size_t(i - 1) * local, local);
+  return targets_;
+}
+
+void EpMoeBlock::finish_targets() {
+  if (accumulation_.precision == model::Precision::kMixedBf16) {
+    model::bf16_accumulate(partials_bf16_.span(), contributions_.span());
+  } else if (accumulation_.micro_batches == 1) {
+    for (int i = 1; i < ep_size_; ++i) add_into(targets_[0], std::span<const float>(targets_[i]));
+  }
+}
+
+void EpMoeBlock::backward(std::span<const float> p, std::span<const float> x,
+                          std::span<const float> dy, const model::BackwardScale& scale,
+                          std::span<float> g, std::span<float> dx, model::LayerState& state,
+                          model::Workspace& ws) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  const std::span<const std::span<float>> targets = expert_targets(g, s.ledger);
   if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
   std::fill(dx.begin(), dx.end(), 0.0f);
-  s.layer.backward(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch),
-                   g.first(rs), targets_, dx, *ep_);
-  if (mixed) {
-    model::bf16_accumulate(partials_bf16_.span(), contributions_.span());
-  } else if (at_once) {
-    for (int i = 1; i < ep_size_; ++i) add_into(mine, std::span<const float>(targets_[i]));
-  }
+  s.layer.backward_input(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch), dx);
+  s.layer.backward_weight(g.first(rs), targets);
+  finish_targets();
+}
+
+void EpMoeBlock::backward_input(std::span<const float> p, std::span<const float> x,
+                                std::span<const float> dy, const model::BackwardScale& scale,
+                                std::span<float> dx, model::LayerState& state,
+                                model::Workspace& ws) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  if (dx.empty()) dx = ws.take(0, x.size());  // the layer always computes it
+  std::fill(dx.begin(), dx.end(), 0.0f);
+  s.layer.backward_input(p.first(rs), p.subspan(rs), dy, scale.grad_scale * float(scale.batch), dx);
+  s.record();  // with the gradients kept for backward_weight
+}
+
+void EpMoeBlock::backward_weight(std::span<const float> /*x*/,
+                                 const model::BackwardScale& /*scale*/, std::span<float> g,
+                                 model::LayerState& state, model::Workspace& /*ws*/) {
+  auto& s = static_cast<EpMoeState&>(state);
+  const size_t rs = model::moe_router_size(config_);
+  s.layer.backward_weight(g.first(rs), expert_targets(g, s.ledger));
+  finish_targets();
+  s.record();
 }
 
 namespace {

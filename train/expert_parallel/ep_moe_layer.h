@@ -1,23 +1,19 @@
-// EpMoeLayer: one expert-parallel rank's part of a top-k MoE layer (GShard / Switch), built
-// from the pieces in model/moe.h with all_to_all between them:
+// Expert parallelism for the MoE layer (GShard / Switch): model::MoeLayer given an
+// AllToAllExchange, so that its dispatched rows travel to the ranks that hold their experts
+// and back (model/moe_layer.h states the steps):
 //
-//   router_forward (local tokens) -> dispatch_forward -> all_to_all(counts)
-//     -> all_to_all_single(tokens) -> expert_forward (local experts, per source rank)
-//     -> all_to_all_single(outputs back) -> combine_forward
+//   forward:  all_to_all(counts), all_to_all_single(tokens), all_to_all_single(outputs back)
+//   backward: all_to_all_single(output gradients), all_to_all_single(input gradients back)
 //
 // Rank r of N owns experts [r E/N, (r+1) E/N). The dispatched buffer is grouped by expert, so
 // the rows for rank j are one contiguous run and the split sizes come straight from the
-// routing's offsets. Rows arrive grouped by source rank, then expert, and each local expert
-// runs once per source rank on that source's rows: the very calls (same rows, same shapes)
-// that model::MoeLayer makes on the source's tokens alone, so outputs and input gradients are
-// bitwise the single-rank layer's. Each source's weight gradient goes to its own target, so a
-// caller can keep the sources apart and sum them in the order a single-rank reference sums
-// its data-parallel groups (EpMoeBlock does). Backward mirrors forward:
-// all_to_all_single(d outputs) -> expert_backward -> all_to_all_single(d inputs back) ->
-// dispatch_backward; the router's backward stays local.
-// Capacity is per rank: ceil(factor * T_local * k / E) over the tokens routed together.
+// routing's offsets. Each local expert runs once per source rank on that source's rows, so
+// outputs and input gradients are bitwise the single-rank layer's on the source's tokens, and
+// each source's weight gradient can go to its own target (EpMoeBlock sums them in the order a
+// single-rank reference sums its data-parallel groups).
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -28,77 +24,82 @@
 #include "model/layer_stack.h"
 #include "model/memory.h"
 #include "model/moe.h"
+#include "model/moe_layer.h"
 #include "model/moe_model.h"
 #include "model/param_layout.h"
 #include "train/traced_comm.h"
 
 namespace dtsim::train {
 
+// model::ExpertExchange as all_to_alls on an expert-parallel group.
+// Thread safety: none; one rank thread.
+class AllToAllExchange : public model::ExpertExchange {
+ public:
+  // Rank `rank` of `size`; `comm` (of that rank and size) may be set later (set_comm).
+  AllToAllExchange(int rank, int size, TracedComm* comm = nullptr)
+      : rank_(rank), size_(size), comm_(comm) {}
+  void set_comm(TracedComm* comm) { comm_ = comm; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void exchange_counts(std::span<const int32_t> counts, std::span<int32_t> recv_rows) override;
+  void exchange_rows(std::span<const float> send, std::span<const size_t> send_counts,
+                     std::span<float> recv, std::span<const size_t> recv_counts) override;
+
+ private:
+  TracedComm& comm() const;
+  int rank_, size_;
+  TracedComm* comm_;
+};
+
+// One expert-parallel rank's part of an MoE layer: model::MoeLayer with an AllToAllExchange
+// on the communicator given to each call (model::MoeLayer's contract otherwise).
 // Thread safety: none; holds the activations of the last forward for backward.
 class EpMoeLayer {
  public:
   // Rank `ep_rank` of `ep_size`; num_experts % ep_size == 0. `config`'s d_ff is this rank's
-  // share under expert tensor parallelism (`sharding`, model/moe.h): the local experts'
-  // outputs and input gradients are then summed over the tensor-parallel ranks.
+  // share under expert tensor parallelism (`sharding`, model/moe.h).
   EpMoeLayer(const model::MoeConfig& config, int ep_rank, int ep_size,
-             model::ExpertSharding sharding = {});
+             model::ExpertSharding sharding = {})
+      : exchange_(ep_rank, ep_size), layer_(config, std::move(sharding), &exchange_) {}
 
-  int local_experts() const { return local_experts_; }
-  int first_expert() const { return ep_rank_ * local_experts_; }
-  // Elements of this rank's expert parameters: local_experts() * moe_expert_size().
-  size_t local_expert_params() const;
+  int local_experts() const { return layer_.local_experts(); }
+  int first_expert() const { return layer_.first_expert(); }
+  size_t local_expert_params() const { return layer_.local_expert_params(); }
 
-  // y (T, D) = MoE(h (T, D)) with the replicated router (E, D) and this rank's experts;
-  // returns this rank's aux loss. Three all_to_alls on `comm` (counts, tokens, outputs).
+  // Three all_to_alls on `comm` (counts, tokens, outputs).
   float forward(std::span<const float> router, std::span<const float> experts,
-                std::span<const float> h, int tokens, std::span<float> y, TracedComm& comm);
-  // Given dy (T, D): d_router (E, D) +=, dh (T, D) +=, and for each source rank i of the
-  // group d_experts[i] (local_expert_params()) += the local experts' gradient from rank i's
-  // tokens, the sources in order 0..N-1 (targets may alias: then they chain in that order).
-  // aux_scale is the weight of this rank's aux loss in the objective. Two all_to_alls.
+                std::span<const float> h, int tokens, std::span<float> y, TracedComm& comm) {
+    exchange_.set_comm(&comm);
+    return layer_.forward(router, experts, h, tokens, y);
+  }
+  // Two all_to_alls; d_experts[i] gets the local experts' gradient from source i's tokens.
   void backward(std::span<const float> router, std::span<const float> experts,
                 std::span<const float> dy, float aux_scale, std::span<float> d_router,
-                std::span<const std::span<float>> d_experts, std::span<float> dh, TracedComm& comm);
-
-  // Bytes of activations held for backward.
-  size_t activation_bytes() const;
+                std::span<const std::span<float>> d_experts, std::span<float> dh,
+                TracedComm& comm) {
+    backward_input(router, experts, dy, aux_scale, dh, comm);
+    backward_weight(d_router, d_experts);
+  }
+  // The split: both all_to_alls in backward_input, none in backward_weight.
+  void backward_input(std::span<const float> router, std::span<const float> experts,
+                      std::span<const float> dy, float aux_scale, std::span<float> dh,
+                      TracedComm& comm) {
+    exchange_.set_comm(&comm);
+    layer_.backward_input(router, experts, dy, aux_scale, dh);
+  }
+  void backward_weight(std::span<float> d_router, std::span<const std::span<float>> d_experts) {
+    layer_.backward_weight(d_router, d_experts);
+  }
+  size_t activation_bytes() const { return layer_.activation_bytes(); }
 
  private:
-  // Rows of segment (source i, local expert e) of the received layout, and where it starts.
-  int segment_rows(int i, int e) const { return recv_rows_[size_t(i) * local_experts_ + e]; }
-  size_t segment_begin(int i, int e) const {
-    return segment_begin_[size_t(i) * local_experts_ + e];
-  }
-
-  // Local expert e's weights; b2 zero on every tensor-parallel rank but 0 (added once).
-  model::ExpertWeights expert(std::span<const float> experts, int e) const;
-
-  model::MoeConfig config_;
-  int ep_rank_, ep_size_, local_experts_;
-  model::ExpertSharding sharding_;
-  std::vector<float> zero_b2_;  // (D) zeros
-  std::span<const float> h_;    // (T, D) the caller's input, kept until backward
-  model::Routing routing_;
-  std::vector<size_t> send_counts_;             // (N) elements to each rank
-  std::vector<size_t> recv_counts_;             // (N) elements from each rank
-  std::vector<int32_t> recv_rows_;              // (N, E/N) rows from source i for local expert e
-  std::vector<size_t> segment_begin_;           // (N, E/N) first row of each segment
-  std::vector<float> grouped_in_;               // (rows, D) this rank's tokens, grouped by expert
-  std::vector<float> grouped_out_;              // (rows, D) their expert outputs, returned
-  std::vector<float> expert_in_;                // (R, D) rows received, source-major
-  std::vector<float> expert_out_;               // (R, D) local experts' outputs, same layout
-  std::vector<model::ExpertActivations> acts_;  // (N, E/N) per segment
-  // Backward's scratch, kept so that a micro-batch allocates nothing once sizes settle.
-  std::vector<float> d_grouped_;  // (rows, D) gradients of grouped_out_, then of grouped_in_
-  std::vector<float> d_gate_;     // (T, k)
-  std::vector<float> d_out_;      // (R, D) output gradients received, source-major
-  std::vector<float> d_in_;       // (R, D) input gradients to return, source-major
-  std::vector<float> d_probs_;    // (T, E)
+  AllToAllExchange exchange_;
+  model::MoeLayer layer_;
 };
 
-// EpMoeLayer as the model's MoE layer "<name>" (a drop-in for model::MoeBlock):
-// "<name>.router" (E, D), replicated, then this rank's experts "<name>.expert<e>.*" for its
-// e. Each micro-batch's state holds its own EpMoeLayer.
+// The expert-parallel MoE layer "<name>" (a drop-in for model::MoeBlock): "<name>.router"
+// (E, D), replicated, then this rank's experts "<name>.expert<e>.*" for its e. Each
+// micro-batch's state holds its own model::MoeLayer, all on the block's AllToAllExchange.
 //
 // Gradients in a single-rank reference's order: the reference (train/reference.cc's
 // accumulation) accumulates each data-parallel group's micro-batches into zeroed gradients
@@ -129,10 +130,10 @@ class EpMoeBlock : public model::Layer {
         full_d_ff_(config.d_ff),
         ep_rank_(ep_rank),
         ep_size_(ep_size),
-        ep_(ep),
         accumulation_(accumulation),
         name_(std::move(name)),
-        sharding_(std::move(sharding)) {
+        sharding_(std::move(sharding)),
+        exchange_(std::make_unique<AllToAllExchange>(ep_rank, ep_size, ep)) {
     config_.d_ff /= sharding_.size;
   }
   void add_params(model::ParamLayout& layout) const override;
@@ -148,6 +149,15 @@ class EpMoeBlock : public model::Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const model::BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 model::LayerState& state, model::Workspace& ws) override;
+  // The split (ZB-H1): both all_to_alls in backward_input, which keeps the gradients the
+  // weight half reads in the state (recorded as activations until backward_weight).
+  bool splits_backward() const override { return true; }
+  void backward_input(std::span<const float> params, std::span<const float> x,
+                      std::span<const float> dy, const model::BackwardScale& scale,
+                      std::span<float> dx, model::LayerState& state, model::Workspace& ws) override;
+  void backward_weight(std::span<const float> x, const model::BackwardScale& scale,
+                       std::span<float> grads, model::LayerState& state,
+                       model::Workspace& ws) override;
 
   // expert_grads (the local experts' gradients in the store, fp32 or bf16 as the precision)
   // += the partials of sources 1..N-1 in that order (fp32 sums, rounded to the store's type
@@ -164,10 +174,16 @@ class EpMoeBlock : public model::Layer {
   model::MoeConfig config_;  // d_ff: this rank's share
   int full_d_ff_;
   int ep_rank_, ep_size_;
-  TracedComm* ep_;
   Accumulation accumulation_;
   std::string name_;
+  // grads' expert part as per-source targets (see above): source 0 the store's, the others
+  // scratch or the partials; then the sources 1..N-1 scratch added or rounded in.
+  std::span<const std::span<float>> expert_targets(std::span<float> grads,
+                                                   model::MemoryLedger* ledger);
+  void finish_targets();
+
   model::ExpertSharding sharding_;
+  std::unique_ptr<AllToAllExchange> exchange_;    // lent to each state's layer
   std::vector<std::span<float>> targets_;         // (N) backward's per-source targets
   model::TrackedBuffer<float> partials_;          // (N-1, local) fp32 partials
   model::TrackedBuffer<BFloat16> partials_bf16_;  // (N-1, local) mixed: bf16 partials

@@ -131,7 +131,8 @@ class MoeSpec : public ModelSpec {
   }
 
   int pipeline_blocks(const TrainConfig& c) const override { return c.moe.num_blocks; }
-  int lead_layers() const override { return 1; }  // the embedding
+  int lead_layers() const override { return 1; }          // the embedding
+  bool splits_backward() const override { return true; }  // zb-h1
   bool batch_coupled() const override { return true; }
 
   // Routed rows travel out and back in forward and backward (the exchange's send and

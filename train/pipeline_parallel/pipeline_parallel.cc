@@ -53,10 +53,13 @@ class LayerStackChunk : public StageChunk {
   bool splits_backward() const override { return stack_.splits_backward(); }
   std::span<const float> backward_input(int pass, std::span<float> dy, int batch, float grad_scale,
                                         bool input_grad) override {
-    return stack_.backward_input(pass, dy, {grad_scale, batch}, input_grad);
+    return stack_.backward_input(pass, dy, {grad_scale, batch}, input_grad, hooks_);
   }
+  // The weight halves run in micro-batch order, so the k-th of the step is micro-batch k's.
   void backward_weight(int pass, int batch, float grad_scale, bool write_grads) override {
-    stack_.backward_weight(pass, {grad_scale, batch, write_grads});
+    if (write_grads) backwards_ = 0;
+    if (before_backward_) before_backward_(backwards_++);
+    stack_.backward_weight(pass, {grad_scale, batch, write_grads}, hooks_);
   }
 
  private:
