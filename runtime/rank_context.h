@@ -23,7 +23,7 @@ struct RankContext {
   RankTrace trace;  // trace.h; written only when tracing
   bool tracing = false;
   size_t lend_bytes = SIZE_MAX;         // Exchange::send_or_lend lends payloads this large
-  uint8_t world_features = 0;           // WorldFeature bits (algorithms/registry.h) of this world
+  uint8_t world_features = 0;           // WorldFeature bits (types.h) of this world
   const PlantedBug* planted = nullptr;  // a bug planted by a test (planted.h), or none
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded

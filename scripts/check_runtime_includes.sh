@@ -24,9 +24,6 @@ allowed=(
   "diagnostics/watchdog.cc -> schedule/scheduler.h"
   # MPI's progress thread sleeps on the thread transport's doorbell.
   "transport/mpi/mpi_process.h -> transport/thread/doorbell.h"
-  # For the WorldFeature bits only; they belong in types.h (a one-line move that rebuilds
-  # everything: left for the transport plug-in change).
-  "process_model.cc -> algorithms/registry.h"
 )
 is_tool() { [[ $1 == stress/* || $1 == schedule/explore.* || $1 == schedule/schedule_file.cc ]]; }
 is_basic() {
