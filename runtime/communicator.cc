@@ -7,6 +7,7 @@
 #include "common/splitmix.h"
 #include "runtime/algorithms/registry.h"
 #include "runtime/exchange.h"
+#include "runtime/planted.h"
 #include "runtime/reduce_kernels.h"
 #include "runtime/split.h"
 
@@ -90,7 +91,7 @@ const AlgoRow& Communicator::pick(OpKind op, Algo algo, size_t bytes) {
   if (picked->algo == Algo::kShared && (bytes < ctx_->lend_bytes || !shares_memory_)) {
     picked = &algorithm_for(op, Algo::kDeterministic, bytes, size(), ctx_->world_features);
   }
-  const AlgoRow& row = *picked;
+  const AlgoRow& row = planted_row(ctx_->planted, *picked);  // the same row unless planted
   OpCounters& c = ctx_->counters[op];
   c.algo_calls[static_cast<int>(row.algo)] += 1;
   if (algo == Algo::kAuto) c.auto_calls[static_cast<int>(row.algo)] += 1;

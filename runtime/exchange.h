@@ -24,8 +24,6 @@ class Exchange {
   const WaitSite& site() const { return site_; }
   int size() const { return comm_.size(); }
   size_t esize() const { return esize_; }
-  // The planted bug this run carries (mutant.h): algorithms test for their own.
-  Mutant mutant() const { return ctx_.mutant; }
   // Would send_or_lend lend `count` elements?
   bool lends(size_t count) const { return count * esize_ >= ctx_.lend_bytes; }
   // Byte address of element `i` of a buffer of this call's element type.

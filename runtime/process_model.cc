@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/algorithms/registry.h"
+#include "runtime/types.h"
 
 namespace dtsim {
 namespace {

@@ -30,7 +30,7 @@ struct ProcessModel {
   static bool launched_by_mpi();
 
   int world_size() const { return processes * threads; }
-  // The WorldFeature bits (algorithms/registry.h) a World of this model gives its ranks:
+  // The WorldFeature bits (types.h) a World of this model gives its ranks:
   // kWorldMpi with one rank per process (MPI's communicator then matches dtsim's).
   uint8_t world_features() const;
   int first_rank() const { return process * threads; }

@@ -9,11 +9,12 @@
 #include "runtime/diagnostics/counters.h"
 #include "runtime/diagnostics/flight_recorder.h"
 #include "runtime/diagnostics/trace.h"
-#include "runtime/mutant.h"
 #include "runtime/native_collectives.h"
 #include "runtime/transport/transport.h"
 
 namespace dtsim {
+
+struct PlantedBug;
 
 struct RankContext {
   int rank = 0;
@@ -21,9 +22,9 @@ struct RankContext {
   RankCounters counters;
   RankTrace trace;  // trace.h; written only when tracing
   bool tracing = false;
-  size_t lend_bytes = SIZE_MAX;   // Exchange::send_or_lend lends payloads this large
-  uint8_t world_features = 0;     // WorldFeature bits (algorithms/registry.h) of this world
-  Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h), for measuring stress tests
+  size_t lend_bytes = SIZE_MAX;         // Exchange::send_or_lend lends payloads this large
+  uint8_t world_features = 0;           // WorldFeature bits (types.h) of this world
+  const PlantedBug* planted = nullptr;  // a bug planted by a test (planted.h), or none
 
   FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
   // Algo::kMpi, where the world has one (an MPI world of one rank per process).

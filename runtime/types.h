@@ -44,6 +44,14 @@ enum class OpKind : uint8_t {
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);
 
+// What a world provides its algorithms (bit flags of AlgoRow::needs in
+// algorithms/registry.h, and of ProcessModel::world_features). The thread world provides
+// nothing beyond the basics.
+enum WorldFeature : uint8_t {
+  kWorldBasic = 0,
+  kWorldMpi = 1,  // an MPI world (ranks are MPI processes): native MPI collectives
+};
+
 const char* to_string(ReduceOp op);
 const char* to_string(DType t);
 const char* to_string(Algo a);

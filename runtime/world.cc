@@ -9,6 +9,7 @@
 #include "runtime/communicator.h"
 #include "runtime/diagnostics/watchdog.h"
 #include "runtime/job_start.h"
+#include "runtime/planted.h"
 #include "runtime/rank_context.h"
 #include "runtime/schedule/scheduler.h"
 #include "runtime/transport/mpi/mpi_collectives.h"
@@ -72,12 +73,14 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
   for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
     auto ctx = std::make_unique<RankContext>();
     ctx->rank = r;
+    std::unique_ptr<Transport> local = options.planted && options.planted->thread_transport
+                                           ? options.planted->thread_transport(state_.get(), r)
+                                           : std::make_unique<ThreadTransport>(state_.get(), r);
     if (link_ && model_.processes > 1) {
       ctx->transport = std::make_unique<RoutedTransport>(
-          model_, std::make_unique<ThreadTransport>(state_.get(), r),
-          std::make_unique<mpi::MpiTransport>(link_.get(), r));
+          model_, std::move(local), std::make_unique<mpi::MpiTransport>(link_.get(), r));
     } else {
-      ctx->transport = std::make_unique<ThreadTransport>(state_.get(), r);
+      ctx->transport = std::move(local);
     }
     if (link_ && model_.threads == 1) {
       ctx->native = std::make_unique<mpi::MpiCollectives>(link_.get(), r);
@@ -85,7 +88,7 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
     ctx->world_features = model_.world_features();  // e.g. whether Algo::kMpi runs here
     ctx->tracing = options.trace;
     ctx->lend_bytes = options.lend_bytes;
-    ctx->mutant = options.mutant;
+    ctx->planted = options.planted;
     ctx->recorder = &state_->recorder(r);
     contexts_.push_back(std::move(ctx));
   }

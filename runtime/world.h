@@ -17,7 +17,6 @@
 #include "runtime/diagnostics/counters.h"
 #include "runtime/diagnostics/flight_recorder.h"
 #include "runtime/diagnostics/trace.h"
-#include "runtime/mutant.h"
 #include "runtime/process_model.h"
 #include "runtime/types.h"
 
@@ -29,6 +28,7 @@ namespace mpi {
 class MpiLink;
 }
 class Watchdog;
+struct PlantedBug;
 struct RankContext;
 namespace schedule {
 class Scheduler;
@@ -71,8 +71,9 @@ struct WorldOptions {
   // and this scheduler, borrowed for the World's life, picks which at every send, receive
   // and settle. nullptr (the default): the ranks run freely and the hooks cost one branch.
   schedule::Scheduler* scheduler = nullptr;
-  // A bug planted on purpose (mutant.h), to measure that stress testing finds it.
-  Mutant mutant = Mutant::kNone;
+  // A bug planted on purpose (planted.h; test and stress binaries only), to measure that
+  // stress testing finds it. Borrowed for the World's life; nullptr: none.
+  const PlantedBug* planted = nullptr;
 };
 
 // Thrown by World::run: the first rank that failed, and what it threw.

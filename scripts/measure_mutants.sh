@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Measures how fast each planted mutant (runtime/mutant.h) is found by each mode of
-# `dtsim stress`: jitter, random walk, PCT d = 1, 2, 3. For each mutant x mode it runs
+# Measures how fast each planted mutant (runtime/mutants/) is found by each mode of
+# `dtsim_with_mutants stress` (the test binary with the planted bugs): jitter, random walk, PCT d = 1, 2, 3. For each mutant x mode it runs
 # seeds 1..SEEDS with a budget of BUDGET schedules (jitter: iterations) at RANKS ranks and
 # prints a Markdown row: found/seeds, median schedules to the first failure (1 = the
 # first schedule) and median seconds; and whether replaying the failure twice printed the
 # same FAIL line both times (jitter: its `reproduce:` command; the schedulers: --replay).
-# usage: scripts/measure_mutants.sh [build/dtsim] (env: SEEDS=3 BUDGET=200 RANKS=4 MUTANTS="...")
+# usage: scripts/measure_mutants.sh [build/dtsim_with_mutants] (env: SEEDS=3 BUDGET=200 RANKS=4 MUTANTS="...")
 set -u
-DTSIM=$(realpath "${1:-build/dtsim}")
+DTSIM=$(realpath "${1:-build/dtsim_with_mutants}")
 SEEDS=${SEEDS:-3}
 BUDGET=${BUDGET:-200}
 RANKS=${RANKS:-4}

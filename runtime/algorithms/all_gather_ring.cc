@@ -13,13 +13,10 @@ namespace dtsim {
 void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total) {
   const int n = ex.size();
   const int r = ex.rank();
-  const bool off_by_one = ex.mutant() == Mutant::kSplitOffByOne;
-  const Chunks ch{total, static_cast<size_t>(n), off_by_one};
+  const Chunks ch{total, static_cast<size_t>(n)};
   std::byte* mine = ex.at(out, ch.offset(r));
-  // Mutant::kLendOverwrite: the own chunk is put in place only after it was lent.
-  const size_t own = split_size(total, n, r);
-  const bool late = ex.mutant() == Mutant::kLendOverwrite && ex.lends(own);
-  if (mine != in && own && !late) std::memmove(mine, in, own * ex.esize());
+  const size_t own = ch.size(r);
+  if (mine != in && own) std::memmove(mine, in, own * ex.esize());
   const int right = mod(r + 1, n);
   const int left = mod(r - 1, n);
   for (int t = 0; t < n - 1; ++t) {
@@ -27,7 +24,6 @@ void all_gather_ring(Exchange& ex, const void* in, void* out, size_t total) {
     ex.send_or_lend(right, t, ex.at(out, ch.offset(s)), ch.size(s), s);
     const int c = mod(r - 1 - t, n);
     ex.recv_copy(left, t, ex.at(out, ch.offset(c)), ch.size(c));
-    if (late && t == 0 && mine != in) std::memmove(mine, in, own * ex.esize());
     ex.snapshot(out, total);
   }
   ex.settle();

@@ -32,8 +32,7 @@ class Held {
   ~Held() { release_all(); }
   Held(const Held&) = delete;
   Held& operator=(const Held&) = delete;
-  // Releases every buffer held (at the end, or, under the planted shared-release-before-sum
-  // mutant, before the sum): once all peers released a rank's buffer it may return and
+  // Releases every buffer held: once all peers released a rank's buffer it may return and
   // reuse it.
   void release_all() {
     for (int p = 0; p < ex_.size(); ++p) {
@@ -41,16 +40,13 @@ class Held {
       taken_[p] = false;
     }
   }
-  // Peer p's buffer. `release_now` (the planted shared-early-release mutant) releases it at
-  // once: p may then return and reuse it while this rank still sums and writes chunk r.
-  void* take(int p, size_t count, bool release_now) {
+  // Peer p's buffer, held until release_all().
+  void* take(int p, size_t count) {
     new (&msgs_[p]) Message(ex_.recv(p, 0, count));
     if (!msgs_[p].writable)
       throw std::logic_error("all_reduce shared: a peer's lend came read-only");
-    void* data = msgs_[p].data;
-    taken_[p] = !release_now;
-    if (release_now) ex_.release(p, msgs_[p]);
-    return data;
+    taken_[p] = true;
+    return msgs_[p].data;
   }
 
  private:
@@ -83,9 +79,7 @@ void all_reduce_shared(Exchange& ex, void* data, size_t count, const Reducer& re
   auto* taken = reinterpret_cast<bool*>(s + msgs_bytes + ptrs_bytes);
   {
     Held held(ex, msgs, taken);
-    const bool early = ex.mutant() == Mutant::kSharedEarlyRelease;
-    for (int p = 0; p < n; ++p) bufs[p] = p == r ? data : held.take(p, count, early);
-    if (ex.mutant() == Mutant::kSharedReleaseBeforeSum) held.release_all();
+    for (int p = 0; p < n; ++p) bufs[p] = p == r ? data : held.take(p, count);
     const Chunks ch{count, un};
     red.reduce_all(bufs, n, ch.offset(r), ch.size(r));
     // Traffic: chunk r read from and written to each peer, chunk p of this buffer by peer p.

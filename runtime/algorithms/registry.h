@@ -33,13 +33,6 @@ struct CollArgs {
 };
 using AlgoFn = void (*)(Exchange& ex, const CollArgs& args);
 
-// What a row needs of the world it runs in (bit flags of AlgoRow::needs and of the
-// `world` argument below). The thread world provides nothing beyond the basics.
-enum WorldFeature : uint8_t {
-  kWorldBasic = 0,
-  kWorldMpi = 1,  // an MPI world (ranks are MPI processes): native MPI collectives
-};
-
 struct AlgoRow {
   OpKind op;
   Algo algo;

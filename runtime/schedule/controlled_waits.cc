@@ -2,7 +2,7 @@
 // and sleeping on a doorbell, a waiting rank blocks in the scheduler with the condition
 // it waits for, which the scheduler re-evaluates before every choice. Nothing here has a
 // deadline: a wait that can never be met is a deadlock, which the scheduler reports at
-// once. Also the planted recv-wrong-step mutant's receive.
+// once.
 #include <string>
 
 #include "runtime/transport/thread/thread_transport.h"
@@ -71,24 +71,6 @@ void ThreadTransport::reclaim_controlled() {
   // One rank thread runs at a time, so this one may empty every rank's cache of buffers:
   // what the free-running world's doorbells ask every sleeping rank to do.
   for (int r = 0; r < state_->size(); ++r) state_->reclaim(r);
-}
-
-bool ThreadTransport::take_newest(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
-                                  Envelope* out) {
-  Envelope e;
-  while (ch.mail.pop(e)) {
-    check_fingerprint(e, src, key, site);
-    stash_or_fail(src, e, site);
-  }
-  Stash& stash = state_->stash(rank_);
-  bool found = false;
-  MessageKey newest{};
-  stash.for_each([&](int s, const Envelope& x) {
-    if (s != src || x.key.comm != key.comm || x.key.seq != key.seq) return;
-    if (!found || x.key.tag > newest.tag) newest = x.key;
-    found = true;
-  });
-  return found && stash.take(src, newest, out);
 }
 
 }  // namespace dtsim

@@ -7,6 +7,7 @@
 // Thread safety: one explore() at a time per ExploreOptions.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "runtime/schedule/strategy.h"
@@ -55,7 +56,7 @@ StressResult run_schedule(const StressOptions& o, int iteration, Strategy* strat
 
 // Schedule files: the stress options that make the plan, and the recorded choices.
 struct ScheduleFile {
-  StressOptions options;  // ranks, seed, calls, max_numel, mutant, timeout
+  StressOptions options;  // ranks, seed, calls, max_numel, planted bug, timeout
   int iteration = 0;
   Record record;
 };
@@ -64,7 +65,8 @@ inline constexpr const char* kScheduleMagic = "dtsim-schedule 1";
 // The text of a schedule file holding `f` (it starts "dtsim-schedule 1"); the caller
 // writes it (the CLI: through its OutputFile, which also knows the file for dtsim's).
 std::string schedule_file_text(const ScheduleFile& f);
-// Throws UsageError naming the problem if `path` is missing or malformed.
-ScheduleFile read_schedule_file(const std::string& path);
+// Throws UsageError naming the problem if `path` is missing or malformed, or names a
+// planted bug ("mutant NAME") other than "none" and those `known` to the caller.
+ScheduleFile read_schedule_file(const std::string& path, std::span<const PlantedBug> known = {});
 
 }  // namespace dtsim::schedule

@@ -104,7 +104,7 @@ std::string schedule_file_text(const ScheduleFile& f) {
   const StressOptions& o = f.options;
   out << kScheduleMagic << "\nranks " << o.ranks << "\nseed " << o.seed << "\niteration "
       << f.iteration << "\ncalls " << o.calls_per_iteration << "\nmax-numel " << o.max_numel
-      << "\nmutant " << mutant_name(o.mutant) << "\nunsafe-live-sends "
+      << "\nmutant " << (o.planted ? o.planted->name : "none") << "\nunsafe-live-sends "
       << (o.unsafe_live_sends ? 1 : 0) << "\nsteps " << f.record.choices.size() << "\n";
   char line[48];
   for (size_t i = 0; i < f.record.choices.size(); ++i) {
@@ -115,7 +115,7 @@ std::string schedule_file_text(const ScheduleFile& f) {
   return out.str();
 }
 
-ScheduleFile read_schedule_file(const std::string& path) {
+ScheduleFile read_schedule_file(const std::string& path, std::span<const PlantedBug> known) {
   std::ifstream in(path);
   if (!in) throw bad(path, "cannot be opened");
   std::string line;
@@ -141,8 +141,15 @@ ScheduleFile read_schedule_file(const std::string& path) {
     } else if (key == "max-numel") {
       f.options.max_numel = header_number(path, line, key, value, 1, kMaxNumel);
     } else if (key == "mutant") {
-      if (!parse_mutant(value, &f.options.mutant))
-        throw bad(path, "unknown mutant '" + printable(value) + "'");
+      f.options.planted = nullptr;
+      for (const PlantedBug& b : known) {
+        if (value == b.name) f.options.planted = &b;
+      }
+      if (value != "none" && f.options.planted == nullptr) {
+        throw bad(path, "names mutant '" + printable(value) + "', which " +
+                            (known.empty() ? "only the test binary dtsim_with_mutants plants"
+                                           : "this binary does not know"));
+      }
     } else if (key == "unsafe-live-sends") {
       f.options.unsafe_live_sends = header_number(path, line, key, value, 0, 1) == 1;
     } else if (key == "steps") {

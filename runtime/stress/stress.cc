@@ -334,7 +334,7 @@ StressResult run_stress(const StressOptions& o,
     // Odd iterations lend every ring chunk of 64 bytes or more (the default only lends
     // from 64 KiB), so the lend/settle protocol meets the jitter at every length.
     if (it % 2) wo.lend_bytes = 64;
-    wo.mutant = o.mutant;
+    wo.planted = o.planted;
     if (o.configure) o.configure(it, wo);
     World world(o.process.mpi ? o.process : ProcessModel::threads_only(o.ranks), wo);
     if (world.size() != o.ranks) {

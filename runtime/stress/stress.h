@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/mutant.h"
+#include "runtime/planted.h"
 #include "runtime/process_model.h"
 #include "runtime/world.h"
 
@@ -35,10 +35,10 @@ struct StressOptions {
   uint32_t jitter_us = 0;
   bool unsafe_live_sends = false;
   std::chrono::milliseconds timeout{10000};
-  int calls_per_iteration = 16;   // collective calls (group creations come on top)
-  size_t max_numel = 2048;        // typical length; one call in ten is up to 8x longer
-  bool keep_going = false;        // run every iteration even after a failure
-  Mutant mutant = Mutant::kNone;  // a planted bug (mutant.h) the run must find
+  int calls_per_iteration = 16;         // collective calls (group creations come on top)
+  size_t max_numel = 2048;              // typical length; one call in ten is up to 8x longer
+  bool keep_going = false;              // run every iteration even after a failure
+  const PlantedBug* planted = nullptr;  // a planted bug (planted.h) the run must find
   // Called before each iteration's World is made, to adjust its options (the controlled
   // scheduler of runtime/schedule/explore.h sets itself up here; thread worlds only).
   std::function<void(int iteration, WorldOptions&)> configure;

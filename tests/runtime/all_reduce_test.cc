@@ -1,8 +1,8 @@
 // all_reduce, every algorithm, against the single-threaded reference: N in 1..8 and 16
-// (and once at 64), lengths {0, 1, 7, N - 1, 1000, large odd}, every dtype and reduce op.
-// Integer-valued data makes every summation order exact, so equality is bitwise; random
-// floats are compared with a tolerance for the reordering algorithms, and every algorithm
-// must leave identical bits on every rank.
+// (and once at 64) on threads, the job's size over MPI and hybrid (runtime_test_util.h), lengths
+// {0, 1, 7, N - 1, 1000, large odd}, every dtype and reduce op. Integer-valued data makes every
+// summation order exact, so equality is bitwise; random floats are compared with a tolerance for
+// the reordering algorithms, and every algorithm must leave identical bits on every rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,7 +45,7 @@ void check_exact(World& w, size_t len, Algo algo, ReduceOp op, uint64_t seed) {
 
 TEST(AllReduceTest, EveryAlgorithmAndOpMatchesReferenceInt64) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "all_reduce int64"));
       for (Algo a : kAlgos) {
@@ -57,7 +57,7 @@ TEST(AllReduceTest, EveryAlgorithmAndOpMatchesReferenceInt64) {
 
 TEST(AllReduceTest, EveryAlgorithmMatchesReferenceForEveryDtype) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "all_reduce dtypes"));
       for (Algo a : kAlgos) {
@@ -66,7 +66,7 @@ TEST(AllReduceTest, EveryAlgorithmMatchesReferenceForEveryDtype) {
           check_exact<float>(w, len, a, op, 7 * n + len);
           check_exact<double>(w, len, a, op, 11 * n + len);
           check_exact<int32_t>(w, len, a, op, 13 * n + len);
-          check_exact<BFloat16>(w, len, a, op, 17 * n + len);
+          if (runs_bf16(a)) check_exact<BFloat16>(w, len, a, op, 17 * n + len);
         }
       }
     }
@@ -75,7 +75,7 @@ TEST(AllReduceTest, EveryAlgorithmMatchesReferenceForEveryDtype) {
 
 TEST(AllReduceTest, RandomFloatsCloseToReferenceAndIdenticalOnEveryRank) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "all_reduce random floats"));
       const Ranks<float> xs = float_data<float>(n, len, 31 * n + len, 0);
@@ -98,7 +98,7 @@ TEST(AllReduceTest, RandomFloatsCloseToReferenceAndIdenticalOnEveryRank) {
 TEST(AllReduceTest, SumOfRanksIsNTimesNMinusOneOverTwo) {
   // The gloo check: every rank contributes its rank; the sum is N(N-1)/2 everywhere.
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (Algo a : kAlgos) {
       w.run([&](Communicator& c) {
         std::vector<int32_t> v(5, c.rank());
@@ -114,8 +114,8 @@ TEST(AllReduceTest, SumOfRanksIsNTimesNMinusOneOverTwo) {
 // Every algorithm must give every rank the same bits (recursive doubling computes a op b
 // on one partner and b op a on the other).
 TEST(AllReduceTest, MaxAndMinPropagateNanAndOrderSignedZerosOnEveryRank) {
-  for (int n : {2, 3, 4, 8}) {
-    World w(n);
+  for (int n : sizes_or({2, 3, 4, 8})) {
+    TestWorld w(n);
     // Element k: rank r holds a NaN, +0, -0 or a small value, by a pattern that puts the
     // special value on different ranks for different k.
     Ranks<double> xs(n, std::vector<double>(64));
@@ -134,6 +134,9 @@ TEST(AllReduceTest, MaxAndMinPropagateNanAndOrderSignedZerosOnEveryRank) {
         for (int k = 0; k < 64; ++k) want[k] = extreme(want[k], xs[r][k], is_max);
       }
       for (Algo a : kAlgos) {
+        // MPI's own MPI_MAX / MPI_MIN keep neither rule (measured: over MPI, `mpi` drops the
+        // NaN and returns -0 for max(-0, +0)); dtsim's algorithms do.
+        if (a == Algo::kMpi) continue;
         const Ranks<double> got =
             threaded_all_reduce(w, xs, is_max ? ReduceOp::kMax : ReduceOp::kMin, a);
         EXPECT_TRUE(ranks_agree(got)) << to_string(a) << (is_max ? " max" : " min") << " N=" << n;
@@ -151,6 +154,7 @@ TEST(AllReduceTest, MaxAndMinPropagateNanAndOrderSignedZerosOnEveryRank) {
 }
 
 TEST(AllReduceTest, SixtyFourRanksEveryAlgorithm) {
+  DTSIM_THREADS_ONLY();
   constexpr int n = 64;
   World w(n);
   for (size_t len : {size_t{0}, size_t{1}, size_t{63}, size_t{1000}}) {

@@ -69,12 +69,13 @@ Ranks<int64_t> threaded_all_to_all_single(World& w, const Ranks<int64_t>& xs,
     c.all_to_all_single(std::span<const int64_t>(xs[r]), std::span<const size_t>(counts[r]),
                         std::span<int64_t>(out[r]), std::span<const size_t>(recv));
   });
+  share_results(w, out);
   return out;
 }
 
 TEST(AllToAllTest, EqualSplitsAreATransposeAndAnInvolution) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "all_to_all"));
       const Ranks<int64_t> xs = labelled(n, len);
@@ -92,7 +93,7 @@ TEST(AllToAllTest, EqualSplitsAreATransposeAndAnInvolution) {
 
 TEST(AllToAllTest, SingleWithRandomSplitSizesIncludingZeros) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t max : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
       for (uint64_t seed = 0; seed < 3; ++seed) {
         SCOPED_TRACE(describe_case(n, max, "all_to_all_single max split"));
@@ -107,8 +108,8 @@ TEST(AllToAllTest, SingleWithRandomSplitSizesIncludingZeros) {
 
 TEST(AllToAllTest, SingleMovesALargeOddBlock) {
   // One large block, every other split zero except a few: exercises big messages.
-  for (int n : {2, 5, 16}) {
-    World w(n);
+  for (int n : sizes_or({2, 5, 16})) {
+    TestWorld w(n);
     std::vector<std::vector<size_t>> counts(n, std::vector<size_t>(n, 0));
     for (int i = 0; i < n; ++i) counts[i][(i + 1) % n] = kLargeOdd / n + i;
     counts[0][0] = 3;
@@ -120,6 +121,7 @@ TEST(AllToAllTest, SingleMovesALargeOddBlock) {
 }
 
 TEST(AllToAllTest, SixtyFourRanks) {
+  DTSIM_THREADS_ONLY();
   constexpr int n = 64;
   World w(n);
   const Ranks<int64_t> xs = labelled(n, 2 * n);

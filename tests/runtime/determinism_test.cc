@@ -49,7 +49,7 @@ TEST(DeterminismTest, TheDataMakesSummationOrderVisible) {
 
 TEST(DeterminismTest, AllReduceIsBitwiseTheSequentialSumInRankOrder) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "ordered all_reduce"));
       const Ranks<float> xs = float_data<float>(n, len, 50 * n + len);
@@ -72,7 +72,7 @@ TEST(DeterminismTest, AllReduceIsBitwiseTheSequentialSumInRankOrder) {
 
 TEST(DeterminismTest, ReduceScatterIsBitwiseTheSequentialSumInRankOrder) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t len : sweep_lengths(n)) {
       SCOPED_TRACE(describe_case(n, len, "ordered reduce_scatter"));
       const Ranks<float> xs = float_data<float>(n, len, 80 * n + len);
@@ -86,7 +86,7 @@ TEST(DeterminismTest, ReduceScatterIsBitwiseTheSequentialSumInRankOrder) {
 
 TEST(DeterminismTest, ReduceIsBitwiseTheSequentialSumInRankOrderAtEveryRoot) {
   for (int n : sweep_sizes()) {
-    World w(n);
+    TestWorld w(n);
     for (size_t len : {size_t{1}, size_t{7}, size_t{1000}}) {
       SCOPED_TRACE(describe_case(n, len, "ordered reduce"));
       const Ranks<float> xs = float_data<float>(n, len, 90 * n + len);
@@ -104,14 +104,14 @@ TEST(DeterminismTest, ReduceIsBitwiseTheSequentialSumInRankOrderAtEveryRoot) {
 }
 
 TEST(DeterminismTest, ThreeRunsGiveTheSameBits) {
-  for (int n : {2, 5, 8, 16}) {
+  for (int n : sizes_or({2, 5, 8, 16})) {
     const size_t len = 1000 + n;
     const Ranks<float> xs = float_data<float>(n, len, 200 + n);
     for (Algo a : deterministic_algorithms(OpKind::kAllReduce)) {
       Ranks<float> first;
       Ranks<float> first_rs;
       for (int run = 0; run < 3; ++run) {
-        World w(n);  // a fresh world each time: different thread timing
+        TestWorld w(n);  // a fresh world each time: different thread timing
         const Ranks<float> got = all_reduce(w, xs, a);
         // all_reduce `shared` has no reduce_scatter row: only its all_reduce runs.
         const bool has_rs = find_algorithm(OpKind::kReduceScatter, a) != nullptr;

@@ -15,7 +15,7 @@ namespace dtsim::testing {
 namespace {
 
 TEST(P2pTest, TagsReceivedOutOfOrderMatchByTagThenInOrder) {
-  World w(2);
+  TestWorld w(2);
   w.run([](Communicator& c) {
     if (c.rank() == 0) {
       for (int32_t x : {10, 11}) c.send(std::span<const int32_t>(&x, 1), 1, 1);
@@ -40,7 +40,7 @@ TEST(P2pTest, TagsReceivedOutOfOrderMatchByTagThenInOrder) {
 
 TEST(P2pTest, MoreMessagesThanAMailboxHoldsReceivedInReverseTagOrder) {
   constexpr int kMsgs = 200;
-  World w(2);
+  TestWorld w(2);
   w.run([](Communicator& c) {
     if (c.rank() == 0) {
       for (int tag = 0; tag < 4; ++tag) {
@@ -62,7 +62,7 @@ TEST(P2pTest, MoreMessagesThanAMailboxHoldsReceivedInReverseTagOrder) {
 }
 
 TEST(P2pTest, ASendIsASnapshotOfTheBufferAtTheCall) {
-  World w(2);
+  TestWorld w(2);
   w.run([](Communicator& c) {
     std::vector<float> v(64);
     if (c.rank() == 0) {
@@ -84,7 +84,7 @@ TEST(P2pTest, ASendIsASnapshotOfTheBufferAtTheCall) {
 
 TEST(P2pTest, RingPassAroundSixteenRanks) {
   constexpr int n = 16;
-  World w(n);
+  TestWorld w(n);
   w.run([](Communicator& c) {
     const int right = (c.rank() + 1) % n, left = (c.rank() + n - 1) % n;
     std::vector<int32_t> token(33, c.rank());
@@ -97,7 +97,7 @@ TEST(P2pTest, RingPassAroundSixteenRanks) {
 }
 
 TEST(P2pTest, ZeroLengthMessagesAndSelfPeersAreHandled) {
-  World w(3);
+  TestWorld w(3);
   w.run([](Communicator& c) {
     std::vector<float> empty;
     const int right = (c.rank() + 1) % 3, left = (c.rank() + 2) % 3;
@@ -107,7 +107,7 @@ TEST(P2pTest, ZeroLengthMessagesAndSelfPeersAreHandled) {
 }
 
 TEST(P2pTest, SizeMismatchAndBadPeerAreUsageErrors) {
-  World w(2);
+  TestWorld w(2);
   try {
     w.run([](Communicator& c) {
       std::vector<float> v(c.rank() == 0 ? 4 : 5);
@@ -134,7 +134,7 @@ TEST(P2pTest, SizeMismatchAndBadPeerAreUsageErrors) {
 }
 
 TEST(P2pTest, AnUnmatchedSendFailsItsRunAndDoesNotLeakIntoTheNextRun) {
-  World w(2);
+  TestWorld w(2);
   try {
     w.run([](Communicator& c) {
       const int32_t stale = 111;
@@ -164,7 +164,7 @@ TEST(P2pTest, AnUnmatchedSendFailsItsRunAndDoesNotLeakIntoTheNextRun) {
 TEST(P2pTest, ASendIntoAFullMailboxTimesOutNamingTheReceiver) {
   WorldOptions o;
   o.timeout = std::chrono::milliseconds(150);
-  World w(2, o);
+  TestWorld w(2, o);
   try {
     w.run([](Communicator& c) {
       if (c.rank() == 1) {  // stuck: never receives
@@ -183,7 +183,7 @@ TEST(P2pTest, ASendIntoAFullMailboxTimesOutNamingTheReceiver) {
 }
 
 TEST(P2pTest, PointToPointAndCollectivesInterleave) {
-  World w(4);
+  TestWorld w(4);
   w.run([](Communicator& c) {
     const int peer = c.rank() ^ 1;
     for (int i = 0; i < 50; ++i) {
@@ -211,7 +211,7 @@ namespace {
 TEST(P2pTest, LargeMessagesAreBoundedByBytesInFlight) {
   constexpr size_t kCount = 24;
   constexpr size_t kElems = (size_t{4} << 20) / sizeof(float);
-  World w(2);
+  TestWorld w(2);
   std::atomic<int> sent{0};
   int sent_while_receiver_waited = -1;
   w.run([&](Communicator& c) {

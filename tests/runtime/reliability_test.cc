@@ -33,6 +33,8 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 using testing::has;
+using testing::sizes_or;
+using testing::TestWorld;
 using testing::with_timeout;
 
 double seconds_since(Clock::time_point t0) {
@@ -54,7 +56,7 @@ std::string failure_of(World& w, Fn fn) {
 // ---- 1. skipped or different calls by a rank that only sends ----
 
 TEST(Reliability, RankThatReturnsBeforeABroadcastItOnlyReceivesIsReported) {
-  World w(3);
+  TestWorld w(3);
   const std::string what = failure_of(w, [](Communicator& c) {
     std::vector<float> x(64, 1.0f);
     c.broadcast(std::span<float>(x), 0, Algo::kDirect);
@@ -67,7 +69,7 @@ TEST(Reliability, RankThatReturnsBeforeABroadcastItOnlyReceivesIsReported) {
 }
 
 TEST(Reliability, SkippedThirdDirectBroadcastOfHalfAMebibyteIsReported) {
-  World w(2);
+  TestWorld w(2);
   const std::string what = failure_of(w, [](Communicator& c) {
     std::vector<float> x(128 * 1024, 1.0f);  // 512 KiB
     const int calls = c.rank() == 1 ? 2 : 3;
@@ -79,7 +81,7 @@ TEST(Reliability, SkippedThirdDirectBroadcastOfHalfAMebibyteIsReported) {
 }
 
 TEST(Reliability, BroadcastAgainstReduceAtTheSameSeqIsAMismatchNamingBoth) {
-  World w(2);
+  TestWorld w(2);
   const std::string what = failure_of(w, [](Communicator& c) {
     std::vector<float> x(16, 1.0f);
     if (c.rank() == 0) {
@@ -98,7 +100,7 @@ TEST(Reliability, BroadcastAgainstReduceAtTheSameSeqIsAMismatchNamingBoth) {
 // ---- 2. point-to-point tags ----
 
 TEST(Reliability, NegativeTagIsRejectedInsteadOfAliasingBit31) {
-  World w(2);
+  TestWorld w(2);
   const std::string what = failure_of(w, [](Communicator& c) {
     int32_t v = 111;
     if (c.rank() == 0) c.send(std::span<const int32_t>(&v, 1), 1, INT_MIN);
@@ -107,7 +109,7 @@ TEST(Reliability, NegativeTagIsRejectedInsteadOfAliasingBit31) {
 }
 
 TEST(Reliability, TheLargestAndSmallestTagsAreDistinct) {
-  World w(2);
+  TestWorld w(2);
   w.run([](Communicator& c) {
     int32_t a = 111, b = 222;
     if (c.rank() == 0) {
@@ -128,7 +130,7 @@ TEST(Reliability, TheLargestAndSmallestTagsAreDistinct) {
 TEST(Reliability, AMessageLargerThanTheWholeBudgetFailsAtOnce) {
   WorldOptions o = with_timeout(milliseconds(30000));
   o.max_bytes_in_flight = size_t{1} << 20;
-  World w(2, o);
+  TestWorld w(2, o);
   const auto t0 = Clock::now();
   const std::string what = failure_of(w, [](Communicator& c) {
     std::vector<float> x(1 << 19, 1.0f);  // 2 MiB
@@ -144,7 +146,7 @@ TEST(Reliability, SendsBeyondTheBudgetWaitForTheReceiverInsteadOfFailing) {
   // 64 messages of 256 KiB (16 MiB) through a 2 MiB budget: flow control.
   WorldOptions o = with_timeout(milliseconds(30000));
   o.max_bytes_in_flight = size_t{2} << 20;
-  World w(2, o);
+  TestWorld w(2, o);
   w.run([&](Communicator& c) {
     std::vector<float> x(1 << 16);
     for (int i = 0; i < 64; ++i) {
@@ -167,7 +169,7 @@ TEST(Reliability, ACollectiveThatCannotFitTheBudgetFailsNamingIt) {
   WorldOptions o = with_timeout(milliseconds(500));
   o.max_bytes_in_flight = size_t{4} << 20;
   o.lend_bytes = SIZE_MAX;
-  World w(4, o);
+  TestWorld w(4, o);
   const std::string what = failure_of(w, [](Communicator& c) {
     std::vector<float> x(1 << 18, 1.0f);
     c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kDirect);
@@ -190,7 +192,7 @@ TEST(Reliability, AReceiverThatTimesOutFirstNamesTheBudgetASenderWaitsFor) {
   WorldOptions o = with_timeout(milliseconds(1000));
   o.max_bytes_in_flight = size_t{1} << 20;
   o.lend_bytes = SIZE_MAX;
-  World w(2, o);
+  TestWorld w(2, o);
   const std::string what = failure_of(w, [](Communicator& c) {
     std::vector<float> x(1 << 18, 1.0f);
     if (c.rank() == 0) {
@@ -209,7 +211,7 @@ TEST(Reliability, ARootCauseRecordedAfterAnAbortStillNamesTheRun) {
   // Rank 1's AbortedError (a consequence, as when it sees a lender's withdrawal before the
   // lender's own failure is recorded) comes first; rank 0's own error, later, is the one
   // the run reports.
-  World w(2);
+  TestWorld w(2);
   try {
     w.run([](Communicator& c) {
       if (c.rank() == 1) throw AbortedError("rank 1 aborted because rank 0 withdrew");
@@ -229,7 +231,7 @@ TEST(Reliability, ACallLongerThanTheTimeoutThatKeepsProgressingCompletes) {
   // Root 0 of an ordered reduce waits 0.6 T for rank 1, then 0.6 T more for rank 2: no
   // wait lacks progress for T, though the call lasts 1.2 T.
   const milliseconds t(500);
-  World w(3, with_timeout(t));
+  TestWorld w(3, with_timeout(t));
   w.run([&](Communicator& c) {
     std::vector<int64_t> x(8, c.rank() + 1);
     if (c.rank() > 0) std::this_thread::sleep_for(t * 6 / 10 * c.rank());
@@ -243,7 +245,7 @@ TEST(Reliability, ACallLongerThanTheTimeoutThatKeepsProgressingCompletes) {
 // ---- 5. after a caught error the communicator is unusable, deterministically ----
 
 TEST(Reliability, ACommunicatorIsUnusableAfterACaughtTimeout) {
-  World w(2, with_timeout(milliseconds(100)));
+  TestWorld w(2, with_timeout(milliseconds(100)));
   std::vector<std::string> later(2);
   w.run([&](Communicator& c) {
     std::vector<float> x(8, 1.0f);
@@ -272,7 +274,7 @@ TEST(Reliability, ACommunicatorIsUnusableAfterACaughtTimeout) {
 TEST(Reliability, PayloadBuffersAreReturnedAfterEveryRun) {
   WorldOptions o;
   o.lend_bytes = SIZE_MAX;  // copy every payload into pooled buffers
-  World w(16, o);
+  TestWorld w(16, o);
   w.run([](Communicator& c) {
     std::vector<float> x(1 << 18, 1.0f);  // 1 MiB
     for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kDirect);
@@ -315,7 +317,7 @@ TEST(ReliabilityDeathTest, ThreadsThatCannotStartThrowAndTheStartedOnesAreJoined
 // ---- 8. timeout = milliseconds::max() ----
 
 TEST(Reliability, MaximalTimeoutMeansNeverNotAtOnce) {
-  World w(2, with_timeout(milliseconds::max()));
+  TestWorld w(2, with_timeout(milliseconds::max()));
   w.run([](Communicator& c) {
     std::vector<float> x(1 << 16, 1.0f);
     if (c.rank() == 1) std::this_thread::sleep_for(milliseconds(50));
@@ -327,7 +329,7 @@ TEST(Reliability, MaximalTimeoutMeansNeverNotAtOnce) {
 // ---- 9. a blocked sender stops waiting when its receiver has returned ----
 
 TEST(Reliability, BlockedSenderGivesUpSoonAfterItsReceiverReturned) {
-  World w(2, with_timeout(milliseconds(3000)));
+  TestWorld w(2, with_timeout(milliseconds(3000)));
   const auto t0 = Clock::now();
   const std::string what = failure_of(w, [](Communicator& c) {
     if (c.rank() == 1) return;
@@ -341,8 +343,8 @@ TEST(Reliability, BlockedSenderGivesUpSoonAfterItsReceiverReturned) {
 // ---- 10. sends to self ----
 
 TEST(Reliability, ManySendsToSelfBeforeReceiving) {
-  for (int n : {1, 3}) {
-    World w(n, with_timeout(milliseconds(2000)));
+  for (int n : sizes_or({1, 3})) {
+    TestWorld w(n, with_timeout(milliseconds(2000)));
     w.run([](Communicator& c) {
       std::vector<int32_t> big(1000);
       for (int i = 0; i < 100; ++i) {
@@ -402,7 +404,7 @@ TEST(Reliability, StashedMessagesDrainInLinearTime) {
   // measured in one run, each the fastest of three interleaved rounds, so that neither a
   // loaded machine (preemption is not CPU time) nor a slow one decides it.
   constexpr int kSmall = 4000, kLarge = 8 * kSmall;
-  World w(2, with_timeout(milliseconds(60000)));
+  TestWorld w(2, with_timeout(milliseconds(60000)));
   double small = 1e9, large = 1e9;
   for (int round = 0; round < 3; ++round) {
     small = std::min(small, drain_seconds(w, kSmall));

@@ -2,6 +2,13 @@
 // xs[r] being rank r's copy), data generators with fixed seeds, comparisons that report
 // the first differing element, and helpers that run one function on every rank of a World
 // and collect each rank's buffer.
+//
+// The world the suites run on (as gloo's tests run over every transport): threads when
+// started directly; under mpiexec, MPI processes of DTSIM_THREADS_PER_PROCESS rank threads
+// each (1: MPI, np 2 in ctest; 2: hybrid 2 x 2). A TestWorld is built on that transport;
+// sweep_sizes() gives the sizes it can have; run_in_place and run_out_of_place return every
+// rank's buffer in every process (share_results). Tests that read other ranks' memory
+// directly are threads_only().
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,9 +17,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -35,12 +44,60 @@ inline constexpr bool kSmall = false;
 inline constexpr size_t kLargeOdd = 100003;
 #endif
 
-// Every algorithm the registry lists for `op` that the thread world runs, kAuto first:
-// what the sweeps run, so a new row is tested without editing the tests.
+// ---- the transport under test ----
+
+// Rank threads per MPI process (DTSIM_THREADS_PER_PROCESS; 1 when unset).
+inline int threads_per_process() {
+  const char* v = std::getenv("DTSIM_THREADS_PER_PROCESS");
+  return v && std::atoi(v) > 0 ? std::atoi(v) : 1;
+}
+// True under mpiexec: the suites run on MPI processes (of threads_per_process() threads).
+inline bool over_mpi() { return ProcessModel::launched_by_mpi(); }
+// "threads", "mpi" or "hybrid": for messages.
+inline const char* transport_name() {
+  return !over_mpi() ? "threads" : threads_per_process() == 1 ? "mpi" : "hybrid";
+}
+// The layout of a TestWorld of `n` ranks: n threads, or the MPI job's processes of
+// n / processes threads each.
+inline ProcessModel test_model(int n) {
+  if (!over_mpi()) return ProcessModel::threads_only(n);
+  ProcessModel m = ProcessModel::from_environment(n, 1);
+  if (n % m.processes != 0) {
+    throw std::invalid_argument("a TestWorld of " + std::to_string(n) + " ranks over " +
+                                std::to_string(m.processes) +
+                                " MPI processes; take the sizes from sweep_sizes()");
+  }
+  m.threads = n / m.processes;
+  return m;
+}
+
+// A World of `n` ranks on the transport under test. Under MPI every process builds the
+// same TestWorlds in the same order (the tests are deterministic), and n must be a
+// multiple of the processes (sweep_sizes()).
+class TestWorld : public World {
+ public:
+  explicit TestWorld(int n, WorldOptions o = {}) : World(test_model(n), o) {}
+};
+
+// Skips the test under MPI: for tests that share memory between ranks (atomics, pointers)
+// or build a plain World of their own.
+#define DTSIM_THREADS_ONLY()                                                \
+  do {                                                                      \
+    if (::dtsim::testing::over_mpi()) GTEST_SKIP() << "thread worlds only"; \
+  } while (0)
+
+// Whether `a` runs bfloat16: not Algo::kMpi (MPI has no such type; a usage error).
+inline bool runs_bf16(Algo a) { return a != Algo::kMpi; }
+
+// Every algorithm the registry lists for `op` that the world under test runs, kAuto
+// first: what the sweeps run, so a new row is tested without editing the tests. (An MPI
+// world of one rank per process also runs the library's own collectives, Algo::kMpi.)
 inline std::vector<Algo> algorithms_to_test(OpKind op) {
+  const uint8_t features =
+      over_mpi() && threads_per_process() == 1 ? uint8_t{kWorldMpi} : uint8_t{kWorldBasic};
   std::vector<Algo> out = {Algo::kAuto};
   for (const AlgoRow* row : algorithms_of(op)) {
-    if (row->needs == kWorldBasic) out.push_back(row->algo);
+    if ((row->needs & ~features) == 0) out.push_back(row->algo);
   }
   return out;
 }
@@ -49,8 +106,17 @@ inline std::vector<Algo> algorithms_to_test(OpKind op) {
 template <class T>
 using Ranks = std::vector<std::vector<T>>;
 
-// World sizes every collective is checked at: 1..8 and 16.
-inline std::vector<int> sweep_sizes() { return {1, 2, 3, 4, 5, 6, 7, 8, 16}; }
+// World sizes every collective is checked at: 1..8 and 16 on threads; under MPI the job's
+// processes times threads_per_process() (np 2: 2; hybrid 2 x 2: 4).
+inline std::vector<int> sweep_sizes() {
+  if (over_mpi()) return {ProcessModel::from_environment(1).processes * threads_per_process()};
+  return {1, 2, 3, 4, 5, 6, 7, 8, 16};
+}
+
+// `sizes` on threads; under MPI the sizes the job can have (sweep_sizes()).
+inline std::vector<int> sizes_or(std::vector<int> sizes) {
+  return over_mpi() ? sweep_sizes() : sizes;
+}
 
 // Lengths {0, 1, 7, N - 1, 1000, large odd}, without duplicates.
 inline std::vector<size_t> sweep_lengths(int n) {
@@ -302,11 +368,34 @@ template <class T>
 
 // ---- running a world ----
 
+// Under MPI: gives every process every rank's buffer of `xs` (each process holds only
+// its own ranks' results after a run), by a second run in which each rank broadcasts its
+// buffer (direct: the root sends it to every rank). Sizes must already be right on every
+// process. Nothing to do in a thread world.
+template <class T>
+void share_results(World& world, Ranks<T>& xs) {
+  if (!world.model().mpi || world.model().processes == 1) return;
+  const int n = world.size();
+  world.run([&](Communicator& c) {
+    std::vector<T> tmp;
+    for (int r = 0; r < n; ++r) {
+      if (r == c.rank()) {
+        c.broadcast(std::span<T>(xs[r]), r, Algo::kDirect);
+        continue;
+      }
+      tmp.assign(xs[r].size(), T{});
+      c.broadcast(std::span<T>(tmp), r, Algo::kDirect);
+      if (c.rank() == world.first_rank() && !world.is_local(r)) xs[r] = tmp;
+    }
+  });
+}
+
 // Runs fn(comm, buf) on every rank, buf being that rank's copy of xs[rank]; returns every
 // rank's buffer afterwards.
 template <class T, class Fn>
 Ranks<T> run_in_place(World& world, Ranks<T> xs, Fn fn) {
   world.run([&](Communicator& c) { fn(c, xs[c.rank()]); });
+  share_results(world, xs);
   return xs;
 }
 
@@ -317,6 +406,7 @@ Ranks<T> run_out_of_place(World& world, const Ranks<T>& xs, SizeFn out_size, Fn 
   Ranks<T> out(xs.size());
   for (size_t r = 0; r < xs.size(); ++r) out[r].assign(out_size(static_cast<int>(r)), T{});
   world.run([&](Communicator& c) { fn(c, xs[c.rank()], out[c.rank()]); });
+  share_results(world, out);
   return out;
 }
 

@@ -74,8 +74,8 @@ void random_step(Communicator& c, std::mt19937_64& g, int i) {
 
 TEST(SequenceTest, HundredsOfBackToBackCollectivesNeverMix) {
   const int steps = kSmall ? 150 : 400;
-  for (int n : {2, 3, 4, 8, 16}) {
-    World w(n);
+  for (int n : sizes_or({2, 3, 4, 8, 16})) {
+    TestWorld w(n);
     w.run([&](Communicator& c) {
       std::mt19937_64 g(1234 + n);
       for (int i = 0; i < steps; ++i) {
@@ -92,7 +92,7 @@ TEST(SequenceTest, SkewedRanksRunAheadWithoutMixing) {
   // Rank 0 sleeps now and then, so the others run several collectives ahead and their
   // messages for later sequence numbers queue up before rank 0 asks for earlier ones.
   constexpr int n = 4;
-  World w(n);
+  TestWorld w(n);
   w.run([&](Communicator& c) {
     for (int i = 0; i < 100; ++i) {
       if (c.rank() == 0 && i % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -116,7 +116,7 @@ size_t vm_rss_bytes() {
 TEST(MemoryTest, SixtyFourIdleRanksCostUnderSixtyFourMiB) {
   const size_t before = vm_rss_bytes();
   ASSERT_GT(before, 0u);
-  World w(64);
+  TestWorld w(64);
   w.run([](Communicator& c) { c.barrier(); });
   const size_t growth = vm_rss_bytes() - std::min(before, vm_rss_bytes());
   // Sanitizers add shadow memory for every byte the runtime touches; the target is for

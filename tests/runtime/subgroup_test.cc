@@ -40,7 +40,7 @@ void exercise(Communicator& g, int iters, int salt) {
 }
 
 TEST(SubgroupTest, DisjointNewGroupsRunConcurrently) {
-  World w(4);
+  TestWorld w(4);
   w.run([](Communicator& world) {
     auto a = world.new_group({0, 1});
     auto b = world.new_group({2, 3});
@@ -58,8 +58,8 @@ TEST(SubgroupTest, DisjointNewGroupsRunConcurrently) {
 }
 
 TEST(SubgroupTest, DisjointSplitGroupsRunConcurrently) {
-  for (int n : {4, 8, 16}) {
-    World w(n);
+  for (int n : sizes_or({4, 8, 16})) {
+    TestWorld w(n);
     w.run([&](Communicator& world) {
       const int color = world.rank() % 2;  // evens and odds, interleaved on the same channels
       auto g = world.split(color, world.rank());
@@ -73,7 +73,7 @@ TEST(SubgroupTest, DisjointSplitGroupsRunConcurrently) {
 }
 
 TEST(SubgroupTest, SplitOrdersByKeyAndNegativeColorGetsNothing) {
-  World w(6);
+  TestWorld w(6);
   w.run([](Communicator& world) {
     const int r = world.rank();
     auto g = world.split(r == 5 ? -1 : 0, -r);  // reversed order, rank 5 opts out
@@ -93,7 +93,7 @@ TEST(SubgroupTest, SplitOrdersByKeyAndNegativeColorGetsNothing) {
 TEST(SubgroupTest, NewGroupWithInconsistentListsIsAUsageError) {
   WorldOptions o;
   o.timeout = std::chrono::milliseconds(2000);
-  World w(4, o);
+  TestWorld w(4, o);
   try {
     w.run([](Communicator& world) {
       auto g = world.rank() == 3 ? world.new_group({0, 1, 3}) : world.new_group({0, 1, 2});
@@ -115,7 +115,7 @@ TEST(SubgroupTest, NewGroupWithInconsistentListsIsAUsageError) {
 // alternates: an all_reduce in the row, then one in the column, then all_gather in the row.
 void run_grid(int dp_size, int tp_size) {
   const int n = dp_size * tp_size;
-  World w(n);
+  TestWorld w(n);
   w.run([&](Communicator& world) {
     const int r = world.rank();
     const int dp = r / tp_size, tp = r % tp_size;
@@ -159,7 +159,7 @@ TEST(SubgroupTest, DataByTensorParallelGridTwoByTwo) { run_grid(2, 2); }
 TEST(SubgroupTest, DataByTensorParallelGridFourByTwo) { run_grid(4, 2); }
 
 TEST(SubgroupTest, GroupsOfAGroup) {
-  World w(8);
+  TestWorld w(8);
   w.run([](Communicator& world) {
     auto half = world.split(world.rank() / 4, world.rank());  // {0..3}, {4..7}
     auto quarter = half->split(half->rank() / 2, half->rank());

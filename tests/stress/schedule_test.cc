@@ -16,6 +16,7 @@
 #include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "runtime/exchange.h"
+#include "runtime/mutants/mutants.h"
 #include "runtime/schedule/explore.h"
 #include "runtime/schedule/scheduler.h"
 #include "runtime/stress/stress_plan.h"
@@ -31,7 +32,7 @@ StressOptions small_plans(int ranks, Mutant mutant = Mutant::kNone) {
   StressOptions o;
   o.ranks = ranks;
   o.seed = 1;
-  o.mutant = mutant;
+  o.planted = planted(mutant);
   o.timeout = std::chrono::milliseconds(20000);
   return o;
 }
@@ -159,7 +160,7 @@ int lend_claim_race_hits(Mutant mutant, const std::string& strategy, int depth, 
   schedule::Scheduler sched(s.get());
   WorldOptions wo;
   wo.lend_bytes = 0;
-  wo.mutant = mutant;
+  wo.planted = planted(mutant);
   wo.scheduler = s ? &sched : nullptr;
   World world(2, wo);
   const Signature sig{OpKind::kSend, DType::kInt32};

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/mutants/mutants.h"
 #include "runtime/schedule/scheduler.h"
 #include "train/check.h"
 #include "train/strategies.h"
@@ -47,7 +48,7 @@ TEST(UnderScheduler, PlantedRingBugFailsDdpCheck) {
   c.algo = Algo::kRing;
   c.steps = 4;
   c.world.scheduler = &sched;
-  c.world.mutant = Mutant::kRingWrongChunk;
+  c.world.planted = planted(Mutant::kRingWrongChunk);
   sched.set_run_seed(1);
   bool failed = false;
   try {

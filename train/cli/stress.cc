@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "runtime/job_start.h"
-#include "runtime/mutant.h"
 #include "runtime/process_model.h"
 #include "runtime/stress/stress.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
 #include "train/cli/output_file.h"
+#include "train/cli/planted_bugs.h"
 #include "train/cli/stress_explore.h"
 
 namespace dtsim::cli {
@@ -34,15 +34,15 @@ struct StressFlags {
   int64_t seed = 1, start = 0, jitter_us = 50, max_numel = 2048, timeout_ms = 10000;
   bool unsafe_live_sends = false, keep_going = false;
   std::string report;
-  // The controlled scheduler (stress_explore.h) and planted bugs (runtime/mutant.h).
+  // The controlled scheduler (stress_explore.h) and planted bugs (planted_bugs.h).
   std::string scheduler = "jitter", mutant = "none", schedule_file, replay;
   int depth = 3, schedules = 100;
   bool same_plan = false;
 };
 
 std::vector<std::string> mutant_choices() {
-  std::vector<std::string> names = {mutant_name(Mutant::kNone)};
-  for (Mutant m : kAllMutants) names.push_back(mutant_name(m));
+  std::vector<std::string> names = {"none"};
+  for (const PlantedBug& b : planted_bugs()) names.push_back(b.name);
   return names;
 }
 
@@ -51,9 +51,8 @@ std::string reproduce_command(const StressOptions& o, int iteration) {
       "dtsim stress --ranks {} --seed {} --start {} --iterations 1 --jitter-us {} --calls {} "
       "--max-numel {}{}{}{}",
       o.ranks, o.seed, iteration, o.jitter_us, o.calls_per_iteration, o.max_numel,
-      o.unsafe_live_sends ? " --unsafe-live-sends" : "",
-      o.mutant == Mutant::kNone ? "" : " --mutant ",
-      o.mutant == Mutant::kNone ? "" : mutant_name(o.mutant));
+      o.unsafe_live_sends ? " --unsafe-live-sends" : "", o.planted ? " --mutant " : "",
+      o.planted ? o.planted->name : "");
 }
 
 std::string report_text(const StressOptions& o, const StressResult& r, double secs) {
@@ -69,7 +68,7 @@ std::string report_text(const StressOptions& o, const StressResult& r, double se
         {"timeout_ms", o.timeout.count()},
         {"unsafe_live_sends", o.unsafe_live_sends},
         {"keep_going", o.keep_going},
-        {"mutant", mutant_name(o.mutant)}}},
+        {"mutant", o.planted ? o.planted->name : "none"}}},
       {"iterations", r.iterations},
       {"collectives", r.collectives},
       {"results_checked", r.results_checked},
@@ -160,7 +159,9 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
   o.timeout = std::chrono::milliseconds(f.timeout_ms);
   o.unsafe_live_sends = f.unsafe_live_sends;
   o.keep_going = f.keep_going;
-  parse_mutant(f.mutant, &o.mutant);  // OneOf checked the name
+  for (const PlantedBug& b : planted_bugs()) {
+    if (f.mutant == b.name) o.planted = &b;  // OneOf checked the name
+  }
   const bool controlled = f.scheduler != "jitter" || !f.replay.empty() || f.same_plan;
   if (o.process.mpi && controlled) {
     fail("stress",
@@ -171,7 +172,8 @@ int run_stress(const CLI::App& app, const StressFlags& f) {
   // command that runs.
   const bool searching = controlled && f.replay.empty() && !f.same_plan;  // random|pct search
   const auto refuse = [&](const char* flag, const std::string& why) {
-    if (given(app, flag)) fail("stress", std::string(flag) + " " + why);
+    if (app.get_option_no_throw(flag) && given(app, flag))
+      fail("stress", std::string(flag) + " " + why);
   };
   if (!f.replay.empty()) {
     for (const char* flag : {"--ranks", "--seed", "--start", "--calls", "--max-numel", "--mutant",
@@ -315,8 +317,10 @@ Command add_stress(CLI::App& dtsim) {
   app->add_option("--schedules", f->schedules,
                   "under --scheduler random|pct: schedules to explore (an iteration each)")
       ->transform(Integer(1, 100000000));
-  app->add_option("--mutant", f->mutant, "plant a bug that stress must find (runtime/mutant.h)")
-      ->transform(OneOf(mutant_choices()));
+  if (!planted_bugs().empty()) {  // the test binary dtsim_with_mutants only
+    app->add_option("--mutant", f->mutant, "plant a bug that stress must find (runtime/mutants/)")
+        ->transform(OneOf(mutant_choices()));
+  }
   app->add_option("--schedule-file", f->schedule_file,
                   "where a failing schedule is written (default dtsim-schedule-S-I.txt)")
       ->type_name("FILE")

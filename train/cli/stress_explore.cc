@@ -9,6 +9,7 @@
 
 #include "runtime/schedule/explore.h"
 #include "train/cli/output_file.h"
+#include "train/cli/planted_bugs.h"
 #include "train/cli/stress_explore.h"
 
 namespace dtsim::cli {
@@ -28,7 +29,7 @@ nlohmann::json options_json(const StressOptions& o, const ExploreFlags& f) {
           {"timeout_ms", o.timeout.count()},
           {"scheduler", f.scheduler},
           {"depth", f.depth},
-          {"mutant", mutant_name(o.mutant)},
+          {"mutant", (o.planted ? o.planted->name : "none")},
           {"unsafe_live_sends", o.unsafe_live_sends},
           {"keep_going", o.keep_going},
           {"same_plan", f.same_plan},
@@ -44,17 +45,17 @@ void commit_report(const ExploreFlags& f, const nlohmann::json& j, bool failed) 
 }
 
 int replay(StressOptions o, const ExploreFlags& f) {
-  const schedule::ScheduleFile sf = schedule::read_schedule_file(f.replay);
+  const schedule::ScheduleFile sf = schedule::read_schedule_file(f.replay, planted_bugs());
   o.ranks = sf.options.ranks;
   o.seed = sf.options.seed;
   o.calls_per_iteration = sf.options.calls_per_iteration;
   o.max_numel = sf.options.max_numel;
-  o.mutant = sf.options.mutant;
+  o.planted = sf.options.planted;
   o.unsafe_live_sends = sf.options.unsafe_live_sends;
   std::printf(
       "dtsim stress --replay %s: %d ranks, seed %llu, iteration %d, mutant %s%s, %zu steps\n",
       f.replay.c_str(), o.ranks, static_cast<unsigned long long>(o.seed), sf.iteration,
-      mutant_name(o.mutant), o.unsafe_live_sends ? ", UNSAFE live sends" : "",
+      (o.planted ? o.planted->name : "none"), o.unsafe_live_sends ? ", UNSAFE live sends" : "",
       sf.record.choices.size());
   auto strategy = schedule::make_replay(sf.record);
   std::string divergence, summary;
@@ -94,7 +95,7 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
         "dtsim stress --same-plan: %d ranks, plan %d of seed %llu, %d schedules, %s, "
         "mutant %s\n",
         o.ranks, o.first_iteration, static_cast<unsigned long long>(o.seed), o.iterations,
-        how.c_str(), mutant_name(o.mutant));
+        how.c_str(), (o.planted ? o.planted->name : "none"));
     const auto t0 = std::chrono::steady_clock::now();
     const schedule::SamePlanResult r = schedule::same_plan(o, e);
     const double secs = seconds_since(t0);
@@ -115,7 +116,8 @@ int explore_stress(StressOptions o, const ExploreFlags& f) {
   }
   std::printf("dtsim stress: %d ranks, schedules %d..%d, seed %llu, scheduler %s, mutant %s\n",
               o.ranks, o.first_iteration, o.first_iteration + o.iterations - 1,
-              static_cast<unsigned long long>(o.seed), how.c_str(), mutant_name(o.mutant));
+              static_cast<unsigned long long>(o.seed), how.c_str(),
+              (o.planted ? o.planted->name : "none"));
   const auto t0 = std::chrono::steady_clock::now();
   const schedule::ExploreResult r = schedule::explore(o, e);
   const double secs = seconds_since(t0);

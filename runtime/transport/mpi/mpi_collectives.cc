@@ -21,7 +21,7 @@ void MpiCollectives::run(const NativeCall& call, const WaitSite& site) {
   link_->post_native(&call);
   auto done = [&] { return link_->native_state() == MpiLink::kDone; };
   if (!spin_poll(256, done) && !yield_poll(done)) {
-    const auto deadline = Clock::now() + link_->timeout();
+    const auto deadline = deadline_after(Clock::now(), link_->timeout());
     Doorbell& bell = state.bell(rank_);
     while (!done()) {
       const auto now = Clock::now();

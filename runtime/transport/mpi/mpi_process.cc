@@ -11,6 +11,7 @@
 #include <string>
 
 #include "runtime/process_model.h"
+#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/transport/mpi/mpi_link.h"
 #include "runtime/types.h"
 #include "runtime/world_state.h"
@@ -116,7 +117,7 @@ bool MpiProcess::detach(MpiLink* link, std::chrono::milliseconds timeout) {
   abandon_.store(false);
   detaching_.store(link, std::memory_order_release);
   bell_.ring_always();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(std::chrono::steady_clock::now(), timeout);  // saturating
   bool drained = true;
   // Bounded: after the deadline the progress thread lets go of the link within one round of
   // its loop, whose MPI calls never block.

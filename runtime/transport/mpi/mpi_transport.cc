@@ -50,7 +50,7 @@ void MpiTransport::send(int dst, const MessageKey& key, const Signature& sig,
   if (!payload.empty()) std::memcpy(b.payload(), payload.data(), payload.size());
   if (!queues_.out.push(b)) {
     // The progress thread is kQueueDepth sends behind: rare; poll with a deadline.
-    const auto deadline = Clock::now() + link_->timeout();
+    const auto deadline = deadline_after(Clock::now(), link_->timeout());
     auto nap = std::chrono::microseconds(1);
     while (!queues_.out.push(b)) {
       link_->progress_bell().ring();
@@ -146,7 +146,7 @@ Message MpiTransport::recv(int src, const MessageKey& key, const WaitSite& site)
   if (!found) {
     WorldState& state = *link_->state();
     const auto waited_from = Clock::now();
-    const auto deadline = waited_from + link_->timeout();
+    const auto deadline = deadline_after(waited_from, link_->timeout());
     Doorbell& bell = state.bell(rank_);
     while (!(found = take())) {
       check_abort(site, src);

@@ -61,15 +61,10 @@ bool try_claim(Channel& ch, uint64_t number) {
 }  // namespace
 
 void ThreadTransport::claim_lend(Channel& ch, const Envelope& e, int src, const WaitSite& site) {
-  if (mutant_ == Mutant::kLendClaimRace) {  // planted: look, then announce, not atomic
-    if (ch.lends_withdrawn.load(std::memory_order_seq_cst) < e.payload.buf.capacity) {
-      if (sched_) sched_->yield(rank_, schedule::Point::kRecv);
-      ch.lends_reading.fetch_add(1, std::memory_order_seq_cst);
-      return;
-    }
-  } else if (try_claim(ch, e.payload.buf.capacity)) {
-    return;
-  }
+  if (!try_claim(ch, e.payload.buf.capacity)) refuse_lend(src, site);
+}
+
+void ThreadTransport::refuse_lend(int src, const WaitSite& site) {
   state_->bell(src).ring();  // the sender may wait for claims in progress
   check_abort(site, src);
   throw AbortedError("rank " + std::to_string(rank_) + " aborted in " + describe(site.sig) +

@@ -28,9 +28,8 @@ bool is_collective(const MessageKey& k) { return (k.seq >> 63) == 0; }
 ThreadTransport::ThreadTransport(WorldState* state, int rank)
     : state_(state),
       rank_(rank),
-      rng_(state->options().jitter_seed * 0x100000001b3ull + rank),
       sched_(state->options().scheduler),
-      mutant_(state->options().mutant) {
+      rng_(state->options().jitter_seed * 0x100000001b3ull + rank) {
   const int opt = state->options().spin;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // 256 pauses is ~6.5 us on Zen 4: enough for a peer running on another core, short
@@ -327,7 +326,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
   if (sched_) sched_->yield(rank_, schedule::Point::kRecv);
   Channel& ch = state_->channel(src, rank_);
   Envelope e;
-  bool found = mutant_ == Mutant::kRecvWrongStep && take_newest(ch, src, key, site, &e);
+  bool found = takes_first_ && take_first(ch, src, key, site, &e);
   if (!found && (found = state_->stash(rank_).take(src, key, &e))) {
     check_fingerprint(e, src, key, site);
   }

@@ -7,6 +7,9 @@
 // message once the pools are warm.
 //
 // Thread safety: one ThreadTransport per rank, used only by that rank's thread.
+//
+// Subclassed only by test code that plants a bug (runtime/mutants/, planted.h) through the
+// protected seams below; the release runtime uses this class as it is.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,7 @@
 
 namespace dtsim {
 
-class ThreadTransport final : public Transport {
+class ThreadTransport : public Transport {
  public:
   ThreadTransport(WorldState* state, int rank);
 
@@ -36,6 +39,27 @@ class ThreadTransport final : public Transport {
   void lend_shared(int dst, const MessageKey& key, const Signature& sig,
                    std::span<std::byte> payload, const WaitSite& site) override;
 
+ protected:
+  // Seams for a planted bug. recv() calls take_first before its own search when
+  // takes_first_ is set (one branch per message otherwise); true if it took `out`.
+  virtual bool take_first(Channel&, int, const MessageKey&, const WaitSite&, Envelope*) {
+    return false;
+  }
+  // Receiver: claims lent message `e` before reading it; throws (refuse_lend) if its sender
+  // withdrew it. Once per lent message.
+  virtual void claim_lend(Channel& ch, const Envelope& e, int src, const WaitSite& site);
+  [[noreturn]] void refuse_lend(int src, const WaitSite& site);
+  // Keeps `e` from `src` in this rank's stash; MismatchError if its key is already there.
+  void stash_or_fail(int src, const Envelope& e, const WaitSite& site);
+  // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
+  // (and frees its payload).
+  void check_fingerprint(const Envelope& e, int src, const MessageKey& key, const WaitSite& site);
+
+  WorldState* state_;
+  int rank_;
+  schedule::Scheduler* sched_;  // WorldOptions::scheduler: nullptr unless controlled
+  bool takes_first_ = false;
+
  private:
   // lend() and lend_shared(): `kind` says whether the receiver may write.
   void lend_as(PayloadKind kind, int dst, const MessageKey& key, const Signature& sig,
@@ -50,10 +74,9 @@ class ThreadTransport final : public Transport {
   // Frees an envelope that will not be delivered and returns its budget: the receiver's
   // thread drops one from rank `src`; src < 0: the sending thread drops one it never pushed.
   void drop(Channel& ch, const Envelope& e, int src);
-  // Lending (lend.cc). Receiver: claim_lend before reading a lent message (throws if its
-  // sender withdrew it), finish_lend after; drop_lend for one it will not read. Sender:
-  // withdraw_lends when it gives up on dst, then wait only for claims in progress.
-  void claim_lend(Channel& ch, const Envelope& e, int src, const WaitSite& site);
+  // Lending (lend.cc). Receiver: claim_lend (above) before reading a lent message,
+  // finish_lend after; drop_lend for one it will not read. Sender: withdraw_lends when it
+  // gives up on dst, then wait only for claims in progress.
   void finish_lend(Channel& ch, int src);
   void drop_lend(Channel& ch, const Envelope& e, int src);
   void withdraw_lends(Channel& ch, int dst);
@@ -67,16 +90,11 @@ class ThreadTransport final : public Transport {
   // A pooled buffer of at least `size` bytes for a send to `dst`: from the channel's cache,
   // or newly allocated within the world-wide budget (waiting for room, flow control).
   PayloadBuffer take_buffer(Channel& ch, size_t size, int dst, const WaitSite& site);
-  // Keeps `e` from `src` in this rank's stash; MismatchError if its key is already there.
-  void stash_or_fail(int src, const Envelope& e, const WaitSite& site);
   // A line for a receiver's timeout when some rank waits for the world-wide budget, else "".
   std::string budget_note() const;
   // MismatchError for a message of a collective this rank has already finished.
   [[noreturn]] void fail_stale(const Envelope& e, int src, const WaitSite& site);
   void check_abort(const WaitSite& site, int peer);
-  // Throws MismatchError if `e` belongs to this collective but carries another fingerprint
-  // (and frees its payload).
-  void check_fingerprint(const Envelope& e, int src, const MessageKey& key, const WaitSite& site);
   enum class PeerCheck { kWaiting, kArrived, kReturned };
   // While blocked on `src`: kArrived if the message came meanwhile, kReturned if src
   // returned from its job without sending it; throws MismatchError if src is in this
@@ -96,16 +114,9 @@ class ThreadTransport final : public Transport {
   void block_sender(int dst, const WaitSite& site, const std::function<bool()>& can);
   // Frees every rank's cached buffers (only while this rank alone runs).
   void reclaim_controlled();
-  // Mutant::kRecvWrongStep: takes the newest pending message of this call from src.
-  bool take_newest(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
-                   Envelope* out);
 
-  WorldState* state_;
-  int rank_;
   int spin_;
   uint64_t rng_;
-  schedule::Scheduler* sched_;  // WorldOptions::scheduler: nullptr unless controlled
-  Mutant mutant_;
 };
 
 }  // namespace dtsim

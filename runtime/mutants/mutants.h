@@ -1,10 +1,17 @@
-// Mutants: bugs planted on purpose, switched on at run time (WorldOptions::mutant,
-// `dtsim stress --mutant NAME`), so that the stress tester's power to find a race can be
-// measured instead of assumed. Each names the one place in the runtime it breaks.
+// Mutants: bugs planted on purpose (planted.h), so that the stress tester's power to find a
+// race is measured instead of assumed. Each is a copy of one algorithm or transport step
+// with one bug in it, put in place of the release code for one World through the seams of
+// planted.h. Library dtsim_mutants, linked into test and stress binaries only (the test
+// release_has_no_mutants checks that dtsim holds none of it).
+//
+// Thread safety: everything here is immutable.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+
+#include "runtime/planted.h"
 
 namespace dtsim {
 
@@ -30,7 +37,17 @@ inline constexpr Mutant kAllMutants[] = {
 const char* mutant_name(Mutant m);
 // Parses a name from mutant_name; false if unknown.
 bool parse_mutant(const std::string& name, Mutant* out);
-// "lend-overwrite, missing-settle, ...", for error messages.
-std::string mutant_names();
+// The bug to plant for `m` (WorldOptions::planted, StressOptions::planted); nullptr for kNone.
+const PlantedBug* planted(Mutant m);
+// Every mutant's PlantedBug, in kAllMutants order.
+std::span<const PlantedBug> all_planted_bugs();
+
+// The mutants' pieces (mutant_algorithms.cc, mutant_transport.cc), for the catalog.
+namespace mutants {
+extern const std::span<const AlgoRow> kLendOverwriteRows, kMissingSettleRows, kRingWrongChunkRows,
+    kSplitOffByOneRows, kSharedEarlyReleaseRows, kSharedReleaseBeforeSumRows;
+std::unique_ptr<Transport> recv_wrong_step_transport(WorldState* state, int rank);
+std::unique_ptr<Transport> lend_claim_race_transport(WorldState* state, int rank);
+}  // namespace mutants
 
 }  // namespace dtsim
