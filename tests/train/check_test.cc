@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "runtime/mutants/mutants.h"
 #include "train/check.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
@@ -148,7 +149,7 @@ TEST(Check, LockstepAdamStillFailsWrongRuns) {
 
   TrainConfig bug = c;
   bug.algo = Algo::kRing;
-  bug.world.mutant = Mutant::kRingWrongChunk;
+  bug.world.planted = planted(Mutant::kRingWrongChunk);
   bool failed = false;
   try {
     const CheckResult b = judged(run_training(bug));
