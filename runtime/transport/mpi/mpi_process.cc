@@ -11,8 +11,8 @@
 #include <string>
 
 #include "runtime/process_model.h"
-#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/transport/mpi/mpi_link.h"
+#include "runtime/transport/thread/transport_wait.h"
 #include "runtime/types.h"
 #include "runtime/world_state.h"
 
