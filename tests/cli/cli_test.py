@@ -12,7 +12,7 @@ import tempfile
 
 from bad_inputs import BAD  # the bad-input table, beside this file
 
-from cli_util import DTSIM, expect, expect_match, run
+from cli_util import DTSIM, DTSIM_WITH_MUTANTS, expect, expect_match, run
 from pipeline_cases import (case_train_ep_adam, case_train_mesh_combinations,
                             case_train_pipeline, case_walk_pipeline)
 from checkpoint_cases import (case_checkpoint_bad_inputs, case_checkpoint_consolidate,
@@ -334,14 +334,15 @@ def case_output_files():
         search = ["stress", "--scheduler", "pct", "--ranks", "4", "--schedules", "200",
                   "--seed", "1", "--mutant", "missing-settle"]
         open(os.path.join(d, "dtsim-schedule-1-3.txt"), "w").write("mine\n")
-        rc, out, err = run(*search, cwd=d)
+        rc, out, err = run(*search, cwd=d, binary=DTSIM_WITH_MUTANTS)
         expect(rc == 1 and "replay: dtsim stress --replay dtsim-schedule-1-3-2.txt" in out,
                f"default name taken: exit {rc}, {out[-300:]!r} {err!r}")
         expect(open(os.path.join(d, "dtsim-schedule-1-3.txt")).read() == "mine\n", "untouched")
         for _ in range(2):
-            rc, out, err = run(*search, "--schedule-file", "s.txt", cwd=d)
+            rc, out, err = run(*search, "--schedule-file", "s.txt", cwd=d,
+                               binary=DTSIM_WITH_MUTANTS)
             expect(rc == 1 and "replay: dtsim stress --replay s.txt" in out, f"{rc} {err!r}")
-        rc, out, _ = run("stress", "--replay", "s.txt", cwd=d)
+        rc, out, _ = run("stress", "--replay", "s.txt", cwd=d, binary=DTSIM_WITH_MUTANTS)
         expect(rc == 1 and "failed as recorded" in out, f"replay: exit {rc} {out[-200:]!r}")
     with tempfile.TemporaryDirectory() as d:
         # A symlink to a file survives; the file it points at gets the report. The file is

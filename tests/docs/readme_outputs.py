@@ -41,6 +41,7 @@ VARYING = [
     (re.compile(r"wall time \d+(\.\d+)?%"), "wall time <pct>"),
     (re.compile(r"load average [^)]*"), "load average <load>"),
 ]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SKIP = re.compile(r"<!-- docs-test: skip: (.+?) -->")
 
 
@@ -154,6 +155,11 @@ def run(dtsim, name, paths):
     with tempfile.TemporaryDirectory() as d:  # the examples' output files land here
         os.mkdir(os.path.join(d, "build"))
         os.symlink(dtsim, os.path.join(d, "build", "dtsim"))
+        # The test-only binary with planted bugs, and the repository's scripts, as shown.
+        mutants = os.path.join(os.path.dirname(dtsim), "dtsim_with_mutants")
+        if os.path.exists(mutants):
+            os.symlink(mutants, os.path.join(d, "build", "dtsim_with_mutants"))
+        os.symlink(os.path.join(ROOT, "scripts"), os.path.join(d, "scripts"))
         scripts = ["\n".join(commands)] if kind == "transcript" else commands
         for script in scripts:
             # A transcript shows what a terminal shows: stdout and stderr as they come.
