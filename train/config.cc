@@ -64,10 +64,13 @@ void resolve_preset(TrainConfig& c) {
     constexpr Strategy kByStage[] = {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
                                      Strategy::kZero3};
     if (c.zero >= 0 && c.zero <= 3) c.strategy = kByStage[c.zero];
+    c.preset_from_mesh = true;
   } else if (c.zero == 0 && c.ep == 1 && !experts) {
     c.strategy = c.dp == 1 ? Strategy::kTp : Strategy::kDpTp;
+    c.preset_from_mesh = true;
   } else if (c.zero == 0 && c.tp_size == 1 && experts && c.ep == c.dp) {
     c.strategy = Strategy::kEp;
+    c.preset_from_mesh = true;
   }
 }
 

@@ -69,6 +69,9 @@ struct TrainConfig {
   // taking blocks [c L / C, (c + 1) L / C) of L over C = pp x virtual_stages chunks.
   std::vector<int> stage_layers;
   Pitfall pitfall = Pitfall::kNone;
+  // Set by resolve_preset when mesh flags (--tp 4, --dp 4 --ep 4) became a preset, so that
+  // messages name the flags the user gave, not the preset's (--ranks).
+  bool preset_from_mesh = false;
   // Activation recomputation of every rank's LayerStack (model/layer_stack.h).
   model::Recompute recompute = model::Recompute::kNone;
   uint64_t seed = 1;

@@ -80,7 +80,8 @@ void validate_model_parallel(const TrainConfig& c) {
                 to_string(c.model) + " give --dp --tp (--ep) instead");
     const int tp = c.strategy == Strategy::kTp ? c.ranks : c.tp_size;
     // The width is --ranks under tp (every rank holds a slice) and --tp under dp-tp.
-    const std::string width = c.strategy == Strategy::kTp ? "--ranks" : "--tp";
+    const std::string width =
+        c.strategy == Strategy::kTp && !c.preset_from_mesh ? "--ranks" : "--tp";
     require(tp >= 1 && c.ranks % tp == 0,
             "--ranks " + std::to_string(c.ranks) + " is not divisible by --tp " +
                 std::to_string(tp) + "; dp-tp runs --ranks / --tp replicas of --tp ranks each");
@@ -96,9 +97,11 @@ void validate_model_parallel(const TrainConfig& c) {
   if (c.strategy == Strategy::kEp) {
     const int e = model_spec(c).experts(c);
     require(e > 0, "--strategy ep needs --model moe (expert parallelism shards the experts)");
-    require(c.ranks <= e, "--ranks " + std::to_string(c.ranks) + " exceeds --experts " +
+    const std::string width = c.preset_from_mesh ? "--ep" : "--ranks";
+    require(c.ranks <= e, width + " " + std::to_string(c.ranks) + " exceeds --experts " +
                               std::to_string(e) +
-                              ": expert parallelism needs at least one expert per rank");
+                              ": expert parallelism needs at least one expert per rank; lower " +
+                              width + " or raise --experts");
     require(e % c.ranks == 0, "--experts " + std::to_string(e) + " is not divisible by --ranks " +
                                   std::to_string(c.ranks) +
                                   ": every rank holds the same number of experts; pick --ranks "

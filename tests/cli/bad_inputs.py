@@ -58,6 +58,10 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["train", "--pp", "4", "--layers", "3"], "--layers 3 leaves pipeline chunk 0 of --pp x --virtual-stages = 4 with no layer; give --layers 4 or more, or --stage-layers"),
     (["train", "--pp", "2", "--layers", "3", "--stage-layers", "1,1"], "--stage-layers add up to 2 but --layers is 3; make them agree"),
     (["train", "--model", "moe", "--ep", "2", "--dp", "1", "--zero", "3"], "--ep 2 does not divide --dp 1"),
+    # Issue 36: the message names the flags given (--tp, --ep), with a fix.
+    (["train", "--tp", "3"], "--hidden 64 is not divisible by --tp 3; change --hidden or --tp"),
+    (["train", "--model", "moe", "--dp", "8", "--ep", "8"], "--ep 8 exceeds --experts 4: expert parallelism needs at least one expert per rank; lower --ep or raise --experts"),
+    (["train", "--model", "moe", "--ep", "2", "--dp", "1"], "give --dp 2 or a multiple of it"),
     (["train", "--schedule", "gpipe"], "--schedule applies to a pipeline: give --pp > 1"),
     (["train", "--pitfall", "forget-sync"], "--pitfall must be one of forget-divide"),
     (["train", "--strategy", "tp", "--pitfall", "forget-divide"], "--pitfall forget-divide applies to --strategy ddp"),

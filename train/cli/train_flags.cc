@@ -175,8 +175,10 @@ void parse_mesh(const CLI::App& a, const TrainFlags& f, train::TrainConfig& c) {
   } else if (world_given) {
     c.dp = std::max(1, c.ranks / (tp * c.pp));  // validate() checks the product
   } else {
-    c.dp = 1;
-    c.ranks = tp * c.pp;
+    // Experts shard over groups of --ep data-parallel ranks: --ep alone fills the data axis,
+    // as --tp and --pp fill theirs.
+    c.dp = std::max(1, c.ep);
+    c.ranks = c.dp * tp * c.pp;
   }
   train::resolve_preset(c);
 }

@@ -87,7 +87,8 @@ class MoeSpec : public ModelSpec {
     if (m.ep > 1) {
       if (m.dp % m.ep != 0) {
         return "--ep " + str(m.ep) + " does not divide --dp " + str(m.dp) +
-               ": experts are sharded over groups of --ep data-parallel ranks";
+               ": experts are sharded over groups of --ep data-parallel ranks; give --dp " +
+               str(m.ep) + " or a multiple of it";
       }
       if (c.moe.moe.num_experts % m.ep != 0) {
         return "--experts " + str(c.moe.moe.num_experts) + " is not divisible by --ep " +
