@@ -38,7 +38,7 @@ export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1 ${UBSAN_OPTIONS:-}"
 # Only the runtime and stress tests (by label); stress_cli* and the CLI tests drive the
 # Release dtsim binary, which is not built here.
-# Not here: the CLI tests and release_has_no_mutants (binaries this build does not make), and
-# the runtime suites over MPI (OpenMPI is not built with the sanitizer).
+# Not here: the CLI tests, release_has_no_mutants and stress_fuzz_tenth (binaries this build
+# does not make), and the runtime suites over MPI (OpenMPI is not built with the sanitizer).
 ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" -L '^(runtime|stress)$' \
-  -E '^(stress_cli|release_has_no_mutants|runtime_test\.(mpi|hybrid))'
+  -E '^(stress_cli|stress_fuzz|release_has_no_mutants|runtime_test\.(mpi|hybrid))'
