@@ -4,6 +4,9 @@
 
 #include <functional>
 #include <span>
+#include <string>
+
+#include "model/param_layout.h"
 
 namespace dtsim::model {
 
@@ -17,5 +20,11 @@ struct HiddenSharding {
   int size = 1;
   std::function<void(std::span<float>)> reduce;  // sum over the ranks; empty at size 1
 };
+
+// Appends a two-linear block's tensors "<prefix>.w1" (h, D), ".b1" (h), ".w2" (D, h), ".b2"
+// (D) for the h of its full_hidden units that rank `rank` holds (an MLP block, or an MoE
+// expert), each a TensorShard of the whole tensor; the whole block when h = full_hidden.
+void add_sharded_ffn_params(ParamLayout& layout, const std::string& prefix, int dim, int hidden,
+                            int full_hidden, int rank);
 
 }  // namespace dtsim::model

@@ -68,19 +68,24 @@ MlpBlock::MlpBlock(std::string name, int dim, int hidden, HiddenSharding shardin
   DTSIM_CHECK(sharding_.size == 1 || sharding_.reduce);
 }
 
-void MlpBlock::add_params(ParamLayout& layout) const {
-  const int D = dim_, H = full_hidden_, h = hidden_, h0 = sharding_.rank * h;
-  layout.begin_layer(name_);
-  if (!sharded()) {
-    layout.add(name_ + ".w1", h, D);
-    layout.add(name_ + ".b1", h, 1);
-    layout.add(name_ + ".w2", D, h);
+void add_sharded_ffn_params(ParamLayout& layout, const std::string& prefix, int dim, int hidden,
+                            int full_hidden, int rank) {
+  const int D = dim, H = full_hidden, h = hidden, h0 = rank * h;
+  if (h == H) {
+    layout.add(prefix + ".w1", h, D);
+    layout.add(prefix + ".b1", h, 1);
+    layout.add(prefix + ".w2", D, h);
   } else {
-    layout.add(name_ + ".w1", h, D, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = D});
-    layout.add(name_ + ".b1", h, 1, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = 1});
-    layout.add(name_ + ".w2", D, h, {.row0 = 0, .col0 = h0, .full_rows = D, .full_cols = H});
+    layout.add(prefix + ".w1", h, D, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = D});
+    layout.add(prefix + ".b1", h, 1, {.row0 = h0, .col0 = 0, .full_rows = H, .full_cols = 1});
+    layout.add(prefix + ".w2", D, h, {.row0 = 0, .col0 = h0, .full_rows = D, .full_cols = H});
   }
-  layout.add(name_ + ".b2", D, 1);
+  layout.add(prefix + ".b2", D, 1);
+}
+
+void MlpBlock::add_params(ParamLayout& layout) const {
+  layout.begin_layer(name_);
+  add_sharded_ffn_params(layout, name_, dim_, hidden_, full_hidden_, sharding_.rank);
 }
 
 std::unique_ptr<LayerState> MlpBlock::make_state(MemoryLedger* ledger) const {

@@ -254,19 +254,4 @@ void combine_backward(std::span<const float> dy, std::span<const float> expert_o
   }
 }
 
-void add_expert_params(ParamLayout& layout, const std::string& prefix, const MoeConfig& local,
-                       int full_d_ff, int rank) {
-  const int f = local.d_ff, F = full_d_ff, f0 = rank * f, D = local.d_model;
-  if (f == F) {
-    layout.add(prefix + ".w1", f, D);
-    layout.add(prefix + ".b1", f, 1);
-    layout.add(prefix + ".w2", D, f);
-  } else {
-    layout.add(prefix + ".w1", f, D, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = D});
-    layout.add(prefix + ".b1", f, 1, {.row0 = f0, .col0 = 0, .full_rows = F, .full_cols = 1});
-    layout.add(prefix + ".w2", D, f, {.row0 = 0, .col0 = f0, .full_rows = D, .full_cols = F});
-  }
-  layout.add(prefix + ".b2", D, 1);
-}
-
 }  // namespace dtsim::model

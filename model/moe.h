@@ -63,13 +63,6 @@ class ExpertExchange {
                              std::span<float> recv, std::span<const size_t> recv_counts) = 0;
 };
 
-// Appends one expert's tensors "<prefix>.w1" (f, D), ".b1" (f), ".w2" (D, f), ".b2" (D) for
-// the share f = local.d_ff of its full_d_ff hidden units that tensor-parallel rank `rank`
-// holds (ExpertSharding), each a TensorShard of the whole tensor; the whole expert when
-// f = full_d_ff.
-void add_expert_params(ParamLayout& layout, const std::string& prefix, const MoeConfig& local,
-                       int full_d_ff, int rank);
-
 // Views of one expert's contiguous parameter block.
 struct ExpertWeights {
   std::span<const float> w1;  // (F, D)

@@ -250,7 +250,8 @@ void MoeBlock::add_params(ParamLayout& layout) const {
   layout.begin_layer(name_);
   layout.add(name_ + ".router", m.num_experts, m.d_model);
   for (int e = 0; e < m.num_experts; ++e) {
-    add_expert_params(layout, name_ + ".expert" + std::to_string(e), m, full_d_ff_, sharding_.rank);
+    add_sharded_ffn_params(layout, name_ + ".expert" + std::to_string(e), m.d_model, m.d_ff,
+                           full_d_ff_, sharding_.rank);
   }
 }
 

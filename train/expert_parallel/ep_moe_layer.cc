@@ -56,8 +56,8 @@ void EpMoeBlock::add_params(model::ParamLayout& layout) const {
   layout.begin_layer(name_);
   layout.add(name_ + ".router", m.num_experts, m.d_model);
   for (int e = first; e < first + count; ++e) {
-    model::add_expert_params(layout, name_ + ".expert" + std::to_string(e), m, full_d_ff_,
-                             sharding_.rank);
+    model::add_sharded_ffn_params(layout, name_ + ".expert" + std::to_string(e), m.d_model, m.d_ff,
+                                  full_d_ff_, sharding_.rank);
   }
 }
 
