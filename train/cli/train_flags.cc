@@ -111,6 +111,9 @@ void declare_train_flags(CLI::App* app, TrainFlags& f) {
                   "activation recomputation: selective rebuilds GELU outputs before backward, "
                   "full re-runs each layer's forward (docs/recompute.md)")
       ->check(OneOf({"none", "selective", "full"}));
+  app->add_flag("--sequence-parallel", f.sequence_parallel,
+                "gpt with --tp 2 or more: shard the norm regions along the sequence "
+                "(all-gather and reduce-scatter in place of each all-reduce; docs/gpt.md)");
   app->add_option("--seed", f.seed, "initialisation and data seed")
       ->transform(Integer(0, INT64_MAX));
   app->add_option("--pitfall", f.pitfall,
@@ -253,6 +256,7 @@ train::TrainConfig parse_train_config(const CLI::App& a, const TrainFlags& f) {
   parse_mesh(a, f, c);
   parse_algo(f.algo, &c.algo);  // AlgoFor() accepted it
   c.seed = static_cast<uint64_t>(f.seed);
+  c.sequence_parallel = f.sequence_parallel;
   c.recompute = f.recompute == "full"        ? model::Recompute::kFull
                 : f.recompute == "selective" ? model::Recompute::kSelective
                                              : model::Recompute::kNone;

@@ -1,7 +1,7 @@
 // The tiny GPT (model/gpt_model.h): token + position embedding, L pre-norm blocks of causal
 // self-attention and a GELU MLP, a final norm and an LM head, next-token cross-entropy on
-// the reversal task (model/sequence_task.h). Single rank and the data axis (ddp, ZeRO) for
-// now: tensor, sequence, context and pipeline parallelism are issue 33's later parts.
+// the reversal task (model/sequence_task.h). The data axis (ddp, ZeRO), tensor-parallel
+// heads and sequence parallelism; context and pipeline parallelism are issue 33's later parts.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -62,7 +62,7 @@ class GptSpec : public ModelSpec {
     const model::GptConfig& g = c.gpt;
     return "gpt D " + str(g.d_model) + " H " + str(g.heads) + "x" + str(g.head_dim) + " F " +
            str(g.mlp_hidden) + " L " + str(g.num_layers) + " S " + str(g.seq_len) + " V " +
-           str(g.vocab);
+           str(g.vocab) + (c.sequence_parallel ? ", sequence parallel" : "");
   }
   std::vector<std::pair<std::string, double>> shape_fields(const TrainConfig& c) const override {
     const model::GptConfig& g = c.gpt;
@@ -87,14 +87,34 @@ class GptSpec : public ModelSpec {
     }
     if (g.mlp_hidden < 1) return "--hidden " + str(g.mlp_hidden) + " must be at least 1";
     if (g.num_layers < 1) return "--layers " + str(g.num_layers) + " must be at least 1";
+    if (c.sequence_parallel && c.mesh().tp < 2) {
+      return "--sequence-parallel shards the sequence over the tensor-parallel ranks: it needs "
+             "--tp 2 or more";
+    }
     return "";
   }
-  std::string validate_mesh(const TrainConfig&, const MeshShape& m) const override {
+  std::string validate_mesh(const TrainConfig& c, const MeshShape& m) const override {
+    const model::GptConfig& g = c.gpt;
     if (m.ep > 1) return "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe";
-    if (m.tp > 1 || m.pp > 1) {
-      return "--model gpt trains on the data axis only for now (strategies single, accum, ddp, "
-             "zero1-3, or --dp with --zero): tensor and pipeline parallelism of it are not built "
-             "yet";
+    if (m.pp > 1) {
+      return "--model gpt does not run on pipeline stages yet (--pp " + str(m.pp) +
+             "): use --dp, --tp and --zero";
+    }
+    if (g.heads % m.tp != 0) {
+      return "--heads " + str(g.heads) + " is not divisible by --tp " + str(m.tp) +
+             ": each tensor-parallel rank holds whole heads; change --heads or --tp";
+    }
+    if (g.mlp_hidden % m.tp != 0) {
+      return "--hidden " + str(g.mlp_hidden) + " is not divisible by --tp " + str(m.tp) +
+             "; change --hidden or --tp";
+    }
+    if (c.sequence_parallel && m.tp < 2) {
+      return "--sequence-parallel shards the sequence over the tensor-parallel ranks: it needs "
+             "--tp 2 or more";
+    }
+    if (c.sequence_parallel && g.seq_len % m.tp != 0) {
+      return "--seq " + str(g.seq_len) + " is not divisible by --tp " + str(m.tp) +
+             " under --sequence-parallel; change --seq or --tp";
     }
     return "";
   }
@@ -102,9 +122,28 @@ class GptSpec : public ModelSpec {
   model::ParamLayout layout(const TrainConfig& c) const override {
     return model::gpt_layout(c.gpt);
   }
-  model::Layers layers(const TrainConfig& c, const MeshShape&, const MeshCoord&,
-                       RankComms) const override {
-    return model::gpt_layers(c.gpt);
+  // Tensor parallel: the plain layers given this rank's heads and hidden units and f and g
+  // on the tp group (model/gpt_layers.h), plus the sequence's all-gather and reduce-scatter
+  // under --sequence-parallel. tp null: for the layout only.
+  model::Layers layers(const TrainConfig& c, const MeshShape& shape, const MeshCoord& at,
+                       RankComms comms) const override {
+    if (shape.tp == 1) return model::gpt_layers(c.gpt);
+    TracedComm* tp = comms.tp;
+    model::SequenceSharding sharding;
+    sharding.rank = at.tp;
+    sharding.size = shape.tp;
+    sharding.reduce = [tp](std::span<float> x) {
+      if (tp != nullptr) tp->all_reduce(x);
+    };
+    if (c.sequence_parallel) {
+      sharding.all_gather = [tp](std::span<const float> in, std::span<float> out) {
+        if (tp != nullptr) tp->all_gather(in, out);
+      };
+      sharding.reduce_scatter = [tp](std::span<const float> in, std::span<float> out) {
+        if (tp != nullptr) tp->reduce_scatter(in, out);
+      };
+    }
+    return model::gpt_layers(c.gpt, sharding);
   }
 
   int pipeline_blocks(const TrainConfig& c) const override { return c.gpt.num_layers; }
