@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/attention.h"
+#include "model/gpt_memory.h"
 #include "model/gpt_model.h"
 #include "model/sequence_task.h"
 #include "train/models/model_spec.h"
@@ -148,19 +149,17 @@ class GptSpec : public ModelSpec {
 
   int pipeline_blocks(const TrainConfig& c) const override { return c.gpt.num_layers; }
 
-  // Per sample (S tokens): the input and every layer's output, each layer's saved tensors
-  // (gpt_layers.h), the shared backward workspaces and gradient buffers, the loss's
-  // probabilities and gradient.
-  int64_t activation_floats(const TrainConfig& c, int64_t rows, int,
+  // What a rank's stack keeps, tensor by tensor (model/gpt_memory.h; docs/gpt.md compares it
+  // with Korthikanti et al.'s count and with the measured peak).
+  int64_t activation_floats(const TrainConfig& c, int64_t rows, int tp,
                             int layers_share) const override {
-    const model::GptConfig& g = c.gpt;
-    const int64_t s = g.seq_len, d = g.d_model, e = int64_t(g.heads) * g.head_dim, f = g.mlp_hidden,
-                  v = g.vocab;
-    const int64_t l = std::max<int64_t>(1, g.num_layers / std::max(1, layers_share));
-    const int64_t outputs = 1 + (2 * l + 2) * d + v;
-    const int64_t saved = l * (d + 4 * e + g.heads + 2) + l * (d + 2 * f + 2) + 2;
-    const int64_t work = std::max(e, f) + std::max(3 * e, d) + d + 1 + 2 * std::max(d, v) + 2 * v;
-    return rows * s * (outputs + saved + work);
+    const int layers = std::max(1, c.gpt.num_layers / std::max(1, layers_share));
+    return model::gpt_activation_floats(c.gpt, {.batch = rows,
+                                                .tp = tp,
+                                                .sequence_parallel = c.sequence_parallel,
+                                                .recompute = c.recompute,
+                                                .layers = layers})
+        .total();
   }
 
   // The answer positions' held-out accuracy (model/sequence_task.h) at the initial and the
