@@ -21,7 +21,8 @@ const std::vector<std::string> kStrategies = {"single", "accum", "ddp", "zero1",
 }  // namespace
 
 void declare_train_flags(CLI::App* app, TrainFlags& f) {
-  app->add_option("--strategy", f.strategy, "tp and dp-tp need --model mlp, ep needs --model moe")
+  app->add_option("--strategy", f.strategy,
+                  "tp and dp-tp need --model mlp or gpt, ep needs --model moe")
       ->check(OneOf(kStrategies,
                     "FSDP is ZeRO-3, --strategy zero3 (zero2 shards gradients and optimizer "
                     "state but keeps whole weights)"));
