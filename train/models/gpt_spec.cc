@@ -1,7 +1,8 @@
 // The tiny GPT (model/gpt_model.h): token + position embedding, L pre-norm blocks of causal
 // self-attention and a GELU MLP, a final norm and an LM head, next-token cross-entropy on
 // the reversal task (model/sequence_task.h). The data axis (ddp, ZeRO), tensor-parallel
-// heads and sequence parallelism; context and pipeline parallelism are issue 33's later parts.
+// heads, sequence parallelism and pipeline stages; context parallelism is issue 33's later
+// part.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -97,10 +98,6 @@ class GptSpec : public ModelSpec {
   std::string validate_mesh(const TrainConfig& c, const MeshShape& m) const override {
     const model::GptConfig& g = c.gpt;
     if (m.ep > 1) return "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe";
-    if (m.pp > 1) {
-      return "--model gpt does not run on pipeline stages yet (--pp " + str(m.pp) +
-             "): use --dp, --tp and --zero";
-    }
     if (g.heads % m.tp != 0) {
       return "--heads " + str(g.heads) + " is not divisible by --tp " + str(m.tp) +
              ": each tensor-parallel rank holds whole heads; change --heads or --tp";
@@ -147,7 +144,12 @@ class GptSpec : public ModelSpec {
     return model::gpt_layers(c.gpt, sharding);
   }
 
+  // A pipeline chunk takes whole transformer layers (an attention and an MLP block); the
+  // first keeps the embedding, the last the final norm and the head.
   int pipeline_blocks(const TrainConfig& c) const override { return c.gpt.num_layers; }
+  int lead_layers() const override { return 1; }
+  int layers_per_block() const override { return 2; }
+  int tail_layers() const override { return 2; }
 
   // What a rank's stack keeps, tensor by tensor (model/gpt_memory.h; docs/gpt.md compares it
   // with Korthikanti et al.'s count and with the measured peak).
