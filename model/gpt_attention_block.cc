@@ -86,25 +86,51 @@ void AttentionBlock::forward(std::span<const float> p, std::span<const float> x,
   const bool sharded = static_cast<bool>(sharding_.reduce);
   prenorm_forward(sharding_, p.subspan(o.g, D), p.subspan(o.b, D), x, t, s, ws);
   ensure_size(s.qkv, s.ledger, size_t(rows) * 3 * E);
-  ensure_size(s.att, s.ledger, size_t(rows) * E);
   ensure_size(s.lse, s.ledger, size_t(batch) * heads_ * S);
   linear_forward(s.xn.span(), p.subspan(o.wqkv, size_t(3) * E * D), p.subspan(o.bqkv, 3 * E),
                  s.qkv.span(), rows, D, 3 * E);
+  std::span<float> att;  // selective: the output lives in the workspace only
+  if (s.selective) {
+    s.att.release();
+    att = ws.take(0, size_t(rows) * E);
+  } else {
+    ensure_size(s.att, s.ledger, size_t(rows) * E);
+    att = s.att.span();
+  }
+  run_attention(s, batch, att);
+  // Row-parallel: the bias joins after g, once.
+  std::span<float> core = core_output(sharding_, y, t, ws);
+  linear_forward(att, p.subspan(o.wo, size_t(D) * E),
+                 sharded ? std::span<const float>{} : p.subspan(o.bo, D), core, rows, E, D);
+  block_output(sharding_, core, p.subspan(o.bo, D), x, t, y, ws);
+}
+
+void AttentionBlock::run_attention(LayerState& state, int batch, std::span<float> att) const {
+  auto& s = static_cast<AttentionState&>(state);
+  const int E = heads_ * head_dim_, S = seq_;
   const AttentionShape a{head_dim_, 1.0f / std::sqrt(float(head_dim_)), true};
   for (int b = 0; b < batch; ++b) {
     const float* qkv = s.qkv.data() + size_t(b) * S * 3 * E;
     for (int h = 0; h < heads_; ++h) {
       const int c = h * head_dim_;
       attention_forward(a, {qkv + c, 3 * E, S, 0}, {qkv + E + c, qkv + 2 * E + c, 3 * E, S, 0},
-                        s.att.data() + size_t(b) * S * E + c, E,
+                        att.data() + size_t(b) * S * E + c, E,
                         s.lse.data() + (size_t(b) * heads_ + h) * S);
     }
   }
-  // Row-parallel: the bias joins after g, once.
-  std::span<float> core = core_output(sharding_, y, t, ws);
-  linear_forward(s.att.span(), p.subspan(o.wo, size_t(D) * E),
-                 sharded ? std::span<const float>{} : p.subspan(o.bo, D), core, rows, E, D);
-  block_output(sharding_, core, p.subspan(o.bo, D), x, t, y, ws);
+}
+
+void AttentionBlock::rebuild_state(std::span<const float> /*p*/, std::span<const float> /*x*/,
+                                   int batch, LayerState& state) {
+  auto& s = static_cast<AttentionState&>(state);
+  const size_t n = size_t(batch) * seq_ * heads_ * head_dim_;
+  DTSIM_CHECK(s.selective && s.qkv.size() == 3 * n);
+  ensure_size(s.att, s.ledger, n);
+  run_attention(s, batch, s.att.span());  // forward's own calls: the same bits (and LSE)
+}
+
+void AttentionBlock::release_rebuilt(LayerState& state) {
+  static_cast<AttentionState&>(state).att.release();
 }
 
 void AttentionBlock::backward(std::span<const float> p, std::span<const float> x,

@@ -128,14 +128,22 @@ void GptMlpBlock::forward(std::span<const float> p, std::span<const float> x, in
   std::span<const float> fc = p.subspan(o.fc0);
   const bool sharded = static_cast<bool>(sharding_.reduce);
   prenorm_forward(sharding_, p.subspan(o.g, D), p.subspan(o.b, D), x, t, s, ws);
-  ensure_size(s.hid, s.ledger, size_t(rows) * F);
-  ensure_size(s.dgelu, s.ledger, size_t(rows) * F);
+  ensure_size(s.dgelu, s.ledger, size_t(rows) * F);  // pre, then gelu'(pre) in place
   linear_forward(s.xn.span(), fc.subspan(o.fc.w1, size_t(F) * D), fc.subspan(o.fc.b1, F),
                  s.dgelu.span(), rows, D, F);
-  gelu_forward_keep_grad(s.dgelu.span(), s.hid.span(), s.dgelu.span());
+  std::span<float> hid;
+  if (s.selective) {  // dgelu stays pre; gelu(pre) goes to the workspace
+    s.hid.release();
+    hid = ws.take(0, size_t(rows) * F);
+    gelu_forward(s.dgelu.span(), hid);  // bitwise gelu_forward_keep_grad's output
+  } else {
+    ensure_size(s.hid, s.ledger, size_t(rows) * F);
+    hid = s.hid.span();
+    gelu_forward_keep_grad(s.dgelu.span(), hid, s.dgelu.span());
+  }
   // Row-parallel: the bias joins after g, once.
   std::span<float> core = core_output(sharding_, y, t, ws);
-  linear_forward(s.hid.span(), fc.subspan(o.fc.w2, size_t(D) * F),
+  linear_forward(hid, fc.subspan(o.fc.w2, size_t(D) * F),
                  sharded ? std::span<const float>{} : fc.subspan(o.fc.b2, D), core, rows, F, D);
   block_output(sharding_, core, fc.subspan(o.fc.b2, D), x, t, y, ws);
 }
@@ -162,6 +170,20 @@ void GptMlpBlock::backward(std::span<const float> p, std::span<const float> x,
                       gfc.subspan(o.fc.b1, F), rows, D, F);
   prenorm_backward(sharding_, dxn, x, dy, p.subspan(o.g, D), s, t, dx, g.subspan(o.g, D),
                    g.subspan(o.b, D), ws);
+}
+
+void GptMlpBlock::rebuild_state(std::span<const float> /*p*/, std::span<const float> /*x*/,
+                                int batch, LayerState& state) {
+  auto& s = static_cast<GptMlpState&>(state);
+  const size_t n = size_t(batch) * seq_ * hidden_;
+  DTSIM_CHECK(s.selective && s.dgelu.size() == n);
+  ensure_size(s.hid, s.ledger, n);
+  // forward's own call on the same pre: the bits a non-selective forward saves.
+  gelu_forward_keep_grad(s.dgelu.span(), s.hid.span(), s.dgelu.span());  // pre := gelu'(pre)
+}
+
+void GptMlpBlock::release_rebuilt(LayerState& state) {
+  static_cast<GptMlpState&>(state).hid.release();
 }
 
 // ---- LayerNormLayer ----

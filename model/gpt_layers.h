@@ -63,6 +63,9 @@ class TokenEmbedding : public Layer {
 // gpt_regions.h). Tensor parallel: heads [r H/T, (r + 1) H/T) of rank r, its qkv.w and
 // qkv.b as three TensorShards each (its q, k and v rows, so that the local (3E/T, D) is
 // laid out as the plain one), proj.w its E/T columns; E, H above become E/T, H/T.
+// Selective recomputation (Korthikanti et al.'s: the core attention): a selective state
+// keeps no attention output; forward puts it in workspace slot 0 and rebuild_state re-runs
+// the attention kernel on the saved qkv, bitwise what forward saves otherwise.
 class AttentionBlock : public Layer {
  public:
   // `heads` is the whole block's H; T = sharding.size must divide it.
@@ -77,8 +80,15 @@ class AttentionBlock : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  bool recomputes_selectively() const override { return true; }
+  void rebuild_state(std::span<const float> params, std::span<const float> x, int batch,
+                     LayerState& state) override;
+  void release_rebuilt(LayerState& state) override;
 
  private:
+  // The attention kernel on the saved qkv: att (B S, E) and the state's LSE.
+  void run_attention(LayerState& state, int batch, std::span<float> att) const;
+
   std::string name_;
   int seq_, dim_, heads_, head_dim_;  // heads_: this rank's H / T
   int full_heads_, seq_local_;
@@ -89,7 +99,9 @@ class AttentionBlock : public Layer {
 // ".w1" (F, D), ".b1" (F), ".w2" (D, F), ".b2" (D) (add_sharded_ffn_params). Saves LN(x)
 // (BS, D), its mean and rstd, and gelu(pre), gelu'(pre) (BS, F each). Backward uses
 // workspace slots 0 and 1 (and 4-7, gpt_regions.h). Tensor parallel: F/T hidden units, as
-// MlpBlock splits them.
+// MlpBlock splits them. Selective recomputation: a selective state keeps the pre-activation
+// (BS, F) only (forward puts gelu(pre) in workspace slot 0); rebuild_state recomputes
+// gelu(pre) and gelu'(pre) from it, as MlpBlock does.
 class GptMlpBlock : public Layer {
  public:
   // `hidden` is the whole block's F; T = sharding.size must divide it.
@@ -103,6 +115,10 @@ class GptMlpBlock : public Layer {
   void backward(std::span<const float> params, std::span<const float> x, std::span<const float> dy,
                 const BackwardScale& scale, std::span<float> grads, std::span<float> dx,
                 LayerState& state, Workspace& ws) override;
+  bool recomputes_selectively() const override { return true; }
+  void rebuild_state(std::span<const float> params, std::span<const float> x, int batch,
+                     LayerState& state) override;
+  void release_rebuilt(LayerState& state) override;
 
  private:
   std::string name_;

@@ -11,9 +11,11 @@ GptActivationFloats gpt_activation_floats(const GptConfig& c, const GptActivatio
   const int64_t n = a.batch * S, nl = sp ? n / t : n;
   const int64_t L = a.layers < 0 ? c.num_layers : a.layers;
 
-  // Each layer's state: AttentionBlock's, GptMlpBlock's, and the final norm's.
-  const int64_t attn = n * D + 2 * nl + n * (4 * E + H);
-  const int64_t mlp = n * D + 2 * nl + 2 * n * F;
+  // Each layer's state: AttentionBlock's, GptMlpBlock's (selective: without the attention
+  // output and gelu(pre)), and the final norm's.
+  const bool selective = a.recompute == Recompute::kSelective;
+  const int64_t attn = n * D + 2 * nl + n * ((selective ? 3 : 4) * E + H);
+  const int64_t mlp = n * D + 2 * nl + (selective ? 1 : 2) * n * F;
   const int64_t lnf = 2 * n + (sp ? n * D : 0);
   const int64_t outputs = 2 * nl * D;
 
@@ -28,8 +30,10 @@ GptActivationFloats gpt_activation_floats(const GptConfig& c, const GptActivatio
   int64_t ws =
       std::max({n * E, n * F, sp ? (V + S) * D : 0}) + std::max(3 * n * E, n * D) + n * D + S;
   if (sp) ws += 3 * n * D + 2 * D;
-  // Recomputation: the discarded output of the forward re-run and the largest state.
+  // Recomputation: the discarded output of the forward re-run and the largest state; or
+  // the larger of the tensors a selective layer rebuilds for its backward.
   if (full) ws += std::max({n * V, n * D}) + std::max({attn, mlp, lnf});
+  if (selective) ws += std::max(n * E, n * F);
   out.workspace = ws;
   return out;
 }

@@ -17,6 +17,9 @@
 // and the layers' shared workspaces (layer.h: each slot as large as its largest use).
 // Full recomputation (layer_stack.h) keeps the outputs and only the largest layer's state
 // (during that layer's backward), plus the recomputed forward's discarded output.
+// Selective recomputation (Korthikanti et al.'s core attention; the GELU as MlpBlock's)
+// keeps neither the attention output nor gelu(pre) (N (E + F) / t less per layer) and
+// rebuilds the larger of them during one layer's backward.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -32,14 +35,14 @@ struct GptActivationShape {
   int64_t batch = 1;  // samples in the micro-batch
   int tp = 1;         // tensor-parallel width t
   bool sequence_parallel = false;
-  Recompute recompute = Recompute::kNone;  // kSelective: as kNone (no GPT layer drops anything)
-  int layers = -1;                         // blocks this rank holds (-1: all)
+  Recompute recompute = Recompute::kNone;
+  int layers = -1;  // blocks this rank holds (-1: all)
 };
 
 // The count above in floats, by part.
 struct GptActivationFloats {
-  int64_t per_layer = 0;  // one transformer layer's saved tensors (without recomputation)
-  int64_t layers = 0;     // every layer's (under recomputation: the kept outputs only)
+  int64_t per_layer = 0;  // one transformer layer's saved tensors (full: without recomputing)
+  int64_t layers = 0;     // every layer's (under full recomputation: the kept outputs only)
   int64_t rest = 0;       // input, embedding, final norm, head, loss, gradient buffers
   int64_t workspace = 0;  // the shared workspaces (and recomputation's largest state)
   int64_t total() const { return layers + rest + workspace; }

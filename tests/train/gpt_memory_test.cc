@@ -1,8 +1,8 @@
 // The GPT's activation memory per rank: what each rank measures (its ledger's peak,
 // model::MemoryLedger) against the stated count (model/gpt_memory.h, the gpt spec's
 // activation_floats; docs/gpt.md adapts Korthikanti et al. 2022 to it) within 5%, under
-// tensor parallelism of width 1, 2 and 4, with and without sequence parallelism and full
-// recomputation; and the count's per-layer term in Korthikanti et al.'s form.
+// tensor parallelism of width 1, 2 and 4, with and without sequence parallelism, full and
+// selective recomputation; and the count's per-layer term in Korthikanti et al.'s form.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,7 +23,9 @@ struct MemCase {
 };
 std::ostream& operator<<(std::ostream& os, const MemCase& p) {
   return os << "tp" << p.tp << (p.sp ? "_sp" : "")
-            << (p.recompute == model::Recompute::kFull ? "_full" : "");
+            << (p.recompute == model::Recompute::kFull        ? "_full"
+                : p.recompute == model::Recompute::kSelective ? "_selective"
+                                                              : "");
 }
 
 // A GPT whose per-layer tensors dominate (S 16, D 32, 4 heads of 8, F 128, 4 layers).
@@ -69,7 +71,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, GptActivations,
                                            MemCase{2, false, model::Recompute::kFull},
                                            MemCase{4, false, model::Recompute::kFull},
                                            MemCase{2, true, model::Recompute::kFull},
-                                           MemCase{4, true, model::Recompute::kFull}),
+                                           MemCase{4, true, model::Recompute::kFull},
+                                           MemCase{1, false, model::Recompute::kSelective},
+                                           MemCase{2, false, model::Recompute::kSelective},
+                                           MemCase{4, true, model::Recompute::kSelective}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 // The count's per-layer term is Korthikanti et al.'s s b h (34 + 5 a s / h) redone in fp32
