@@ -29,7 +29,7 @@ GptActivationFloats gpt_activation_floats(const GptConfig& c, const GptActivatio
   // Workspace slots 0-3 (and 4-7 under sequence parallelism), gpt_layers.h / gpt_regions.h.
   int64_t ws =
       std::max({n * E, n * F, sp ? (V + S) * D : 0}) + std::max(3 * n * E, n * D) + n * D + S;
-  if (sp) ws += 3 * n * D + 2 * D;
+  if (sp) ws += 2 * n * D + nl * D + 2 * D;
   // Recomputation: the discarded output of the forward re-run and the largest state; or
   // the larger of the tensors a selective layer rebuilds for its backward.
   if (full) ws += std::max({n * V, n * D}) + std::max({attn, mlp, lnf});

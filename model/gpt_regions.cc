@@ -64,7 +64,7 @@ void prenorm_forward(const SequenceSharding& sh, std::span<const float> g, std::
     layernorm_forward(x, g, b, s.xn.span(), s.mean.span(), s.rstd.span(), local, D);
     return;
   }
-  std::span<float> mine = ws.take(4, size_t(local) * D);
+  std::span<float> mine = ws.take(6, size_t(local) * D);
   layernorm_forward(x, g, b, mine, s.mean.span(), s.rstd.span(), local, D);
   gather_sequence(sh, mine, s.xn.span(), t, ws.take(5, size_t(t.rows()) * D));
 }
@@ -105,7 +105,7 @@ void prenorm_backward(const SequenceSharding& sh, std::span<float> dxn, std::spa
 std::span<float> core_output(const SequenceSharding& sh, std::span<float> y, const TokenRows& t,
                              Workspace& ws) {
   if (!sh.sequence_parallel()) return y.first(size_t(t.rows()) * t.dim);
-  return ws.take(6, size_t(t.rows()) * t.dim);
+  return ws.take(4, size_t(t.rows()) * t.dim);
 }
 
 void block_output(const SequenceSharding& sh, std::span<float> core, std::span<const float> bias,

@@ -13,9 +13,9 @@
 //   output grad   dy               dy (replicated)            all-gather dy (g')
 //
 // The output bias's gradient is summed over the full (gathered) dy, so it is complete on
-// every rank without a collective. Workspace slots: 4 (B S D: the gathered dy in backward,
-// this rank's normalised rows in forward), 5 (B S D: the sequence permutation), 6 (B S D:
-// the partial output in forward; this rank's dxn rows in backward), 7 (2 D: norm grads).
+// every rank without a collective. Workspace slots: 4 (B S D: the partial output in
+// forward, the gathered dy in backward), 5 (B S D: the sequence permutation), 6 (B S D / T:
+// this rank's normalised rows in forward, its dxn rows in backward), 7 (2 D: norm grads).
 //
 // Thread safety: none, as every Layer.
 #pragma once
@@ -68,7 +68,7 @@ void prenorm_backward(const SequenceSharding& sh, std::span<float> dxn, std::spa
                       std::span<float> gb, Workspace& ws);
 
 // Where the block's core writes its output (B S, D) before output(): y itself unless
-// sequence parallel (workspace slot 6).
+// sequence parallel (workspace slot 4).
 std::span<float> core_output(const SequenceSharding& sh, std::span<float> y, const TokenRows& t,
                              Workspace& ws);
 // y (rows_local, D) = g(core) + bias + x, core from core_output() (without the bias when
