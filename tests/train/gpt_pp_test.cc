@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 
+#include "train/memory_plan.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
@@ -89,6 +90,24 @@ TEST(GptPipeline, FirstStageHoldsTheEmbeddingLastTheFinalNormAndHead) {
   EXPECT_TRUE(holds(last, "head.w"));
   EXPECT_FALSE(holds(last, "embed.wte"));
   EXPECT_EQ(first.size() + last.size(), model_layout(c).size());
+}
+
+// The memory plan (the spec's activation_floats for L / pp blocks, times the micro-batches
+// a stage holds at once) bounds what each rank measures, and not by more than 3x, as
+// memory_plan_test.cc asks of the other models.
+TEST(GptPipeline, MemoryPlanBoundsTheMeasuredPeak) {
+  for (const GptPpCase& p : {GptPpCase{.layers = 4}, GptPpCase{.layers = 4, .tp = 2, .sp = true}}) {
+    const TrainConfig c = gpt_pipeline(p);
+    const MemoryPlan plan = plan_memory(c);
+    const RunResult run = run_training(c);
+    ASSERT_EQ(plan.rank_bytes.size(), run.ranks.size());
+    for (size_t r = 0; r < run.ranks.size(); ++r) {
+      int64_t measured = 0;
+      for (int64_t b : run.ranks[r].memory) measured += b;
+      EXPECT_GE(plan.rank_bytes[r], measured) << p << " rank " << r;
+      EXPECT_LE(plan.rank_bytes[r], 3 * measured) << p << " rank " << r;
+    }
+  }
 }
 
 TEST(GptPipeline, RejectsTheSplitBackwardSchedule) {
