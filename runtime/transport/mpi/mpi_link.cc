@@ -6,9 +6,10 @@
 #include <functional>
 #include <thread>
 
+#include "runtime/payload.h"
+#include "runtime/run_state.h"
 #include "runtime/split.h"
 #include "runtime/transport/mpi/mpi_process.h"
-#include "runtime/world_state.h"
 
 namespace dtsim::mpi {
 namespace {
@@ -32,7 +33,7 @@ WireBuf allocate_wire(size_t payload_bytes) {
 
 void free_wire(WireBuf b) { free_payload({b.data, b.capacity}); }
 
-MpiLink::MpiLink(WorldState* state, const ProcessModel& model, std::chrono::milliseconds timeout)
+MpiLink::MpiLink(RunState* state, const ProcessModel& model, std::chrono::milliseconds timeout)
     : state_(state),
       model_(model),
       timeout_(timeout),

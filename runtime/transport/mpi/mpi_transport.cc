@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "runtime/diagnostics/watchdog.h"
-#include "runtime/transport/thread/transport_wait.h"
-#include "runtime/world_state.h"
+#include "runtime/run_state.h"
+#include "runtime/transport/transport_wait.h"
 
 namespace dtsim::mpi {
 namespace {
@@ -25,7 +25,7 @@ MpiTransport::~MpiTransport() {
 }
 
 void MpiTransport::check_abort(const WaitSite& site, int peer) {
-  WorldState& state = *link_->state();
+  RunState& state = *link_->state();
   if (!state.aborted()) return;
   throw AbortedError("rank " + std::to_string(rank_) + " aborted in " + describe(site.sig) +
                      " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
@@ -144,7 +144,7 @@ Message MpiTransport::recv(int src, const MessageKey& key, const WaitSite& site)
     found = yield_poll(take);
   }
   if (!found) {
-    WorldState& state = *link_->state();
+    RunState& state = *link_->state();
     const auto waited_from = Clock::now();
     const auto deadline = deadline_after(waited_from, link_->timeout());
     Doorbell& bell = state.bell(rank_);
