@@ -433,6 +433,20 @@ TEST_F(MpiWorldTest, MpiMaxAndMinKeepNanAndSignedZeroAsDtsimDoes) {
   expect_mpi_max_min_match_dtsim<double>(w);
 }
 
+// Algo::kMpi's traffic is counted (issue 37, defect 5: it was 0 B): the bandwidth-optimal
+// bytes, 2(N-1)/N of the data for an all_reduce.
+TEST_F(MpiWorldTest, MpiAlgorithmTrafficIsCounted) {
+  World w(job_model());
+  if (w.size() < 2 || w.model().threads > 1) GTEST_SKIP() << "needs 2+ processes of one rank";
+  const size_t n = static_cast<size_t>(w.size()), len = 1000 * n;
+  w.run([&](Communicator& c) {
+    std::vector<float> x(len, 1.0f);
+    c.all_reduce(std::span<float>(x), ReduceOp::kSum, Algo::kMpi);
+  });
+  EXPECT_EQ(w.counters(w.first_rank())[OpKind::kAllReduce].bytes_sent,
+            2 * (len * sizeof(float) / n) * (n - 1));
+}
+
 // A process that is slow but progressing (oversubscribed) is not taken for a lost one
 // (issue 37, defect 6): process 0 finishes the run at once, the last process keeps calling
 // collectives among its own ranks for longer than the deadline plus the grace (1 + 3 s).
