@@ -121,7 +121,7 @@ def damage(d, how):
         path = (os.path.join(folder, "metadata.json") if how == "newer_metadata"
                 else os.path.join(d, "bad", "dtsim-checkpoint.json"))
         j = json.load(open(path))
-        j["version"] = 2
+        j["version"] = 99
         json.dump(j, open(path, "w"))
 
 
@@ -131,9 +131,9 @@ CKPT_BAD = [  # (damage, arguments, what the one-line error must contain)
     ("corrupted", ["train", "--resume", "bad", "--steps", "4"], "fails its checksum"),
     ("corrupted", ["checkpoint", "inspect", "bad"], "fails its checksum"),
     ("newer_metadata", ["train", "--resume", "bad", "--steps", "4"],
-     "has format version 2, newer than this dtsim reads (1)"),
+     "has format version 99, newer than this dtsim reads (2)"),
     ("newer_marker", ["train", "--resume", "bad", "--steps", "4"],
-     "has format version 2, newer than this dtsim reads (1)"),
+     "has format version 99, newer than this dtsim reads (2)"),
     (None, ["train", "--resume", "empty", "--steps", "4"],
      "--resume empty is not a dtsim checkpoint (it has no dtsim-checkpoint.json)"),
     (None, ["train", "--resume", "nowhere", "--steps", "4"], "--resume nowhere: no such directory"),

@@ -11,6 +11,8 @@
 
 #include "runtime/types.h"
 #include "tests/train/train_test_util.h"
+#include "train/checkpoint/format.h"
+#include "train/checkpoint/store.h"
 #include "train/checkpoint/tools.h"
 #include "train/strategies.h"
 
@@ -156,6 +158,68 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return mesh_name(info.param.from) + "_to_" + mesh_name(info.param.to);
     });
+
+TEST(Checksum, Mix64SeesEveryBitFlipAndVersionOneIsFnv1a) {
+  std::vector<std::byte> bytes(203);  // four lanes, a word tail and a byte tail
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 37 + 11);
+  const uint64_t sum = checkpoint::mix64(bytes);
+  for (size_t i = 0; i < bytes.size() * 8; ++i) {
+    bytes[i / 8] ^= std::byte(1 << (i % 8));
+    EXPECT_NE(checkpoint::mix64(bytes), sum) << "bit " << i;
+    bytes[i / 8] ^= std::byte(1 << (i % 8));
+  }
+  EXPECT_EQ(checkpoint::mix64(bytes), sum);
+  bytes.push_back(std::byte(0));  // a trailing zero is another length
+  EXPECT_NE(checkpoint::mix64(bytes), sum);
+  const std::byte a[1] = {std::byte('a')};
+  EXPECT_EQ(checkpoint::checksum(1, a), 0xaf63dc4c8601ec8cull);  // FNV-1a 64 of "a"
+  EXPECT_EQ(checkpoint::checksum(2, a), checkpoint::mix64(a));
+}
+
+// commit_save checks by intervals that the shards' chunks tile every tensor.
+TEST(CheckpointCommit, ChunksMustTileEachTensorExactlyOnce) {
+  const std::vector<float> values(16, 1.0f);
+  const auto chunk = [&](int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+    return checkpoint::ShardEntry{checkpoint::entry_name("params/w", row0, col0),
+                                  {rows, cols},
+                                  std::span<const float>(values).first(rows * cols)};
+  };
+  std::map<std::string, checkpoint::TensorMeta> expected;
+  expected["params/w"].rows = 4;
+  expected["params/w"].cols = 4;
+  struct Case {
+    std::vector<std::vector<checkpoint::ShardEntry>> shards;
+    const char* error;  // nullptr: a tiling
+  };
+  const std::vector<Case> cases = {
+      {{{chunk(0, 0, 2, 4)}, {chunk(2, 0, 2, 2), chunk(2, 2, 2, 2)}}, nullptr},
+      {{{chunk(0, 0, 4, 1), chunk(0, 1, 4, 3)}}, nullptr},
+      {{{chunk(0, 0, 3, 4)}, {chunk(2, 0, 2, 4)}}, "two ranks wrote the same element"},
+      {{{chunk(0, 0, 4, 2)}, {chunk(1, 1, 1, 1), chunk(0, 2, 4, 2)}}, "the same element"},
+      {{{chunk(0, 0, 2, 4)}, {chunk(3, 0, 1, 4)}}, "no rank wrote part of params/w"},
+      {{{chunk(0, 0, 4, 4)}, {chunk(3, 3, 1, 2)}}, "lies outside its shape"},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    CheckpointDir dir;
+    fs::create_directories(dir.path());
+    const std::string partial = checkpoint::begin_save(dir.path(), 1);
+    for (size_t r = 0; r < cases[k].shards.size(); ++r) {
+      const checkpoint::ShardHead head = checkpoint::safetensors_head(cases[k].shards[r]);
+      checkpoint::write_synced(
+          (fs::path(partial) / checkpoint::shard_file(static_cast<int>(r), 2)).string(),
+          checkpoint::safetensors_pieces(head, cases[k].shards[r]));
+    }
+    checkpoint::Metadata meta;
+    meta.step = 1;
+    try {
+      checkpoint::commit_save(dir.path(), meta, expected);
+      EXPECT_EQ(cases[k].error, nullptr) << "case " << k << " was committed";
+    } catch (const Error& e) {
+      ASSERT_NE(cases[k].error, nullptr) << "case " << k << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(cases[k].error), std::string::npos) << e.what();
+    }
+  }
+}
 
 TEST(CheckpointShape, AnotherModelShapeIsRefusedNamingTheTensorAndBothShapes) {
   CheckpointDir dir;

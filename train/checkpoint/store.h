@@ -28,12 +28,17 @@ namespace dtsim::train::checkpoint {
 // saves ends it at once (_exit(86)), as a kill there would; a no-op without the variable.
 void crash_point();
 
-// Writes `bytes` to `path` (created or truncated) and fsyncs it; throws Error naming it.
+// Writes `pieces` one after another to `path` (created or truncated), in a few large writev
+// calls with no copy, and fsyncs it; throws Error naming it.
+void write_synced(const std::string& path, const std::vector<std::span<const std::byte>>& pieces);
 void write_synced(const std::string& path, std::span<const std::byte> bytes);
 // Writes `path` under "<path>.tmp", fsyncs, renames it into place and fsyncs the folder.
 void replace_synced(const std::string& path, const std::string& text);
 void fsync_dir(const std::string& dir);
-// Bytes [begin, end) of `path`; throws UsageError when the file is missing or too short.
+// Bytes [begin, begin + out.size()) of `path` into `out` (pread); throws UsageError when the
+// file is missing or too short.
+void read_into(const std::string& path, uint64_t begin, std::span<std::byte> out);
+// Bytes [begin, end) of `path`; the same errors.
 std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end);
 std::string read_text(const std::string& path);
 
