@@ -11,6 +11,7 @@
 
 #include "runtime/types.h"
 #include "tests/train/train_test_util.h"
+#include "train/check.h"
 #include "train/checkpoint/format.h"
 #include "train/checkpoint/store.h"
 #include "train/checkpoint/tools.h"
@@ -137,7 +138,16 @@ TEST_P(Resharding, LoadsTheSavedStateAndContinuesAsTheNewMesh) {
   const RunResult saved = save_run(mesh_config(r.from, kK), dir.path());
   const RunResult loaded = resume_run(mesh_config(r.to, kK), dir.path());
   EXPECT_TRUE(same_bits(loaded.params, saved.params));
-  const RunResult resumed = resume_run(mesh_config(r.to, 2 * kK), dir.path());
+  TrainConfig to = mesh_config(r.to, 2 * kK);
+  to.record_history = true;  // for the lockstep check (what dtsim train --check sets)
+  const RunResult resumed = resume_run(to, dir.path());
+  // --check across the resume: the references resume from the same checkpoint.
+  to.checkpoint.resume_dir = dir.path();
+  const CheckResult ck = check(to, resumed);
+  EXPECT_TRUE(ck.passed && ck.lockstep) << ck.verdict_text;
+  RunResult planted = resumed;  // an error of 1e-3 in one parameter at one resumed step
+  planted.param_history[1][planted.param_history[1].size() / 2] += 1e-3f;
+  EXPECT_FALSE(check(to, planted).passed) << "a planted 1e-3 error passed the check";
   for (const MeshSpec& reference : {r.from, r.to}) {
     RunResult straight = run_training(mesh_config(reference, 2 * kK));
     straight.losses.erase(straight.losses.begin(), straight.losses.begin() + kK);
@@ -158,6 +168,20 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return mesh_name(info.param.from) + "_to_" + mesh_name(info.param.to);
     });
+
+TEST(CheckpointSingleRank, SingleAndAccumSaveAndResumeBitwise) {
+  for (const Strategy strategy : {Strategy::kSingle, Strategy::kAccum}) {
+    CheckpointDir dir;
+    const auto config = [&](int steps) {
+      return with_adam(make_config(
+          {.strategy = strategy, .ranks = strategy == Strategy::kAccum ? 4 : 1, .steps = steps}));
+    };
+    const RunResult straight = run_training(config(2 * kK));
+    save_run(config(kK), dir.path());
+    const RunResult resumed = resume_run(config(2 * kK), dir.path());
+    EXPECT_TRUE(same_bits(resumed.params, straight.params)) << to_string(strategy);
+  }
+}
 
 TEST(Checksum, Mix64SeesEveryBitFlipAndVersionOneIsFnv1a) {
   std::vector<std::byte> bytes(203);  // four lanes, a word tail and a byte tail
