@@ -195,6 +195,11 @@ TEST(Checksum, Mix64SeesEveryBitFlipAndVersionOneIsFnv1a) {
   EXPECT_EQ(checkpoint::mix64(bytes), sum);
   bytes.push_back(std::byte(0));  // a trailing zero is another length
   EXPECT_NE(checkpoint::mix64(bytes), sum);
+  checkpoint::Checksum pieces(2);  // 32-byte blocks, then the rest: the same sum
+  pieces.update(std::span(bytes).first(64));
+  pieces.update(std::span(bytes).subspan(64));
+  EXPECT_EQ(pieces.finish(), checkpoint::mix64(bytes));
+  EXPECT_THROW(pieces.update(std::span(bytes).first(32)), Error);  // after a partial block
   const std::byte a[1] = {std::byte('a')};
   EXPECT_EQ(checkpoint::checksum(1, a), 0xaf63dc4c8601ec8cull);  // FNV-1a 64 of "a"
   EXPECT_EQ(checkpoint::checksum(2, a), checkpoint::mix64(a));

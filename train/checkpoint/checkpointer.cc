@@ -99,8 +99,8 @@ class ChunkReader {
  private:
   void load(const std::string& tensor, const Chunk& c, std::span<float> out) {
     const std::string path = (std::filesystem::path(folder_) / c.file).string();
-    read_into(path, c.begin, std::as_writable_bytes(out));
-    if (checksum(meta_.version, std::as_bytes(out)) != c.sum) {
+    if (read_checksummed(path, c.begin, c.end, meta_.version, std::as_writable_bytes(out)) !=
+        c.sum) {
       throw UsageError("checkpoint shard " + path + " is corrupted: a chunk of " + tensor +
                        " fails its checksum; save it again");
     }

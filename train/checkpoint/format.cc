@@ -24,9 +24,6 @@ std::vector<int64_t> shape_of(const TensorMeta& t) {
   return {t.rows, t.cols};
 }
 
-constexpr uint64_t kK1 = 0x9e3779b97f4a7c15ull;  // odd: multiplying by it is a bijection
-constexpr uint64_t kK2 = 0xd6e8feb86659fd93ull;
-
 uint64_t lane(uint64_t h, uint64_t word) { return std::rotl(h ^ word * kK1, 29) * kK2; }
 
 uint64_t splitmix(uint64_t x) {  // a bijection that spreads every bit over all of them
@@ -43,10 +40,15 @@ uint64_t load64(const std::byte* p) {
 
 }  // namespace
 
-uint64_t mix64(std::span<const std::byte> bytes) {
+void Checksum::update(std::span<const std::byte> bytes) {
+  if (!mix_) {
+    for (std::byte b : bytes) h_[0] = (h_[0] ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+    return;
+  }
+  if (tail_ != 0) throw Error("checksum: only the last piece may be other than 32-byte blocks");
   const std::byte* p = bytes.data();
   const size_t n = bytes.size();
-  uint64_t h0 = kK1, h1 = kK2, h2 = ~kK1, h3 = ~kK2;  // four independent chains
+  uint64_t h0 = h_[0], h1 = h_[1], h2 = h_[2], h3 = h_[3];  // four independent chains
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
     h0 = lane(h0, load64(p + i));
@@ -54,28 +56,43 @@ uint64_t mix64(std::span<const std::byte> bytes) {
     h2 = lane(h2, load64(p + i + 16));
     h3 = lane(h3, load64(p + i + 24));
   }
-  for (; i + 8 <= n; i += 8) h0 = lane(h0, load64(p + i));
+  for (; i + 8 <= n; i += 8, ++tail_) h0 = lane(h0, load64(p + i));
   if (i < n) {
     uint64_t w = 0;
     std::memcpy(&w, p + i, n - i);
     h1 = lane(h1, w);
+    ++tail_;
   }
-  uint64_t h = n;
-  for (const uint64_t x : {h0, h1, h2, h3}) h = (h ^ splitmix(x)) * kK1;
+  h_[0] = h0, h_[1] = h1, h_[2] = h2, h_[3] = h3;
+  length_ += n;
+}
+
+uint64_t Checksum::finish() const {
+  if (!mix_) return h_[0];
+  uint64_t h = length_;
+  for (const uint64_t x : h_) h = (h ^ splitmix(x)) * kK1;
   return splitmix(h);
 }
 
+uint64_t mix64(std::span<const std::byte> bytes) {
+  Checksum c(kFormatVersion);
+  c.update(bytes);
+  return c.finish();
+}
+
+uint64_t fnv1a64(std::span<const std::byte> bytes) {
+  Checksum c(1);
+  c.update(bytes);
+  return c.finish();
+}
+
 uint64_t checksum(int version, std::span<const std::byte> bytes) {
-  return version >= 2 ? mix64(bytes) : fnv1a64(bytes);
+  Checksum c(version);
+  c.update(bytes);
+  return c.finish();
 }
 
 const char* checksum_name(int version) { return version >= 2 ? "mix64" : "fnv1a64"; }
-
-uint64_t fnv1a64(std::span<const std::byte> bytes) {
-  uint64_t h = 14695981039346656037ull;
-  for (std::byte b : bytes) h = (h ^ static_cast<uint64_t>(b)) * 1099511628211ull;
-  return h;
-}
 
 std::string hex64(uint64_t v) {
   char text[17];

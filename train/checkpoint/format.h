@@ -39,6 +39,26 @@ uint64_t fnv1a64(std::span<const std::byte> bytes);
 // The checksum a checkpoint of format `version` uses, and its name ("mix64", "fnv1a64").
 uint64_t checksum(int version, std::span<const std::byte> bytes);
 const char* checksum_name(int version);
+
+inline constexpr uint64_t kK1 = 0x9e3779b97f4a7c15ull;  // odd: multiplying by it is a bijection
+inline constexpr uint64_t kK2 = 0xd6e8feb86659fd93ull;
+
+// checksum(version, ...) over bytes given piece by piece (to verify a block while it is in
+// cache): every piece but the last must be a multiple of 32 bytes (throws Error otherwise).
+class Checksum {
+ public:
+  explicit Checksum(int version) : mix_(version >= 2) {
+    if (!mix_) h_[0] = 14695981039346656037ull;  // FNV-1a 64's offset basis
+  }
+  void update(std::span<const std::byte> bytes);
+  uint64_t finish() const;
+
+ private:
+  bool mix_;
+  uint64_t h_[4] = {kK1, kK2, ~kK1, ~kK2};  // mix64's lanes; FNV-1a's state is h_[0]
+  uint64_t length_ = 0;
+  int tail_ = 0;  // words past the last 32-byte block: the last piece's
+};
 std::string hex64(uint64_t v);
 
 // A block [row0, row0 + rows) x [col0, col0 + cols) of a 2-D tensor (a vector: cols 1).

@@ -133,21 +133,62 @@ void replace_synced(const std::string& path, const std::string& text) {
   fsync_dir(fs::path(path).parent_path().string());
 }
 
-void read_into(const std::string& path, uint64_t begin, std::span<std::byte> out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw UsageError(os_error("cannot open checkpoint shard", path));
+namespace {
+
+// Fills `out` from `fd` at `at`; false when the file ends first.
+bool pread_all(int fd, uint64_t at, std::span<std::byte> out) {
   size_t done = 0;
   while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, begin + done);
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, at + done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) return false;
     done += static_cast<size_t>(n);
   }
-  ::close(fd);
-  if (done != out.size()) {
-    throw UsageError("checkpoint shard " + path + " is truncated: bytes " + std::to_string(begin) +
-                     "-" + std::to_string(begin + out.size()) + " are missing; save it again");
+  return true;
+}
+
+class ShardFile {
+ public:
+  explicit ShardFile(const std::string& path)
+      : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw UsageError(os_error("cannot open checkpoint shard", path));
   }
+  ~ShardFile() { ::close(fd_); }
+  ShardFile(const ShardFile&) = delete;
+  ShardFile& operator=(const ShardFile&) = delete;
+  void read(uint64_t at, std::span<std::byte> out, uint64_t begin, uint64_t end) const {
+    if (!pread_all(fd_, at, out)) {
+      throw UsageError("checkpoint shard " + path_ + " is truncated: bytes " +
+                       std::to_string(begin) + "-" + std::to_string(end) +
+                       " are missing; save it again");
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+}  // namespace
+
+void read_into(const std::string& path, uint64_t begin, std::span<std::byte> out) {
+  ShardFile(path).read(begin, out, begin, begin + out.size());
+}
+
+uint64_t read_checksummed(const std::string& path, uint64_t begin, uint64_t end, int version,
+                          std::span<std::byte> out) {
+  constexpr uint64_t kBlock = uint64_t{1} << 20;  // a multiple of Checksum's 32 bytes
+  const ShardFile file(path);
+  std::vector<std::byte> scratch(out.empty() ? std::min(kBlock, end - begin) : 0);
+  Checksum sum(version);
+  for (uint64_t at = begin; at < end; at += kBlock) {
+    const size_t n = static_cast<size_t>(std::min(kBlock, end - at));
+    const std::span<std::byte> block =
+        out.empty() ? std::span<std::byte>(scratch).first(n) : out.subspan(at - begin, n);
+    file.read(at, block, begin, end);
+    sum.update(block);
+  }
+  return sum.finish();
 }
 
 std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end) {

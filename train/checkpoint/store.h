@@ -38,6 +38,11 @@ void fsync_dir(const std::string& dir);
 // Bytes [begin, begin + out.size()) of `path` into `out` (pread); throws UsageError when the
 // file is missing or too short.
 void read_into(const std::string& path, uint64_t begin, std::span<std::byte> out);
+// The same, in blocks of 1 MiB, each checksummed while in cache; returns
+// checksum(version, out). With `out` empty, reads [begin, end) through one block and only
+// checksums it (a verification).
+uint64_t read_checksummed(const std::string& path, uint64_t begin, uint64_t end, int version,
+                          std::span<std::byte> out = {});
 // Bytes [begin, end) of `path`; the same errors.
 std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end);
 std::string read_text(const std::string& path);

@@ -20,12 +20,12 @@ std::string shape_text(const TensorMeta& t) {
                   : "[" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]";
 }
 
-// Reads chunk `c` of tensor `name` into `out` (its size) and verifies its checksum.
+// Reads chunk `c` of tensor `name` into `out` (its size; empty: only verifies it) and
+// verifies its checksum.
 void read_chunk(const std::string& folder, int version, const std::string& name, const Chunk& c,
-                std::span<float> out) {
+                std::span<float> out = {}) {
   const std::string path = (fs::path(folder) / c.file).string();
-  read_into(path, c.begin, std::as_writable_bytes(out));
-  if (checksum(version, std::as_bytes(out)) != c.sum) {
+  if (read_checksummed(path, c.begin, c.end, version, std::as_writable_bytes(out)) != c.sum) {
     throw UsageError("checkpoint shard " + path + " is corrupted: a chunk of " + name +
                      " fails its checksum; save it again");
   }
@@ -54,12 +54,8 @@ std::vector<float> whole_tensor(const std::string& folder, int version, const st
 }  // namespace
 
 void verify_chunks(const std::string& folder, const Metadata& meta) {
-  std::vector<float> buffer;  // one chunk at a time
   for (const auto& [name, t] : meta.tensors) {
-    for (const Chunk& c : t.chunks) {
-      buffer.resize(c.box.size());
-      read_chunk(folder, meta.version, name, c, buffer);
-    }
+    for (const Chunk& c : t.chunks) read_chunk(folder, meta.version, name, c);
   }
 }
 
