@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <utility>
 
 #include "runtime/types.h"
@@ -191,11 +190,11 @@ int Checkpointer::restore() {
   for (const StatePart& part : state_.parts) {
     ChunkReader reader(meta, folder);
     const model::ParamLayout& layout = *part.layout;
-    // Left uninitialized: every element load_params takes is read below (the reader checks
-    // that the chunks cover each piece), and a ZeRO-3 rank's pages outside its shards are
+    // Every element load_params takes is read below (the reader checks that the chunks
+    // cover each piece); in huge pages, and a ZeRO-3 rank's pages outside its shards are
     // never touched, so never faulted in.
-    const std::unique_ptr<float[]> buffer(new float[layout.size()]);
-    const std::span<float> local(buffer.get(), layout.size());
+    const HugeBuffer buffer(layout.size());
+    const std::span<float> local = buffer.floats();
     const std::vector<OptimizerRun> runs = part.access->optimizer_runs();
     std::vector<Piece> wanted;  // the parameters this part keeps
     if (part.access->keeps_all_params()) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -190,6 +191,19 @@ uint64_t read_checksummed(const std::string& path, uint64_t begin, uint64_t end,
   }
   return sum.finish();
 }
+
+HugeBuffer::HugeBuffer(size_t floats) : size_(floats) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  map_bytes_ = floats * sizeof(float) + kHuge;  // room to start on a 2 MiB boundary
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map_ == MAP_FAILED)
+    throw Error(os_error("cannot map", std::to_string(map_bytes_) + " bytes"));
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(map_) + kHuge - 1) / kHuge * kHuge;
+  data_ = reinterpret_cast<float*>(at);
+  ::madvise(data_, floats * sizeof(float), MADV_HUGEPAGE);  // advice: fine to be refused
+}
+
+HugeBuffer::~HugeBuffer() { ::munmap(map_, map_bytes_); }
 
 std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end) {
   std::vector<std::byte> out(end - begin);

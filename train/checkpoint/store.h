@@ -43,6 +43,23 @@ void read_into(const std::string& path, uint64_t begin, std::span<std::byte> out
 // checksums it (a verification).
 uint64_t read_checksummed(const std::string& path, uint64_t begin, uint64_t end, int version,
                           std::span<std::byte> out = {});
+// A large scratch buffer of floats (zero-filled), backed by transparent huge pages where the
+// kernel allows them: 2 MiB pages fault in 512 x less often than 4 KiB ones, and a page fault
+// is costly on a virtual machine (docs/benchmarks.md). Throws Error when out of memory.
+class HugeBuffer {
+ public:
+  explicit HugeBuffer(size_t floats);
+  ~HugeBuffer();
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  std::span<float> floats() const { return {data_, size_}; }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
 // Bytes [begin, end) of `path`; the same errors.
 std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end);
 std::string read_text(const std::string& path);
