@@ -4,14 +4,20 @@
 #   bench/checkpoint_io.sh DTSIM [rounds] [dir]      (defaults 5 rounds, $TMPDIR or /tmp)
 #
 # The model: MLP D 512 H 4096, 4 blocks (16.8 M parameters), Adam, on --dp 4 --zero 3 rank
-# threads: a checkpoint of params, adam_m and adam_v, 3 x 67 MB in 4 shards. The save and
-# load times are those dtsim train prints ("saved step 1 into DIR: 201.6 MB in 1.754 s"):
-# from the save's start to its last barrier (every rank's shard written and fsync'd, the
-# commit), and from the resume's start to its barrier (every rank's chunks read, checksums
-# verified); the medians over the rounds. dd writes the same bytes with conv=fsync (as a
-# save fsyncs) and reads them back; both reads come from the page cache when the file is
-# still in it, as the resume's do. The resume also verifies every checksum before it starts
-# (tools.h, validate_resume), outside the load time printed.
+# threads: a checkpoint of params, adam_m and adam_v, 3 x 67 MB in 4 shards. Each round runs,
+# one after the other, every dtsim measurement and the dd it is set beside:
+#   save   what dtsim train --save prints ("saved step 1 into DIR: 201.6 MB in 0.4 s"): from
+#          the save's start to its last barrier (every rank's shard written and fsync'd, the
+#          commit) | dd of as many bytes from /dev/zero with conv=fsync (a fresh file, as the
+#          save's are);
+#   load   what dtsim train --resume prints: from the resume's start to its barrier (every
+#          rank's chunks read with pread, checksums verified), the files in the page cache
+#          | dd reading the dd file back, in the page cache too;
+#   verify dtsim checkpoint inspect: the pass that reads every chunk and checks its checksum
+#          (a resume makes it before any work, outside the load time above) | dd read.
+#          As root with a writable /proc/sys/vm/drop_caches both run cold (sync, echo 3 >
+#          drop_caches before each): a read from the disk; else from the page cache.
+# Prints the medians over the rounds and the host's load before and after.
 set -euo pipefail
 . "$(dirname "$0")/stats.sh"
 usage() {
@@ -25,27 +31,38 @@ dtsim=$1 rounds=${2:-5} base=${3:-${TMPDIR:-/tmp}}
 work=$(mktemp -d "$base/dtsim_ckpt_bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 model=(--dim 512 --hidden 4096 --layers 4 --optimizer adam --dp 4 --zero 3 --quiet)
+cold=0
+if [[ $(id -u) == 0 ]] && (echo 1 > /proc/sys/vm/drop_caches) 2> /dev/null; then cold=1; fi
+drop() { if ((cold)); then sync && echo 3 > /proc/sys/vm/drop_caches; fi; }
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u '+%F %H:%M UTC')"
 echo "disk: $(df -h "$work" | awk 'NR == 2 {print $1 " (" $2 ", " $5 " used)"}')"
 echo "uptime before: $(uptime)"
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 io_secs() { sed -n "s/^  $1 step .* in \([0-9.]*\) s$/\1/p"; }
-save=() load=() ddw=() ddr=()
+save=() load=() verify=() ddw=() ddr=() ddv=()
 for ((r = 0; r < rounds; ++r)); do
   rm -rf "$work/ck" "$work/dd.bin"
   save+=("$("$dtsim" train "${model[@]}" --steps 1 --save "$work/ck" | io_secs saved)")
-  load+=("$("$dtsim" train "${model[@]}" --steps 2 --resume "$work/ck" | io_secs loaded)")
   bytes=$(du -sb "$work/ck" | cut -f1)
-  ddw+=("$(secs dd if=/dev/zero of="$work/dd.bin" bs=1M count=$((bytes >> 20)) conv=fsync status=none)")
+  ddw+=("$(secs dd if=/dev/zero of="$work/dd.bin" bs=1M count="$bytes" iflag=count_bytes conv=fsync status=none)")
+  load+=("$("$dtsim" train "${model[@]}" --steps 2 --resume "$work/ck" | io_secs loaded)")
   ddr+=("$(secs dd if="$work/dd.bin" of=/dev/null bs=1M status=none)")
+  drop
+  verify+=("$(secs "$dtsim" checkpoint inspect "$work/ck")")
+  drop
+  ddv+=("$(secs dd if="$work/dd.bin" of=/dev/null bs=1M status=none)")
 done
 mb=$(echo "$bytes / 1000000" | bc -l)
 med() { echo "$@" | median; }
-s=$(med "${save[@]}") l=$(med "${load[@]}") w=$(med "${ddw[@]}") d=$(med "${ddr[@]}")
+s=$(med "${save[@]}") l=$(med "${load[@]}") v=$(med "${verify[@]}")
+w=$(med "${ddw[@]}") d=$(med "${ddr[@]}") dv=$(med "${ddv[@]}")
 rate() { echo "$mb / $1" | bc -l; }
+where=$( ((cold)) && echo "cold (caches dropped)" || echo "page cache")
 printf "checkpoint folder: %.1f MB; medians of %d rounds\n" "$mb" "$rounds"
-printf "save  %.3f s  %7.1f MB/s   dd write+fsync %.3f s  %7.1f MB/s   save/dd %.2f\n" \
+printf "save    %.3f s  %7.1f MB/s   dd write+fsync %.3f s  %7.1f MB/s   save/dd %.2f\n" \
   "$s" "$(rate "$s")" "$w" "$(rate "$w")" "$(echo "$w / $s" | bc -l)"
-printf "load  %.3f s  %7.1f MB/s   dd read        %.3f s  %7.1f MB/s   load/dd %.2f\n" \
+printf "load    %.3f s  %7.1f MB/s   dd read        %.3f s  %7.1f MB/s   load/dd %.2f   (page cache)\n" \
   "$l" "$(rate "$l")" "$d" "$(rate "$d")" "$(echo "$d / $l" | bc -l)"
+printf "verify  %.3f s  %7.1f MB/s   dd read        %.3f s  %7.1f MB/s   verify/dd %.2f   (%s)\n" \
+  "$v" "$(rate "$v")" "$dv" "$(rate "$dv")" "$(echo "$dv / $v" | bc -l)" "$where"
 echo "uptime after: $(uptime)"

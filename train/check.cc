@@ -56,7 +56,9 @@ Tolerance stated_tolerance(model::Precision precision) {
   return {1e-5, 1e-6};
 }
 
-CheckPlan plan_check(const TrainConfig& config) {
+namespace {
+
+CheckPlan plan_references(const TrainConfig& config) {
   CheckPlan p;
   p.reference = config;
   p.reference.pitfall = Pitfall::kNone;
@@ -136,6 +138,21 @@ CheckPlan plan_check(const TrainConfig& config) {
   p.floor_partner.on_step = nullptr;
   p.floor_description =
       std::string(to_string(p.reference.strategy)) + " vs " + grouping_text(p.floor_partner);
+  return p;
+}
+
+}  // namespace
+
+CheckPlan plan_check(const TrainConfig& config) {
+  CheckPlan p = plan_references(config);
+  // A resumed run's references resume from the same checkpoint (onto their one rank): they
+  // start from its parameters and optimizer state at its step, as the run does. They save
+  // nothing.
+  for (TrainConfig* c : {&p.reference, &p.floor_partner}) {
+    c->checkpoint.save_dir.clear();
+    c->checkpoint.save_every = 0;
+    c->checkpoint.on_io = nullptr;
+  }
   return p;
 }
 

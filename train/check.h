@@ -23,7 +23,9 @@
 // step before (lockstep_plan), and the comparisons below are over every step's parameters:
 // round-off cannot compound through Adam from step to step, so a correct run passes however
 // long or wide it is, while an error of one step (a forgotten division, a dropped
-// all-reduce, a wrong shard) still shows in that step.
+// all-reduce, a wrong shard) still shows in that step. A resumed run (--resume) is judged
+// from its checkpoint: the reference and the floor partner resume from it too (on one rank),
+// so they start at its step from its parameters and optimizer state; they never --save.
 // Divergence. A run whose loss grows past 100 x its first step's fails whatever the
 // comparison says (a reference started from its parameters diverges with it).
 //

@@ -23,6 +23,7 @@
 
 #include "model/check.h"
 #include "train/accounting.h"
+#include "train/checkpoint/rank_state.h"
 #include "train/grad_ops.h"
 #include "train/launch.h"
 #include "train/slice_optimizer.h"
@@ -32,9 +33,10 @@
 namespace dtsim::train {
 namespace {
 
-// What both references share: one model, its optimizer over everything, phase hooks.
+// What both references share: one model, its optimizer over everything, phase hooks; for
+// --save and --resume, the whole model as one part whose optimizer runs over all of it.
 template <class T>
-class SoloRank : public RankStrategy {
+class SoloRank : public RankStrategy, public checkpoint::StateAccess {
  public:
   // `sgd_in_backward`: with plain SGD on a stack that fuses it, the update runs inside each
   // backward (which must then write, not accumulate, the gradients) and optimizer_step
@@ -46,7 +48,8 @@ class SoloRank : public RankStrategy {
         grads_(grads),
         opt_(make_slice_optimizer(config, params, &trainee.memory())),
         hooks_(&runner.timeline()),
-        lockstep_(config.precision == model::Precision::kFp32 ? config.lockstep : nullptr) {
+        lockstep_(config.precision == model::Precision::kFp32 ? config.lockstep : nullptr),
+        steps_(config.steps) {
     if (sgd_in_backward && opt_->plain_sgd() != nullptr && trainee.stack().fuses_sgd()) {
       fused_sgd_ = opt_->plain_sgd();
     }
@@ -66,13 +69,34 @@ class SoloRank : public RankStrategy {
   void observe_memory(PeakMemory& peak) override { peak.observe(trainee_.memory()); }
   std::vector<float> final_params() override { return trainee_.store().params_as_float(); }
   std::vector<float> step_sizes() override { return opt_->step_sizes(); }
-  // Lockstep: step s starts from the parameters the checked run had after step s - 1.
+  // Lockstep: step s starts from the parameters the checked run had after step s - 1. The
+  // run's history holds its last steps (a resumed run's from its first, which starts, like
+  // this reference, from the checkpoint's parameters): after step s - 1 is at index
+  // size - (steps - s) - 1.
   void before_step(int step) override {
-    if (lockstep_ == nullptr || step == 0) return;
-    const std::vector<float>& from = lockstep_->at(step - 1);
+    if (lockstep_ == nullptr) return;
+    const int64_t at = static_cast<int64_t>(lockstep_->size()) - (steps_ - step) - 1;
+    if (at < 0) return;
+    const std::vector<float>& from = lockstep_->at(static_cast<size_t>(at));
     DTSIM_CHECK(from.size() == params_.size());
     for (size_t i = 0; i < from.size(); ++i) params_[i] = narrow<T>(from[i]);
   }
+  checkpoint::RankState checkpoint_state() override {
+    return {.parts = {{&trainee_.store().layout(), this}}};
+  }
+  std::vector<checkpoint::OptimizerRun> optimizer_runs() override {
+    return {{.opt = opt_.get(), .at = 0, .local = 0, .count = params_.size(), .writer = true}};
+  }
+  std::vector<float> params() const override {
+    std::vector<float> out(params_.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = widen(params_[i]);
+    return out;
+  }
+  void load_params(std::span<const float> local) override {
+    DTSIM_CHECK(local.size() == params_.size());
+    for (size_t i = 0; i < local.size(); ++i) params_[i] = narrow<T>(local[i]);
+  }
+  bool keeps_all_params() const override { return true; }
 
  protected:
   Trainee& trainee_;
@@ -83,6 +107,7 @@ class SoloRank : public RankStrategy {
   PhaseHooks hooks_;
   const model::Sgd* fused_sgd_ = nullptr;  // SGD applied inside backward
   const std::vector<std::vector<float>>* lockstep_;
+  int steps_;
 };
 
 // run_single: the whole global batch as one micro-batch.

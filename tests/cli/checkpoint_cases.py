@@ -94,6 +94,33 @@ def case_checkpoint_consolidate():
           "params hash to the report's params_fnv1a; resume bitwise")
 
 
+def case_checkpoint_check_resume():
+    """--check across --resume: the references resume from the same checkpoint, so a resumed
+    run on another mesh (or on one rank: single, accum, which also save) passes, and one with
+    a planted error fails with exit 1."""
+    flags = ["--optimizer", "adam", "--steps", "4", "--quiet", "--resume", "ck"]
+    with tempfile.TemporaryDirectory() as d:
+        rc, _, err = run("train", "--dp", "4", "--zero", "3", "--optimizer", "adam", "--steps",
+                         "2", "--quiet", "--save", "ck", cwd=d)
+        expect(rc == 0, f"train --save: exit {rc}: {err}")
+        for mesh, save in ((["--dp", "2", "--tp", "2"], []),
+                           (["--strategy", "single"], ["--save", "one"]),
+                           (["--strategy", "accum", "--ranks", "4"], ["--save", "acc"])):
+            rc, out, err = run("train", *mesh, *flags, *save, "--check", cwd=d)
+            expect(rc == 0 and "loaded step 2 from ck" in out and "check: PASS" in out,
+                   f"{' '.join(mesh)} --resume --check: exit {rc}: {out[-300:]}{err}")
+        for saved in ("one", "acc"):
+            rc, out, err = run("checkpoint", "inspect", saved, cwd=d)
+            expect(rc == 0 and "step 4" in out and "1 rank (" in out,
+                   f"inspect {saved}: exit {rc}: {out[:300]}{err}")
+        rc, out, err = run("train", "--strategy", "ddp", "--ranks", "4", *flags, "--check",
+                           "--pitfall", "forget-divide", cwd=d)
+        expect(rc == 1 and "check: FAIL" in out,
+               f"--pitfall forget-divide --resume --check: exit {rc}: {out[-300:]}{err}")
+    print("--check across --resume: dp 2 x tp 2, single and accum PASS (the last two saving), "
+          "a planted error FAILs")
+
+
 def tree_digest(root):
     h = hashlib.sha256()
     for base, dirs, files in sorted(os.walk(root)):
@@ -121,7 +148,7 @@ def damage(d, how):
         path = (os.path.join(folder, "metadata.json") if how == "newer_metadata"
                 else os.path.join(d, "bad", "dtsim-checkpoint.json"))
         j = json.load(open(path))
-        j["version"] = 2
+        j["version"] = 99
         json.dump(j, open(path, "w"))
 
 
@@ -131,9 +158,9 @@ CKPT_BAD = [  # (damage, arguments, what the one-line error must contain)
     ("corrupted", ["train", "--resume", "bad", "--steps", "4"], "fails its checksum"),
     ("corrupted", ["checkpoint", "inspect", "bad"], "fails its checksum"),
     ("newer_metadata", ["train", "--resume", "bad", "--steps", "4"],
-     "has format version 2, newer than this dtsim reads (1)"),
+     "has format version 99, newer than this dtsim reads (2)"),
     ("newer_marker", ["train", "--resume", "bad", "--steps", "4"],
-     "has format version 2, newer than this dtsim reads (1)"),
+     "has format version 99, newer than this dtsim reads (2)"),
     (None, ["train", "--resume", "empty", "--steps", "4"],
      "--resume empty is not a dtsim checkpoint (it has no dtsim-checkpoint.json)"),
     (None, ["train", "--resume", "nowhere", "--steps", "4"], "--resume nowhere: no such directory"),
@@ -150,11 +177,9 @@ CKPT_BAD = [  # (damage, arguments, what the one-line error must contain)
      "was trained with --batch 32 --seed 1: resume with the same"),
     (None, ["train", "--resume", "ck", "--steps", "4", "--optimizer", "adam"],
      "has no tensor adam_m/block0.b1"),
-    (None, ["train", "--resume", "ck", "--steps", "4", "--check"], "--check with --resume"),
     (None, ["train", "--save-every", "2"], "--save-every needs --save DIR"),
     (None, ["train", "--steps", "4", "--save", "ck"],
      "--save ck already holds a checkpoint (step 2); continue it with --resume ck"),
-    (None, ["train", "--strategy", "single", "--save", "new"], "--save and --resume run on the mesh"),
 ]
 
 
@@ -260,8 +285,9 @@ def case_checkpoint_crash_mpi():
 
 
 def case_checkpoint_mpi_reshard():
-    """Saved by 8 MPI processes (dp 4 x tp 2, ZeRO 1), resumed on 3 rank threads (dp 3): the
-    resumed steps' losses match 4 straight steps on either mesh within fp32 round-off."""
+    """Saved by 8 MPI processes (dp 4 x tp 2, ZeRO 1), resumed on 3 rank threads (dp 3) with
+    --check (PASS): the resumed steps' losses match 4 straight steps on either mesh within fp32
+    round-off."""
     mpiexec = os.environ["DTSIM_MPIEXEC"].split("|")
     flags = ["--optimizer", "adam", "--batch", "48", "--quiet"]
     eight = ["--dp", "4", "--tp", "2", "--zero", "1"]
@@ -274,9 +300,9 @@ def case_checkpoint_mpi_reshard():
                "shard-00007-of-00008.safetensors" in open(os.path.join(
                    d, "ck", "step-00000002", "metadata.json")).read(),
                f"inspect: exit {rc}: {out}{err}")
-        rc, _, err = run("train", "--dp", "3", *flags, "--steps", "4", "--resume", "ck",
-                         "--report", "resumed.json", cwd=d)
-        expect(rc == 0, f"--dp 3 --resume: exit {rc}: {err}")
+        rc, out, err = run("train", "--dp", "3", *flags, "--steps", "4", "--resume", "ck",
+                           "--report", "resumed.json", "--check", cwd=d)
+        expect(rc == 0 and "check: PASS" in out, f"--dp 3 --resume --check: exit {rc}: {err}")
         resumed = json.load(open(os.path.join(d, "resumed.json")))["losses"]
         for mesh in (eight, ["--dp", "3"]):
             rc, _, err = run("train", *mesh, *flags, "--steps", "4", "--report", "s.json", cwd=d)
@@ -284,5 +310,5 @@ def case_checkpoint_mpi_reshard():
             expect(len(resumed) == 2 and all(abs(a - b) <= 1e-6 + 1e-5 * abs(b)
                                              for a, b in zip(resumed, straight)),
                    f"resumed losses {resumed}, straight on {' '.join(mesh)} {straight}")
-    print("saved by mpirun -np 8, resumed on 3 rank threads: losses continue within fp32 "
-          "tolerance of both meshes' straight runs")
+    print("saved by mpirun -np 8, resumed on 3 rank threads: --check passes, losses continue "
+          "within fp32 tolerance of both meshes' straight runs")

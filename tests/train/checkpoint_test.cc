@@ -11,6 +11,9 @@
 
 #include "runtime/types.h"
 #include "tests/train/train_test_util.h"
+#include "train/check.h"
+#include "train/checkpoint/format.h"
+#include "train/checkpoint/store.h"
 #include "train/checkpoint/tools.h"
 #include "train/strategies.h"
 
@@ -135,7 +138,16 @@ TEST_P(Resharding, LoadsTheSavedStateAndContinuesAsTheNewMesh) {
   const RunResult saved = save_run(mesh_config(r.from, kK), dir.path());
   const RunResult loaded = resume_run(mesh_config(r.to, kK), dir.path());
   EXPECT_TRUE(same_bits(loaded.params, saved.params));
-  const RunResult resumed = resume_run(mesh_config(r.to, 2 * kK), dir.path());
+  TrainConfig to = mesh_config(r.to, 2 * kK);
+  to.record_history = true;  // for the lockstep check (what dtsim train --check sets)
+  const RunResult resumed = resume_run(to, dir.path());
+  // --check across the resume: the references resume from the same checkpoint.
+  to.checkpoint.resume_dir = dir.path();
+  const CheckResult ck = check(to, resumed);
+  EXPECT_TRUE(ck.passed && ck.lockstep) << ck.verdict_text;
+  RunResult planted = resumed;  // an error of 1e-3 in one parameter at one resumed step
+  planted.param_history[1][planted.param_history[1].size() / 2] += 1e-3f;
+  EXPECT_FALSE(check(to, planted).passed) << "a planted 1e-3 error passed the check";
   for (const MeshSpec& reference : {r.from, r.to}) {
     RunResult straight = run_training(mesh_config(reference, 2 * kK));
     straight.losses.erase(straight.losses.begin(), straight.losses.begin() + kK);
@@ -156,6 +168,87 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return mesh_name(info.param.from) + "_to_" + mesh_name(info.param.to);
     });
+
+TEST(CheckpointSingleRank, SingleAndAccumSaveAndResumeBitwise) {
+  for (const Strategy strategy : {Strategy::kSingle, Strategy::kAccum}) {
+    CheckpointDir dir;
+    const auto config = [&](int steps) {
+      return with_adam(make_config(
+          {.strategy = strategy, .ranks = strategy == Strategy::kAccum ? 4 : 1, .steps = steps}));
+    };
+    const RunResult straight = run_training(config(2 * kK));
+    save_run(config(kK), dir.path());
+    const RunResult resumed = resume_run(config(2 * kK), dir.path());
+    EXPECT_TRUE(same_bits(resumed.params, straight.params)) << to_string(strategy);
+  }
+}
+
+TEST(Checksum, Mix64SeesEveryBitFlipAndVersionOneIsFnv1a) {
+  std::vector<std::byte> bytes(203);  // four lanes, a word tail and a byte tail
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 37 + 11);
+  const uint64_t sum = checkpoint::mix64(bytes);
+  for (size_t i = 0; i < bytes.size() * 8; ++i) {
+    bytes[i / 8] ^= std::byte(1 << (i % 8));
+    EXPECT_NE(checkpoint::mix64(bytes), sum) << "bit " << i;
+    bytes[i / 8] ^= std::byte(1 << (i % 8));
+  }
+  EXPECT_EQ(checkpoint::mix64(bytes), sum);
+  bytes.push_back(std::byte(0));  // a trailing zero is another length
+  EXPECT_NE(checkpoint::mix64(bytes), sum);
+  checkpoint::Checksum pieces(2);  // 32-byte blocks, then the rest: the same sum
+  pieces.update(std::span(bytes).first(64));
+  pieces.update(std::span(bytes).subspan(64));
+  EXPECT_EQ(pieces.finish(), checkpoint::mix64(bytes));
+  EXPECT_THROW(pieces.update(std::span(bytes).first(32)), Error);  // after a partial block
+  const std::byte a[1] = {std::byte('a')};
+  EXPECT_EQ(checkpoint::checksum(1, a), 0xaf63dc4c8601ec8cull);  // FNV-1a 64 of "a"
+  EXPECT_EQ(checkpoint::checksum(2, a), checkpoint::mix64(a));
+}
+
+// commit_save checks by intervals that the shards' chunks tile every tensor.
+TEST(CheckpointCommit, ChunksMustTileEachTensorExactlyOnce) {
+  const std::vector<float> values(16, 1.0f);
+  const auto chunk = [&](int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+    return checkpoint::ShardEntry{checkpoint::entry_name("params/w", row0, col0),
+                                  {rows, cols},
+                                  std::span<const float>(values).first(rows * cols)};
+  };
+  std::map<std::string, checkpoint::TensorMeta> expected;
+  expected["params/w"].rows = 4;
+  expected["params/w"].cols = 4;
+  struct Case {
+    std::vector<std::vector<checkpoint::ShardEntry>> shards;
+    const char* error;  // nullptr: a tiling
+  };
+  const std::vector<Case> cases = {
+      {{{chunk(0, 0, 2, 4)}, {chunk(2, 0, 2, 2), chunk(2, 2, 2, 2)}}, nullptr},
+      {{{chunk(0, 0, 4, 1), chunk(0, 1, 4, 3)}}, nullptr},
+      {{{chunk(0, 0, 3, 4)}, {chunk(2, 0, 2, 4)}}, "two ranks wrote the same element"},
+      {{{chunk(0, 0, 4, 2)}, {chunk(1, 1, 1, 1), chunk(0, 2, 4, 2)}}, "the same element"},
+      {{{chunk(0, 0, 2, 4)}, {chunk(3, 0, 1, 4)}}, "no rank wrote part of params/w"},
+      {{{chunk(0, 0, 4, 4)}, {chunk(3, 3, 1, 2)}}, "lies outside its shape"},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    CheckpointDir dir;
+    fs::create_directories(dir.path());
+    const std::string partial = checkpoint::begin_save(dir.path(), 1);
+    for (size_t r = 0; r < cases[k].shards.size(); ++r) {
+      const checkpoint::ShardHead head = checkpoint::safetensors_head(cases[k].shards[r]);
+      checkpoint::write_synced(
+          (fs::path(partial) / checkpoint::shard_file(static_cast<int>(r), 2)).string(),
+          checkpoint::safetensors_pieces(head, cases[k].shards[r]));
+    }
+    checkpoint::Metadata meta;
+    meta.step = 1;
+    try {
+      checkpoint::commit_save(dir.path(), meta, expected);
+      EXPECT_EQ(cases[k].error, nullptr) << "case " << k << " was committed";
+    } catch (const Error& e) {
+      ASSERT_NE(cases[k].error, nullptr) << "case " << k << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(cases[k].error), std::string::npos) << e.what();
+    }
+  }
+}
 
 TEST(CheckpointShape, AnotherModelShapeIsRefusedNamingTheTensorAndBothShapes) {
   CheckpointDir dir;

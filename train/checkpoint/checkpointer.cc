@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <utility>
 
 #include "runtime/types.h"
@@ -16,7 +15,7 @@ namespace {
 
 // A run of a local layout's elements inside one tensor, as a block of it: `local` in the
 // local tensor's coordinates, `global` in the full tensor's; (row0, col0): where the local
-// tensor starts in the global one, from the placement.
+// tensor starts in the global one (its view's shard: a tensor in groups has one view each).
 struct Piece {
   const model::ParamView* view = nullptr;
   int64_t row0 = 0, col0 = 0;
@@ -31,7 +30,10 @@ std::vector<Piece> pieces(const model::ParamLayout& layout, size_t begin, size_t
   for (const model::ParamView& v : layout.views()) {
     const size_t lo = std::max(begin, v.offset), hi = std::min(end, v.offset + v.size());
     if (lo >= hi) continue;
-    const TensorChunk held = placement.tensor(v.name).chunk(placement.shape(), at).value();
+    if (!placement.tensor(v.name).chunk(placement.shape(), at)) {
+      throw std::logic_error("checkpoint: " + v.name + " is not placed on this rank");
+    }
+    const model::TensorShard& held = v.shard;
     int64_t a = static_cast<int64_t>(lo - v.offset);
     const int64_t b = static_cast<int64_t>(hi - v.offset), cols = v.cols;
     const auto add = [&](int64_t row, int64_t col, int64_t rows, int64_t n) {
@@ -63,13 +65,17 @@ std::vector<int64_t> entry_shape(const ModelPlacement& placement, const Piece& p
   return {p.global.rows, p.global.cols};
 }
 
+// Where piece `p` starts in its part's buffer: a piece is contiguous there, its elements in
+// the row-major order of its global block.
+size_t piece_start(const Piece& p) { return local_index(p, p.global.row0, p.global.col0); }
+
 // The chunks of one checkpoint that a rank reads, each read and verified once.
 class ChunkReader {
  public:
   ChunkReader(const Metadata& meta, std::string folder) : meta_(meta), folder_(std::move(folder)) {}
-  // Calls put(global_row, global_col, value) for every element of `box` of `tensor`.
-  template <class Put>
-  void read(const std::string& tensor, const Box& box, Put&& put) {
+  // Fills `dst` (box's elements, row-major and contiguous) with `box` of `tensor`: a chunk
+  // that is the box is read straight into it, others through a cache, a row at a time.
+  void read(const std::string& tensor, const Box& box, float* dst) {
     const auto it = meta_.tensors.find(tensor);
     if (it == meta_.tensors.end()) {
       throw UsageError("the checkpoint has no tensor " + tensor);
@@ -79,13 +85,17 @@ class ChunkReader {
       const Chunk& c = it->second.chunks[i];
       const Box o = intersect(box, c.box);
       if (o.size() == 0) continue;
-      const std::vector<float>& data = chunk(tensor, i, c);
-      for (int64_t r = o.row0; r < o.row0 + o.rows; ++r) {
-        for (int64_t k = o.col0; k < o.col0 + o.cols; ++k) {
-          put(r, k, data[(r - c.box.row0) * c.box.cols + (k - c.box.col0)]);
-        }
-      }
       filled += o.size();
+      if (o.size() == c.box.size() && o.size() == box.size()) {
+        load(tensor, c, std::span<float>(dst, static_cast<size_t>(box.size())));
+        continue;
+      }
+      const std::vector<float>& data = cached(tensor, i, c);
+      for (int64_t r = o.row0; r < o.row0 + o.rows; ++r) {
+        std::memcpy(dst + (r - box.row0) * box.cols + (o.col0 - box.col0),
+                    data.data() + (r - c.box.row0) * c.box.cols + (o.col0 - c.box.col0),
+                    static_cast<size_t>(o.cols) * sizeof(float));
+      }
     }
     if (filled != box.size()) {
       throw UsageError("the checkpoint's chunks of " + tensor + " do not cover it");
@@ -93,17 +103,19 @@ class ChunkReader {
   }
 
  private:
-  const std::vector<float>& chunk(const std::string& tensor, size_t index, const Chunk& c) {
-    std::vector<float>& out = cache_[{tensor, index}];
-    if (!out.empty()) return out;
+  void load(const std::string& tensor, const Chunk& c, std::span<float> out) {
     const std::string path = (std::filesystem::path(folder_) / c.file).string();
-    const std::vector<std::byte> bytes = read_range(path, c.begin, c.end);
-    if (fnv1a64(bytes) != c.fnv) {
+    if (read_checksummed(path, c.begin, c.end, meta_.version, std::as_writable_bytes(out)) !=
+        c.sum) {
       throw UsageError("checkpoint shard " + path + " is corrupted: a chunk of " + tensor +
                        " fails its checksum; save it again");
     }
-    out.resize(bytes.size() / sizeof(float));
-    std::memcpy(out.data(), bytes.data(), bytes.size());
+  }
+  const std::vector<float>& cached(const std::string& tensor, size_t index, const Chunk& c) {
+    std::vector<float>& out = cache_[{tensor, index}];
+    if (!out.empty()) return out;
+    out.resize(static_cast<size_t>(c.box.size()));
+    load(tensor, c, out);
     return out;
   }
 
@@ -156,7 +168,8 @@ SavedFrom saved_from(const TrainConfig& config) {
                                                                                 : "sgd",
           .precision = config.precision == model::Precision::kMixedBf16 ? "bf16" : "fp32",
           .mesh = mesh,
-          .ranks = config.ranks,
+          // single and accum (R groups of micro-batches) run on one rank
+          .ranks = config.mesh().world(),
           .batch = config.global_batch,
           .seed = config.seed};
 }
@@ -181,13 +194,18 @@ void Checkpointer::barrier() {
 int Checkpointer::restore() {
   const std::string& dir = config_.checkpoint.resume_dir;
   if (dir.empty()) return 0;
+  barrier();  // timed from when every rank is ready (set up), not from this rank's start
   const auto start = std::chrono::steady_clock::now();
   std::string folder;
   const Metadata meta = read_checkpoint(dir, "--resume", &folder);
   for (const StatePart& part : state_.parts) {
     ChunkReader reader(meta, folder);
     const model::ParamLayout& layout = *part.layout;
-    std::vector<float> local(layout.size(), std::numeric_limits<float>::quiet_NaN());
+    // Every element load_params takes is read below (the reader checks that the chunks
+    // cover each piece); in huge pages, and a ZeRO-3 rank's pages outside its shards are
+    // never touched, so never faulted in.
+    const HugeBuffer buffer(layout.size());
+    const std::span<float> local = buffer.floats();
     const std::vector<OptimizerRun> runs = part.access->optimizer_runs();
     std::vector<Piece> wanted;  // the parameters this part keeps
     if (part.access->keeps_all_params()) {
@@ -200,8 +218,7 @@ int Checkpointer::restore() {
       }
     }
     for (const Piece& p : wanted) {
-      reader.read("params/" + p.view->name, p.global,
-                  [&](int64_t r, int64_t c, float x) { local[local_index(p, r, c)] = x; });
+      reader.read("params/" + p.view->name, p.global, local.data() + piece_start(p));
     }
     part.access->load_params(local);
     for (const OptimizerRun& run : runs) {
@@ -209,9 +226,7 @@ int Checkpointer::restore() {
       for (const SliceOptimizer::NamedState& st : run.opt->state()) {
         for (const Piece& p : pieces(layout, run.local, run.local + run.count, placement_, at_)) {
           reader.read(std::string(st.name) + "/" + p.view->name, p.global,
-                      [&](int64_t r, int64_t c, float x) {
-                        st.data[run.at + (local_index(p, r, c) - run.local)] = x;
-                      });
+                      st.data.data() + run.at + (piece_start(p) - run.local));
         }
       }
     }
@@ -233,42 +248,38 @@ void Checkpointer::save(int64_t step) {
   const std::string& dir = config_.checkpoint.save_dir;
   const int rank = channel_ != nullptr ? channel_->rank() : 0;
   const int ranks = channel_ != nullptr ? channel_->size() : 1;
+  barrier();  // timed from when every rank has finished its step
   const auto start = std::chrono::steady_clock::now();
   if (rank == 0) begin_save(dir, step);
   barrier();
-  std::vector<std::vector<float>> data;  // the entries' values
-  std::vector<ShardEntry> entries;
+  std::vector<std::vector<float>> params;  // each part's, alive until written
+  std::vector<ShardEntry> entries;         // spans of `params` and of the optimizers' state
   for (const StatePart& part : state_.parts) {
-    const std::vector<float> params = part.access->params();
+    const std::vector<float>& values = params.emplace_back(part.access->params());
     for (const OptimizerRun& run : part.access->optimizer_runs()) {
       if (!run.writer) continue;
       const std::vector<SliceOptimizer::NamedState> states = run.opt->state();
       for (const Piece& p :
            pieces(*part.layout, run.local, run.local + run.count, placement_, at_)) {
         if (!placement_.writes(p.view->name, at_)) continue;
-        const auto add = [&](const std::string& kind, auto&& value_at) {
-          std::vector<float>& d = data.emplace_back();
-          for (int64_t r = 0; r < p.global.rows; ++r) {
-            for (int64_t c = 0; c < p.global.cols; ++c) {
-              d.push_back(value_at(local_index(p, p.global.row0 + r, p.global.col0 + c)));
-            }
-          }
+        const size_t at = piece_start(p), n = static_cast<size_t>(p.global.size());
+        const auto add = [&](const std::string& kind, const float* data) {
           entries.push_back({entry_name(kind + "/" + p.view->name, p.global.row0, p.global.col0),
                              entry_shape(placement_, p),
-                             {}});
+                             {data, n}});
         };
-        add("params", [&](size_t i) { return params[i]; });
+        add("params", values.data() + at);
         for (const SliceOptimizer::NamedState& st : states) {
-          add(st.name, [&](size_t i) { return st.data[run.at + (i - run.local)]; });
+          add(st.name, st.data.data() + run.at + (at - run.local));
         }
       }
     }
   }
-  for (size_t i = 0; i < entries.size(); ++i) entries[i].data = data[i];
   if (!entries.empty()) {
     const std::filesystem::path file =
         std::filesystem::path(dir) / (step_folder(step) + ".partial") / shard_file(rank, ranks);
-    write_synced(file.string(), safetensors_bytes(entries).bytes);
+    const ShardHead head = safetensors_head(entries);
+    write_synced(file.string(), safetensors_pieces(head, entries));
   }
   barrier();
   uint64_t bytes = 0;

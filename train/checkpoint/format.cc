@@ -24,13 +24,75 @@ std::vector<int64_t> shape_of(const TensorMeta& t) {
   return {t.rows, t.cols};
 }
 
+uint64_t lane(uint64_t h, uint64_t word) { return std::rotl(h ^ word * kK1, 29) * kK2; }
+
+uint64_t splitmix(uint64_t x) {  // a bijection that spreads every bit over all of them
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t load64(const std::byte* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+
 }  // namespace
 
-uint64_t fnv1a64(std::span<const std::byte> bytes) {
-  uint64_t h = 14695981039346656037ull;
-  for (std::byte b : bytes) h = (h ^ static_cast<uint64_t>(b)) * 1099511628211ull;
-  return h;
+void Checksum::update(std::span<const std::byte> bytes) {
+  if (!mix_) {
+    for (std::byte b : bytes) h_[0] = (h_[0] ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+    return;
+  }
+  if (tail_ != 0) throw Error("checksum: only the last piece may be other than 32-byte blocks");
+  const std::byte* p = bytes.data();
+  const size_t n = bytes.size();
+  uint64_t h0 = h_[0], h1 = h_[1], h2 = h_[2], h3 = h_[3];  // four independent chains
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    h0 = lane(h0, load64(p + i));
+    h1 = lane(h1, load64(p + i + 8));
+    h2 = lane(h2, load64(p + i + 16));
+    h3 = lane(h3, load64(p + i + 24));
+  }
+  for (; i + 8 <= n; i += 8, ++tail_) h0 = lane(h0, load64(p + i));
+  if (i < n) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    h1 = lane(h1, w);
+    ++tail_;
+  }
+  h_[0] = h0, h_[1] = h1, h_[2] = h2, h_[3] = h3;
+  length_ += n;
 }
+
+uint64_t Checksum::finish() const {
+  if (!mix_) return h_[0];
+  uint64_t h = length_;
+  for (const uint64_t x : h_) h = (h ^ splitmix(x)) * kK1;
+  return splitmix(h);
+}
+
+uint64_t mix64(std::span<const std::byte> bytes) {
+  Checksum c(kFormatVersion);
+  c.update(bytes);
+  return c.finish();
+}
+
+uint64_t fnv1a64(std::span<const std::byte> bytes) {
+  Checksum c(1);
+  c.update(bytes);
+  return c.finish();
+}
+
+uint64_t checksum(int version, std::span<const std::byte> bytes) {
+  Checksum c(version);
+  c.update(bytes);
+  return c.finish();
+}
+
+const char* checksum_name(int version) { return version >= 2 ? "mix64" : "fnv1a64"; }
 
 std::string hex64(uint64_t v) {
   char text[17];
@@ -72,7 +134,7 @@ std::string metadata_json(const Metadata& m) {
                         {"sizes", {c.box.rows, c.box.cols}},
                         {"file", c.file},
                         {"byte_range", {c.begin, c.end}},
-                        {"fnv1a64", hex64(c.fnv)}});
+                        {checksum_name(m.version), hex64(c.sum)}});
     }
     tensors[name] = {{"dtype", "F32"},
                      {"shape", shape_of(t)},
@@ -140,7 +202,7 @@ Metadata parse_metadata(const std::string& text, const std::string& where) {
         k.file = c.at("file");
         k.begin = c.at("byte_range")[0];
         k.end = c.at("byte_range")[1];
-        k.fnv = std::stoull(c.at("fnv1a64").get<std::string>(), nullptr, 16);
+        k.sum = std::stoull(c.at(checksum_name(m.version)).get<std::string>(), nullptr, 16);
         if (k.end - k.begin != static_cast<uint64_t>(k.box.size()) * sizeof(float) ||
             k.file.find('/') != std::string::npos) {
           throw Error(name + " has a chunk whose byte range does not hold its sizes");
@@ -155,37 +217,42 @@ Metadata parse_metadata(const std::string& text, const std::string& where) {
   return m;
 }
 
-ShardBytes safetensors_bytes(const std::vector<ShardEntry>& entries) {
-  ShardBytes out;
+ShardHead safetensors_head(const std::vector<ShardEntry>& entries) {
+  ShardHead out;
   ojson header = ojson::object();
   ojson sums = ojson::object();
   uint64_t at = 0;
   for (const ShardEntry& e : entries) {
     const uint64_t n = e.data.size() * sizeof(float);
     header[e.name] = {{"dtype", "F32"}, {"shape", e.shape}, {"data_offsets", {at, at + n}}};
-    const uint64_t fnv = fnv1a64(std::as_bytes(e.data));
-    sums[e.name] = "fnv1a64:" + hex64(fnv);
+    const uint64_t sum = mix64(std::as_bytes(e.data));
+    sums[e.name] = std::string(checksum_name(kFormatVersion)) + ":" + hex64(sum);
     Chunk& c = out.chunks.emplace_back();
     c.begin = at;
     c.end = at + n;
-    c.fnv = fnv;
+    c.sum = sum;
     at += n;
   }
   sums["format"] = "dtsim-checkpoint-shard";
   header["__metadata__"] = sums;
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');  // safetensors pads the header with spaces
-  const uint64_t start = 8 + text.size();
-  out.bytes.resize(start + at);
   const uint64_t len = text.size();
-  std::memcpy(out.bytes.data(), &len, 8);
-  std::memcpy(out.bytes.data() + 8, text.data(), text.size());
-  for (size_t i = 0; i < entries.size(); ++i) {
-    out.chunks[i].begin += start;
-    out.chunks[i].end += start;
-    std::memcpy(out.bytes.data() + out.chunks[i].begin, entries[i].data.data(),
-                entries[i].data.size() * sizeof(float));
+  out.head.resize(8);
+  std::memcpy(out.head.data(), &len, 8);
+  out.head += text;
+  for (Chunk& c : out.chunks) {
+    c.begin += out.head.size();
+    c.end += out.head.size();
   }
+  return out;
+}
+
+std::vector<std::span<const std::byte>> safetensors_pieces(const ShardHead& head,
+                                                           const std::vector<ShardEntry>& entries) {
+  std::vector<std::span<const std::byte>> out;
+  out.push_back(std::as_bytes(std::span<const char>(head.head)));
+  for (const ShardEntry& e : entries) out.push_back(std::as_bytes(e.data));
   return out;
 }
 
@@ -219,7 +286,7 @@ std::vector<HeaderEntry> read_safetensors_header(const std::string& path) {
       }
       if (sums.contains(name)) {
         const std::string s = sums[name];
-        x.fnv = std::stoull(s.substr(s.find(':') + 1), nullptr, 16);
+        x.sum = std::stoull(s.substr(s.find(':') + 1), nullptr, 16);
       }
     }
   } catch (const std::exception& e) {

@@ -1,7 +1,10 @@
 #include "train/checkpoint/store.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <tuple>
 
 #include "runtime/types.h"
 
@@ -28,6 +32,31 @@ std::string os_error(const std::string& what, const std::string& path) {
 bool ours(const std::string& name) {
   static const std::regex pattern(R"(step-\d{8}(\.partial)?|dtsim-checkpoint\.json(\.tmp)?)");
   return std::regex_match(name, pattern);
+}
+
+// The chunks of `t` lie inside it, overlap nowhere and add up to its size, so they tile it:
+// by intervals (sorted by row, each against those whose rows it reaches), not per element.
+void check_tiling(const std::string& name, TensorMeta& t) {
+  std::sort(t.chunks.begin(), t.chunks.end(), [](const Chunk& a, const Chunk& b) {
+    return std::tie(a.box.row0, a.box.col0) < std::tie(b.box.row0, b.box.col0);
+  });
+  const Box whole{0, 0, t.rows, t.cols};
+  int64_t covered = 0;
+  for (const Chunk& c : t.chunks) {
+    if (c.box.size() <= 0 || intersect(whole, c.box).size() != c.box.size()) {
+      throw Error("checkpoint save: a chunk of " + name + " lies outside its shape");
+    }
+    covered += c.box.size();
+  }
+  for (size_t i = 0; i < t.chunks.size(); ++i) {
+    const Box& a = t.chunks[i].box;
+    for (size_t j = i + 1; j < t.chunks.size() && t.chunks[j].box.row0 < a.row0 + a.rows; ++j) {
+      if (intersect(a, t.chunks[j].box).size() != 0) {
+        throw Error("checkpoint save: two ranks wrote the same element of " + name);
+      }
+    }
+  }
+  if (covered != whole.size()) throw Error("checkpoint save: no rank wrote part of " + name);
 }
 
 }  // namespace
@@ -53,18 +82,30 @@ std::string shard_file(int rank, int ranks) {
   return name;
 }
 
-void write_synced(const std::string& path, std::span<const std::byte> bytes) {
+void write_synced(const std::string& path, const std::vector<std::span<const std::byte>>& pieces) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(os_error("cannot create", path));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  std::vector<iovec> io;
+  for (const std::span<const std::byte>& p : pieces) {
+    if (!p.empty()) io.push_back({const_cast<std::byte*>(p.data()), p.size()});
+  }
+  size_t next = 0;  // the first iovec not written whole
+  while (next < io.size()) {
+    const int count = static_cast<int>(std::min<size_t>(io.size() - next, IOV_MAX));
+    const ssize_t n = ::writev(fd, io.data() + next, count);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       ::close(fd);
       throw Error(os_error("cannot write", path));
     }
-    done += static_cast<size_t>(n);
+    for (size_t left = static_cast<size_t>(n); left > 0;) {  // skip what was written
+      const size_t k = std::min(left, io[next].iov_len);
+      io[next].iov_base = static_cast<char*>(io[next].iov_base) + k;
+      io[next].iov_len -= k;
+      left -= k;
+      if (io[next].iov_len == 0) ++next;
+    }
+    while (next < io.size() && io[next].iov_len == 0) ++next;
     crash_point();
   }
   if (::fsync(fd) != 0) {
@@ -72,6 +113,10 @@ void write_synced(const std::string& path, std::span<const std::byte> bytes) {
     throw Error(os_error("cannot fsync", path));
   }
   ::close(fd);
+}
+
+void write_synced(const std::string& path, std::span<const std::byte> bytes) {
+  write_synced(path, std::vector<std::span<const std::byte>>{bytes});
 }
 
 void fsync_dir(const std::string& dir) {
@@ -89,22 +134,80 @@ void replace_synced(const std::string& path, const std::string& text) {
   fsync_dir(fs::path(path).parent_path().string());
 }
 
-std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw UsageError(os_error("cannot open checkpoint shard", path));
-  std::vector<std::byte> out(end - begin);
+namespace {
+
+// Fills `out` from `fd` at `at`; false when the file ends first.
+bool pread_all(int fd, uint64_t at, std::span<std::byte> out) {
   size_t done = 0;
   while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, begin + done);
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, at + done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) return false;
     done += static_cast<size_t>(n);
   }
-  ::close(fd);
-  if (done != out.size()) {
-    throw UsageError("checkpoint shard " + path + " is truncated: bytes " + std::to_string(begin) +
-                     "-" + std::to_string(end) + " are missing; save it again");
+  return true;
+}
+
+class ShardFile {
+ public:
+  explicit ShardFile(const std::string& path)
+      : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw UsageError(os_error("cannot open checkpoint shard", path));
   }
+  ~ShardFile() { ::close(fd_); }
+  ShardFile(const ShardFile&) = delete;
+  ShardFile& operator=(const ShardFile&) = delete;
+  void read(uint64_t at, std::span<std::byte> out, uint64_t begin, uint64_t end) const {
+    if (!pread_all(fd_, at, out)) {
+      throw UsageError("checkpoint shard " + path_ + " is truncated: bytes " +
+                       std::to_string(begin) + "-" + std::to_string(end) +
+                       " are missing; save it again");
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+}  // namespace
+
+void read_into(const std::string& path, uint64_t begin, std::span<std::byte> out) {
+  ShardFile(path).read(begin, out, begin, begin + out.size());
+}
+
+uint64_t read_checksummed(const std::string& path, uint64_t begin, uint64_t end, int version,
+                          std::span<std::byte> out) {
+  constexpr uint64_t kBlock = uint64_t{1} << 20;  // a multiple of Checksum's 32 bytes
+  const ShardFile file(path);
+  std::vector<std::byte> scratch(out.empty() ? std::min(kBlock, end - begin) : 0);
+  Checksum sum(version);
+  for (uint64_t at = begin; at < end; at += kBlock) {
+    const size_t n = static_cast<size_t>(std::min(kBlock, end - at));
+    const std::span<std::byte> block =
+        out.empty() ? std::span<std::byte>(scratch).first(n) : out.subspan(at - begin, n);
+    file.read(at, block, begin, end);
+    sum.update(block);
+  }
+  return sum.finish();
+}
+
+HugeBuffer::HugeBuffer(size_t floats) : size_(floats) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  map_bytes_ = floats * sizeof(float) + kHuge;  // room to start on a 2 MiB boundary
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map_ == MAP_FAILED)
+    throw Error(os_error("cannot map", std::to_string(map_bytes_) + " bytes"));
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(map_) + kHuge - 1) / kHuge * kHuge;
+  data_ = reinterpret_cast<float*>(at);
+  ::madvise(data_, floats * sizeof(float), MADV_HUGEPAGE);  // advice: fine to be refused
+}
+
+HugeBuffer::~HugeBuffer() { ::munmap(map_, map_bytes_); }
+
+std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end) {
+  std::vector<std::byte> out(end - begin);
+  read_into(path, begin, out);
   return out;
 }
 
@@ -223,30 +326,14 @@ uint64_t commit_save(const std::string& dir, Metadata meta,
       }
       const int64_t rows = e.shape[0], cols = e.shape.size() > 1 ? e.shape[1] : 1;
       meta.tensors[tensor].chunks.push_back(
-          {{row0, col0, rows, cols}, f.filename().string(), e.begin, e.end, e.fnv});
+          {{row0, col0, rows, cols}, f.filename().string(), e.begin, e.end, e.sum});
     }
   }
   // Every element of every tensor written exactly once: else the ranks' ownership is wrong.
   uint64_t bytes = 0;
-  for (const auto& [name, t] : meta.tensors) {
+  for (auto& [name, t] : meta.tensors) {
     bytes += static_cast<uint64_t>(t.rows * t.cols) * sizeof(float);
-    std::vector<char> seen(t.rows * t.cols, 0);
-    const Box whole{0, 0, t.rows, t.cols};
-    for (const Chunk& c : t.chunks) {
-      if (intersect(whole, c.box).size() != c.box.size()) {
-        throw Error("checkpoint save: a chunk of " + name + " lies outside its shape");
-      }
-      for (int64_t r = 0; r < c.box.rows; ++r) {
-        for (int64_t k = 0; k < c.box.cols; ++k) {
-          char& s = seen[(c.box.row0 + r) * t.cols + c.box.col0 + k];
-          if (s) throw Error("checkpoint save: two ranks wrote the same element of " + name);
-          s = 1;
-        }
-      }
-    }
-    if (std::find(seen.begin(), seen.end(), 0) != seen.end()) {
-      throw Error("checkpoint save: no rank wrote part of " + name);
-    }
+    check_tiling(name, t);
   }
   replace_synced((partial / kMetadataName).string(), metadata_json(meta));
   crash_point();

@@ -28,12 +28,39 @@ namespace dtsim::train::checkpoint {
 // saves ends it at once (_exit(86)), as a kill there would; a no-op without the variable.
 void crash_point();
 
-// Writes `bytes` to `path` (created or truncated) and fsyncs it; throws Error naming it.
+// Writes `pieces` one after another to `path` (created or truncated), in a few large writev
+// calls with no copy, and fsyncs it; throws Error naming it.
+void write_synced(const std::string& path, const std::vector<std::span<const std::byte>>& pieces);
 void write_synced(const std::string& path, std::span<const std::byte> bytes);
 // Writes `path` under "<path>.tmp", fsyncs, renames it into place and fsyncs the folder.
 void replace_synced(const std::string& path, const std::string& text);
 void fsync_dir(const std::string& dir);
-// Bytes [begin, end) of `path`; throws UsageError when the file is missing or too short.
+// Bytes [begin, begin + out.size()) of `path` into `out` (pread); throws UsageError when the
+// file is missing or too short.
+void read_into(const std::string& path, uint64_t begin, std::span<std::byte> out);
+// The same, in blocks of 1 MiB, each checksummed while in cache; returns
+// checksum(version, out). With `out` empty, reads [begin, end) through one block and only
+// checksums it (a verification).
+uint64_t read_checksummed(const std::string& path, uint64_t begin, uint64_t end, int version,
+                          std::span<std::byte> out = {});
+// A large scratch buffer of floats (zero-filled), backed by transparent huge pages where the
+// kernel allows them: 2 MiB pages fault in 512 x less often than 4 KiB ones, and a page fault
+// is costly on a virtual machine (docs/benchmarks.md). Throws Error when out of memory.
+class HugeBuffer {
+ public:
+  explicit HugeBuffer(size_t floats);
+  ~HugeBuffer();
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  std::span<float> floats() const { return {data_, size_}; }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+// Bytes [begin, end) of `path`; the same errors.
 std::vector<std::byte> read_range(const std::string& path, uint64_t begin, uint64_t end);
 std::string read_text(const std::string& path);
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "runtime/types.h"
@@ -20,19 +21,29 @@ std::string shape_text(const TensorMeta& t) {
                   : "[" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]";
 }
 
+// Reads chunk `c` of tensor `name` into `out` (its size; empty: only verifies it) and
+// verifies its checksum.
+void read_chunk(const std::string& folder, int version, const std::string& name, const Chunk& c,
+                std::span<float> out = {}) {
+  const std::string path = (fs::path(folder) / c.file).string();
+  if (read_checksummed(path, c.begin, c.end, version, std::as_writable_bytes(out)) != c.sum) {
+    throw UsageError("checkpoint shard " + path + " is corrupted: a chunk of " + name +
+                     " fails its checksum; save it again");
+  }
+}
+
 // The tensor's values, whole, from its chunks (checksums verified).
-std::vector<float> whole_tensor(const std::string& folder, const std::string& name,
+std::vector<float> whole_tensor(const std::string& folder, int version, const std::string& name,
                                 const TensorMeta& t) {
-  std::vector<float> out(t.rows * t.cols);
+  std::vector<float> out(t.rows * t.cols), v;
   for (const Chunk& c : t.chunks) {
-    const std::string path = (fs::path(folder) / c.file).string();
-    const std::vector<std::byte> bytes = read_range(path, c.begin, c.end);
-    if (fnv1a64(bytes) != c.fnv) {
-      throw UsageError("checkpoint shard " + path + " is corrupted: a chunk of " + name +
-                       " fails its checksum; save it again");
+    if (c.box.col0 == 0 && c.box.cols == t.cols) {  // whole rows: straight into place
+      read_chunk(folder, version, name, c,
+                 std::span<float>(out).subspan(c.box.row0 * t.cols, c.box.size()));
+      continue;
     }
-    std::vector<float> v(bytes.size() / sizeof(float));
-    std::memcpy(v.data(), bytes.data(), bytes.size());
+    v.resize(c.box.size());
+    read_chunk(folder, version, name, c, v);
     for (int64_t r = 0; r < c.box.rows; ++r) {
       std::copy_n(v.begin() + r * c.box.cols, c.box.cols,
                   out.begin() + (c.box.row0 + r) * t.cols + c.box.col0);
@@ -44,7 +55,15 @@ std::vector<float> whole_tensor(const std::string& folder, const std::string& na
 }  // namespace
 
 void verify_chunks(const std::string& folder, const Metadata& meta) {
-  for (const auto& [name, t] : meta.tensors) whole_tensor(folder, name, t);
+  // In file order, each file front to back: sequential reads when they come from the disk.
+  std::vector<std::pair<const Chunk*, const std::string*>> chunks;
+  for (const auto& [name, t] : meta.tensors) {
+    for (const Chunk& c : t.chunks) chunks.push_back({&c, &name});
+  }
+  std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first->file, a.first->begin) < std::tie(b.first->file, b.first->begin);
+  });
+  for (const auto& [c, name] : chunks) read_chunk(folder, meta.version, *name, *c);
 }
 
 void validate_resume(const TrainConfig& config) {
@@ -112,9 +131,10 @@ std::string inspect(const std::string& dir) {
   std::string out = "checkpoint " + dir + ": step " + std::to_string(meta.step) +
                     " (the next step's samples are (seed, " + std::to_string(meta.step) +
                     ", i)), format version " + std::to_string(meta.version) + "\n";
-  out += "saved from: " + s.strategy + ", " + std::to_string(s.ranks) + " ranks (" + s.mesh +
-         "), " + s.model + ", --optimizer " + s.optimizer + ", --precision " + s.precision +
-         ", --batch " + std::to_string(s.batch) + ", --seed " + std::to_string(s.seed) + "\n";
+  out += "saved from: " + s.strategy + ", " + std::to_string(s.ranks) +
+         (s.ranks == 1 ? " rank (" : " ranks (") + s.mesh + "), " + s.model + ", --optimizer " +
+         s.optimizer + ", --precision " + s.precision + ", --batch " + std::to_string(s.batch) +
+         ", --seed " + std::to_string(s.seed) + "\n";
   std::set<std::string> files;
   uint64_t bytes = 0;
   size_t chunks = 0;
@@ -155,17 +175,17 @@ int consolidate(const std::string& dir, const std::string& out) {
   std::vector<std::vector<float>> data;
   std::vector<ShardEntry> entries;
   for (const auto& [name, t] : order) {
-    data.push_back(whole_tensor(folder, name, *t));
+    data.push_back(whole_tensor(folder, meta.version, name, *t));
     entries.push_back(
         {name,
          t->vector ? std::vector<int64_t>{t->rows} : std::vector<int64_t>{t->rows, t->cols},
          {}});
   }
   for (size_t i = 0; i < entries.size(); ++i) entries[i].data = data[i];
-  const ShardBytes file = safetensors_bytes(entries);
+  const ShardHead head = safetensors_head(entries);
   const std::string tmp = out + ".tmp";
   try {
-    write_synced(tmp, file.bytes);
+    write_synced(tmp, safetensors_pieces(head, entries));
   } catch (const Error& e) {
     throw UsageError(std::string("checkpoint consolidate: ") + e.what());
   }

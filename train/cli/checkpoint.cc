@@ -35,22 +35,12 @@ void declare_checkpoint_flags(CLI::App* app, train::checkpoint::Options& o) {
       ->default_str("");
 }
 
-void check_checkpoint_flags(const CLI::App& app, train::TrainConfig& config, bool check) {
+void check_checkpoint_flags(const CLI::App& app, train::TrainConfig& config) {
   train::checkpoint::Options& o = config.checkpoint;
   if (given(app, "--save-every") && o.save_dir.empty()) {
     fail("train", "--save-every needs --save DIR");
   }
   if (!o.active()) return;
-  if (config.strategy == train::Strategy::kSingle || config.strategy == train::Strategy::kAccum) {
-    fail("train", std::string("--save and --resume run on the mesh; for one rank use --dp 1 "
-                              "instead of --strategy ") +
-                      train::to_string(config.strategy));
-  }
-  if (check && !o.resume_dir.empty()) {
-    fail("train",
-         "--check with --resume is not supported (the reference would start from step 0); "
-         "compare the resumed run's --report with another instead");
-  }
   try {
     train::checkpoint::validate_resume(config);
     train::checkpoint::validate_save(config);

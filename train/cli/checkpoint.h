@@ -17,6 +17,6 @@ void declare_checkpoint_flags(CLI::App* app, train::checkpoint::Options& o);
 // fits `config`, the save directory is ours (else one line, exit 2). Then sets `config`'s
 // checkpoint.on_io to print a line per save and load ("  saved step 3 into ck: 201.6 MB
 // in 1.754 s").
-void check_checkpoint_flags(const CLI::App& app, train::TrainConfig& config, bool check);
+void check_checkpoint_flags(const CLI::App& app, train::TrainConfig& config);
 
 }  // namespace dtsim::cli

@@ -149,7 +149,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   } catch (const UsageError& e) {
     fail("train", e.what());
   }
-  check_checkpoint_flags(a, config, f.check);
+  check_checkpoint_flags(a, config);
   // Open the output files before any work: a bad path is a usage error, not a lost run.
   // Only the process of global rank 0 prints and writes files (all of them, with threads).
   const bool root = train::holds_global_rank0();
