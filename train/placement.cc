@@ -1,7 +1,5 @@
 #include "train/placement.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
@@ -20,7 +18,6 @@ std::string AxisPlacement::str() const {
     case Kind::kReplicate:
       return "replicate";
     case Kind::kShard:
-      if (groups > 1) return fmt::format("shard({}, {} groups)", dim, groups);
       return "shard(" + std::to_string(dim) + ")";
     case Kind::kPartial:
       return "partial";

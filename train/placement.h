@@ -7,9 +7,7 @@
 // On one axis a tensor is
 //   replicate   every rank of the axis holds all of it;
 //   shard(d)    split along dimension d (0 rows, 1 columns) as torch.tensor_split: sizes
-//               differ by at most one, larger first (model::shard_range); with g groups
-//               (DTensor's strided shard), d is g equal blocks each split so (a fused QKV
-//               weight: q, k and v rows each split over the heads' tp ranks);
+//               differ by at most one, larger first (model::shard_range);
 //   partial     every rank holds a summand and the tensor is their sum (a gradient before
 //               the data-parallel sync);
 //   held(k)     only coordinate k of the axis holds it (a pipeline stage's layers; an expert-
@@ -36,16 +34,15 @@ namespace dtsim::train {
 struct AxisPlacement {
   enum class Kind { kReplicate, kShard, kPartial, kHeld, kZeroShard };
   Kind kind = Kind::kReplicate;
-  int dim = 0;     // kShard: the dimension split
-  int index = 0;   // kHeld: the coordinate that holds it
-  int groups = 1;  // kShard: equal blocks of `dim`, each split on its own
+  int dim = 0;    // kShard: the dimension split
+  int index = 0;  // kHeld: the coordinate that holds it
 
   static AxisPlacement replicate() { return {}; }
-  static AxisPlacement shard(int dim, int groups = 1) { return {Kind::kShard, dim, 0, groups}; }
+  static AxisPlacement shard(int dim) { return {Kind::kShard, dim, 0}; }
   static AxisPlacement partial() { return {Kind::kPartial, 0, 0}; }
   static AxisPlacement held(int index) { return {Kind::kHeld, 0, index}; }
   static AxisPlacement zero_shard() { return {Kind::kZeroShard, 0, 0}; }
-  // "replicate", "shard(0)", "shard(0, 3 groups)", "partial", "held(1)", "zero-shard".
+  // "replicate", "shard(0)", "partial", "held(1)", "zero-shard".
   std::string str() const;
   bool operator==(const AxisPlacement&) const = default;
 };

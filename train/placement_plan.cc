@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 
 #include "model/layer_stack.h"
@@ -38,8 +37,8 @@ std::optional<TensorChunk> TensorPlacement::chunk(const MeshShape& shape,
   if (ep.kind == AxisPlacement::Kind::kHeld && ep.index != at.ep) return std::nullopt;
   TensorChunk c{0, 0, rows, cols};
   if (tp.kind == AxisPlacement::Kind::kShard) {
-    const int64_t extent = (tp.dim == 0 ? rows : cols) / tp.groups;
-    const model::ParamRange r = model::shard_range(static_cast<size_t>(extent), shape.tp, at.tp);
+    const model::ParamRange r =
+        model::shard_range(static_cast<size_t>(tp.dim == 0 ? rows : cols), shape.tp, at.tp);
     (tp.dim == 0 ? c.row0 : c.col0) = static_cast<int64_t>(r.begin);
     (tp.dim == 0 ? c.rows : c.cols) = static_cast<int64_t>(r.size());
   }
@@ -124,12 +123,7 @@ void ModelPlacement::place(const Position& p, const MeshCoord& at,
                            std::vector<std::vector<int>>& stages,
                            std::vector<std::vector<int>>& eps) {
   for (size_t c = 0; c < p.chunks.size(); ++c) {
-    // A tensor held as g blocks (views of one name) is a shard in g groups; view j is the
-    // tensor_split chunk of group j.
-    std::map<std::string, int> views_of, seen;
-    for (const model::ParamView& v : p.chunks[c].views()) ++views_of[v.name];
     for (const model::ParamView& v : p.chunks[c].views()) {
-      const int groups = views_of[v.name], group = seen[v.name]++;
       const auto it = index_.find(v.name);
       if (it == index_.end()) {
         throw std::logic_error("placement: " + where(at) + " holds " + v.name +
@@ -148,20 +142,18 @@ void ModelPlacement::place(const Position& p, const MeshCoord& at,
       } else {
         const int dim = v.cols == t.cols ? 0 : 1;
         const int64_t full = dim == 0 ? t.rows : t.cols, off = dim == 0 ? sh.row0 : sh.col0;
-        const int64_t len = dim == 0 ? v.rows : v.cols, block = full / groups;
+        const int64_t len = dim == 0 ? v.rows : v.cols;
         const model::ParamRange want =
-            model::shard_range(static_cast<size_t>(block), shape_.tp, at.tp);
-        const int64_t begin = group * block + static_cast<int64_t>(want.begin);
+            model::shard_range(static_cast<size_t>(full), shape_.tp, at.tp);
         if (sh.full_rows != t.rows || sh.full_cols != t.cols || (dim == 1 && v.rows != t.rows) ||
-            full % groups != 0 || begin != off || static_cast<int64_t>(want.size()) != len) {
-          tp = AxisPlacement::shard(dim, groups);
-          throw std::logic_error(
-              fmt::format("placement: {} holds {} [{}, {}) of dim {} ({}), but {} over tp {} gives "
-                          "tp rank {} [{}, {}) (a wrong shard offset)",
-                          where(at), v.name, off, off + len, dim, full, tp.str(), shape_.tp, at.tp,
-                          begin, begin + static_cast<int64_t>(want.size())));
+            static_cast<int64_t>(want.begin) != off || static_cast<int64_t>(want.size()) != len) {
+          throw std::logic_error(fmt::format(
+              "placement: {} holds {} [{}, {}) of dim {} ({}), but shard({}) over tp {} gives "
+              "tp rank {} [{}, {}) (a wrong shard offset)",
+              where(at), v.name, off, off + len, dim, full, dim, shape_.tp, at.tp, want.begin,
+              want.end));
         }
-        tp = AxisPlacement::shard(dim, groups);
+        tp = AxisPlacement::shard(dim);
       }
       AxisPlacement& on_tp = t.params[static_cast<int>(MeshAxis::kTp)];
       if (at.tp > 0 && on_tp != tp) {

@@ -49,8 +49,6 @@ struct TensorPlacement {
   const AxisPlacement& on(MeshAxis a) const { return params[static_cast<int>(a)]; }
   // The block of the parameter that rank `at` of `shape` holds before ZeRO shards it
   // (tensor_split of the global shape along a shard's dim), or nullopt if it holds none.
-  // A shard in g groups holds this block of the first group and its like in each other
-  // (row0 or col0 + k * extent / g for group k).
   std::optional<TensorChunk> chunk(const MeshShape& shape, const MeshCoord& at) const;
 };
 
