@@ -229,7 +229,9 @@ int pipeline_blocks(const TrainConfig& config) {
 
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
   const int blocks = pipeline_blocks(config), chunks = spec.stages * spec.virtual_stages;
-  const int lead = model_spec(config).lead_layers();  // an embedding before the blocks
+  const ModelSpec& model = model_spec(config);
+  const int lead = model.lead_layers();  // an embedding before the blocks
+  const int per = model.layers_per_block(), tail = model.tail_layers();
   // Where chunk c's blocks begin: the explicit counts' prefix sum, else the balanced split.
   const auto begin = [&](int c) {
     if (config.stage_layers.empty()) return first_layer(c, blocks, chunks);
@@ -237,8 +239,8 @@ std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& 
     for (int i = 0; i < c; ++i) at += config.stage_layers[i];
     return at;
   };
-  const int first = chunk == 0 ? 0 : lead + begin(chunk);
-  const int last = chunk == chunks - 1 ? lead + blocks + 1 : lead + begin(chunk + 1);
+  const int first = chunk == 0 ? 0 : lead + per * begin(chunk);
+  const int last = chunk == chunks - 1 ? lead + per * blocks + tail : lead + per * begin(chunk + 1);
   return {first, last};
 }
 
