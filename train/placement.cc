@@ -18,7 +18,8 @@ std::string AxisPlacement::str() const {
     case Kind::kReplicate:
       return "replicate";
     case Kind::kShard:
-      return "shard(" + std::to_string(dim) + ")";
+      return "shard(" + std::to_string(dim) +
+             (blocks > 1 ? ", " + std::to_string(blocks) + " blocks)" : ")");
     case Kind::kPartial:
       return "partial";
     case Kind::kHeld:

@@ -7,7 +7,9 @@
 // On one axis a tensor is
 //   replicate   every rank of the axis holds all of it;
 //   shard(d)    split along dimension d (0 rows, 1 columns) as torch.tensor_split: sizes
-//               differ by at most one, larger first (model::shard_range);
+//               differ by at most one, larger first (model::shard_range); a fused tensor of
+//               `blocks` equal blocks along d (GPT's q, k, v rows) splits each block so, the
+//               rank holding its piece of every block (DTensor's strided shard);
 //   partial     every rank holds a summand and the tensor is their sum (a gradient before
 //               the data-parallel sync);
 //   held(k)     only coordinate k of the axis holds it (a pipeline stage's layers; an expert-
@@ -34,15 +36,16 @@ namespace dtsim::train {
 struct AxisPlacement {
   enum class Kind { kReplicate, kShard, kPartial, kHeld, kZeroShard };
   Kind kind = Kind::kReplicate;
-  int dim = 0;    // kShard: the dimension split
-  int index = 0;  // kHeld: the coordinate that holds it
+  int dim = 0;     // kShard: the dimension split
+  int blocks = 1;  // kShard: equal blocks along dim, each split on its own
+  int index = 0;   // kHeld: the coordinate that holds it
 
   static AxisPlacement replicate() { return {}; }
-  static AxisPlacement shard(int dim) { return {Kind::kShard, dim, 0}; }
-  static AxisPlacement partial() { return {Kind::kPartial, 0, 0}; }
-  static AxisPlacement held(int index) { return {Kind::kHeld, 0, index}; }
-  static AxisPlacement zero_shard() { return {Kind::kZeroShard, 0, 0}; }
-  // "replicate", "shard(0)", "partial", "held(1)", "zero-shard".
+  static AxisPlacement shard(int dim, int blocks = 1) { return {Kind::kShard, dim, blocks, 0}; }
+  static AxisPlacement partial() { return {Kind::kPartial, 0, 1, 0}; }
+  static AxisPlacement held(int index) { return {Kind::kHeld, 0, 1, index}; }
+  static AxisPlacement zero_shard() { return {Kind::kZeroShard, 0, 1, 0}; }
+  // "replicate", "shard(0)", "shard(0, 3 blocks)", "partial", "held(1)", "zero-shard".
   std::string str() const;
   bool operator==(const AxisPlacement&) const = default;
 };

@@ -30,19 +30,22 @@ int only_holder(const std::vector<int>& holders, const std::string& name, const 
 
 }  // namespace
 
-std::optional<TensorChunk> TensorPlacement::chunk(const MeshShape& shape,
-                                                  const MeshCoord& at) const {
+std::vector<TensorChunk> TensorPlacement::chunks(const MeshShape& shape,
+                                                 const MeshCoord& at) const {
   const AxisPlacement &pp = on(MeshAxis::kPp), &ep = on(MeshAxis::kEp), &tp = on(MeshAxis::kTp);
-  if (pp.kind == AxisPlacement::Kind::kHeld && pp.index != at.pp) return std::nullopt;
-  if (ep.kind == AxisPlacement::Kind::kHeld && ep.index != at.ep) return std::nullopt;
-  TensorChunk c{0, 0, rows, cols};
-  if (tp.kind == AxisPlacement::Kind::kShard) {
-    const model::ParamRange r =
-        model::shard_range(static_cast<size_t>(tp.dim == 0 ? rows : cols), shape.tp, at.tp);
-    (tp.dim == 0 ? c.row0 : c.col0) = static_cast<int64_t>(r.begin);
+  if (pp.kind == AxisPlacement::Kind::kHeld && pp.index != at.pp) return {};
+  if (ep.kind == AxisPlacement::Kind::kHeld && ep.index != at.ep) return {};
+  if (tp.kind != AxisPlacement::Kind::kShard) return {{0, 0, rows, cols}};
+  std::vector<TensorChunk> out;
+  const int64_t block = (tp.dim == 0 ? rows : cols) / tp.blocks;
+  const model::ParamRange r = model::shard_range(static_cast<size_t>(block), shape.tp, at.tp);
+  for (int b = 0; b < tp.blocks; ++b) {
+    TensorChunk c{0, 0, rows, cols};
+    (tp.dim == 0 ? c.row0 : c.col0) = b * block + static_cast<int64_t>(r.begin);
     (tp.dim == 0 ? c.rows : c.cols) = static_cast<int64_t>(r.size());
+    out.push_back(c);
   }
-  return c;
+  return out;
 }
 
 std::array<int64_t, model::kNumMemoryCategories> state_bytes(const StateElements& e,
@@ -123,6 +126,9 @@ void ModelPlacement::place(const Position& p, const MeshCoord& at,
                            std::vector<std::vector<int>>& stages,
                            std::vector<std::vector<int>>& eps) {
   for (size_t c = 0; c < p.chunks.size(); ++c) {
+    // A fused tensor is laid out as several local tensors of one name, one per block.
+    std::map<std::string, int> blocks, seen;
+    for (const model::ParamView& v : p.chunks[c].views()) ++blocks[v.name];
     for (const model::ParamView& v : p.chunks[c].views()) {
       const auto it = index_.find(v.name);
       if (it == index_.end()) {
@@ -130,10 +136,11 @@ void ModelPlacement::place(const Position& p, const MeshCoord& at,
                                ", which the model does not have");
       }
       TensorPlacement& t = tensors_[it->second];
+      const int n = blocks[v.name], b = seen[v.name]++;
       AxisPlacement tp = AxisPlacement::replicate();
       const model::TensorShard& sh = v.shard;
       if (sh.full_rows == 0) {
-        if (v.rows != t.rows || v.cols != t.cols) {
+        if (v.rows != t.rows || v.cols != t.cols || n > 1) {
           throw std::logic_error(
               fmt::format("placement: {} holds {} as ({}, {}) without a shard; "
                           "the model's is ({}, {})",
@@ -142,18 +149,19 @@ void ModelPlacement::place(const Position& p, const MeshCoord& at,
       } else {
         const int dim = v.cols == t.cols ? 0 : 1;
         const int64_t full = dim == 0 ? t.rows : t.cols, off = dim == 0 ? sh.row0 : sh.col0;
-        const int64_t len = dim == 0 ? v.rows : v.cols;
-        const model::ParamRange want =
-            model::shard_range(static_cast<size_t>(full), shape_.tp, at.tp);
+        const int64_t len = dim == 0 ? v.rows : v.cols, block = full / n;
+        const model::ParamRange r =
+            model::shard_range(static_cast<size_t>(block), shape_.tp, at.tp);
+        const int64_t begin = b * block + static_cast<int64_t>(r.begin);
         if (sh.full_rows != t.rows || sh.full_cols != t.cols || (dim == 1 && v.rows != t.rows) ||
-            static_cast<int64_t>(want.begin) != off || static_cast<int64_t>(want.size()) != len) {
+            full % n != 0 || begin != off || static_cast<int64_t>(r.size()) != len) {
           throw std::logic_error(fmt::format(
               "placement: {} holds {} [{}, {}) of dim {} ({}), but shard({}) over tp {} gives "
               "tp rank {} [{}, {}) (a wrong shard offset)",
-              where(at), v.name, off, off + len, dim, full, dim, shape_.tp, at.tp, want.begin,
-              want.end));
+              where(at), v.name, off, off + len, dim, full, dim, shape_.tp, at.tp, begin,
+              begin + static_cast<int64_t>(r.size())));
         }
-        tp = AxisPlacement::shard(dim);
+        tp = AxisPlacement::shard(dim, n);
       }
       AxisPlacement& on_tp = t.params[static_cast<int>(MeshAxis::kTp)];
       if (at.tp > 0 && on_tp != tp) {

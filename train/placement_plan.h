@@ -16,7 +16,6 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,9 +46,10 @@ struct TensorPlacement {
   AxisPlacement state_dp{};         // optimizer state and fp32 master: zero-shard from ZeRO 1
 
   const AxisPlacement& on(MeshAxis a) const { return params[static_cast<int>(a)]; }
-  // The block of the parameter that rank `at` of `shape` holds before ZeRO shards it
-  // (tensor_split of the global shape along a shard's dim), or nullopt if it holds none.
-  std::optional<TensorChunk> chunk(const MeshShape& shape, const MeshCoord& at) const;
+  // The blocks of the parameter that rank `at` of `shape` holds before ZeRO shards it
+  // (tensor_split of the global shape, or of each of its blocks, along a shard's dim), in
+  // the order its layout lays them out (one local tensor each); empty if it holds none.
+  std::vector<TensorChunk> chunks(const MeshShape& shape, const MeshCoord& at) const;
 };
 
 // Elements of model state one rank holds under its ZeRO stage.

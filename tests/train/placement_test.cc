@@ -70,22 +70,24 @@ TEST_P(PlacementTest, ChunksTileEveryTensorOncePerReplica) {
     for (int r = 0; r < m.world(); ++r) {
       const MeshCoord at = mesh_coord(m, r);
       if (at.dp != at.ep) continue;  // one data-parallel replica (of each expert group)
-      const std::optional<TensorChunk> c = t.chunk(m, at);
-      if (!c) continue;
-      bool in_layout = false;
+      const std::vector<TensorChunk> blocks = t.chunks(m, at);
+      std::vector<const model::ParamView*> views;  // the local tensors of this name, in order
       for (const model::ParamLayout& l : p.chunks(at)) {
         for (const model::ParamView& v : l.views()) {
-          if (v.name != t.name) continue;
-          in_layout = true;
-          EXPECT_EQ(v.rows, c->rows) << t.name;
-          EXPECT_EQ(v.cols, c->cols) << t.name;
+          if (v.name == t.name) views.push_back(&v);
         }
       }
-      EXPECT_TRUE(in_layout) << t.name << " on rank " << r;
+      ASSERT_EQ(views.size(), blocks.size()) << t.name << " on rank " << r;
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        EXPECT_EQ(views[b]->rows, blocks[b].rows) << t.name;
+        EXPECT_EQ(views[b]->cols, blocks[b].cols) << t.name;
+      }
       if (!p.writes(t.name, at)) continue;  // a copy replicated over tp
       if (t.on(MeshAxis::kEp).kind == Kind::kReplicate && at.ep != 0) continue;  // over ep
-      for (int64_t i = c->row0; i < c->row0 + c->rows; ++i) {
-        for (int64_t j = c->col0; j < c->col0 + c->cols; ++j) ++covered[i * t.cols + j];
+      for (const TensorChunk& c : blocks) {
+        for (int64_t i = c.row0; i < c.row0 + c.rows; ++i) {
+          for (int64_t j = c.col0; j < c.col0 + c.cols; ++j) ++covered[i * t.cols + j];
+        }
       }
     }
     for (int n : covered) ASSERT_EQ(n, 1) << t.name;
@@ -182,10 +184,31 @@ TEST(Placement, UnevenShardsSplitAsTensorSplit) {
   const MeshShape m{.tp = 4};
   const int64_t rows[] = {3, 3, 2, 2}, row0[] = {0, 3, 6, 8};
   for (int r = 0; r < 4; ++r) {
-    EXPECT_EQ(t.chunk(m, mesh_coord(m, r)), (TensorChunk{row0[r], 0, rows[r], 6})) << r;
+    EXPECT_EQ(t.chunks(m, mesh_coord(m, r)), (std::vector<TensorChunk>{{row0[r], 0, rows[r], 6}}))
+        << r;
   }
   t.params[static_cast<int>(MeshAxis::kTp)] = AxisPlacement::shard(1);
-  EXPECT_EQ(t.chunk(m, mesh_coord(m, 3)), (TensorChunk{0, 5, 10, 1}));
+  EXPECT_EQ(t.chunks(m, mesh_coord(m, 3)), (std::vector<TensorChunk>{{0, 5, 10, 1}}));
+}
+
+// A fused tensor (q, k and v rows of 4 heads each) over tp 2: each block split on its own,
+// the rank holding its two heads of each, as Megatron lays out a fused QKV.
+TEST(Placement, FusedBlocksSplitEachBlock) {
+  TensorPlacement t{.name = "qkv.w", .rows = 12, .cols = 8};
+  t.params[static_cast<int>(MeshAxis::kTp)] = AxisPlacement::shard(0, 3);
+  EXPECT_EQ(t.on(MeshAxis::kTp).str(), "shard(0, 3 blocks)");
+  const MeshShape m{.tp = 2};
+  EXPECT_EQ(t.chunks(m, mesh_coord(m, 1)),
+            (std::vector<TensorChunk>{{2, 0, 2, 8}, {6, 0, 2, 8}, {10, 0, 2, 8}}));
+}
+
+// Pipeline and expert tensors are held by one coordinate only.
+TEST(Placement, HeldTensorsHaveNoChunkElsewhere) {
+  TensorPlacement t{.name = "moe0.expert3.w1", .rows = 16, .cols = 8};
+  t.params[static_cast<int>(MeshAxis::kEp)] = AxisPlacement::held(1);
+  const MeshShape m{.dp = 2, .ep = 2};
+  EXPECT_TRUE(t.chunks(m, mesh_coord(m, 0)).empty());
+  EXPECT_EQ(t.chunks(m, mesh_coord(m, 1)).size(), 1u);
 }
 
 // ZeRO 1-2 split each part as tensor_split (larger shards first); the shards of a dp group

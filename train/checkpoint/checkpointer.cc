@@ -15,7 +15,7 @@ namespace {
 
 // A run of a local layout's elements inside one tensor, as a block of it: `local` in the
 // local tensor's coordinates, `global` in the full tensor's; (row0, col0): where the local
-// tensor starts in the global one (its view's shard: a tensor in groups has one view each).
+// tensor starts in the global one, from the placement.
 struct Piece {
   const model::ParamView* view = nullptr;
   int64_t row0 = 0, col0 = 0;
@@ -27,13 +27,12 @@ struct Piece {
 std::vector<Piece> pieces(const model::ParamLayout& layout, size_t begin, size_t end,
                           const ModelPlacement& placement, const MeshCoord& at) {
   std::vector<Piece> out;
+  std::map<std::string, size_t> seen;  // a fused tensor's local tensors, one per block
   for (const model::ParamView& v : layout.views()) {
+    const size_t block = seen[v.name]++;
     const size_t lo = std::max(begin, v.offset), hi = std::min(end, v.offset + v.size());
     if (lo >= hi) continue;
-    if (!placement.tensor(v.name).chunk(placement.shape(), at)) {
-      throw std::logic_error("checkpoint: " + v.name + " is not placed on this rank");
-    }
-    const model::TensorShard& held = v.shard;
+    const TensorChunk held = placement.tensor(v.name).chunks(placement.shape(), at).at(block);
     int64_t a = static_cast<int64_t>(lo - v.offset);
     const int64_t b = static_cast<int64_t>(hi - v.offset), cols = v.cols;
     const auto add = [&](int64_t row, int64_t col, int64_t rows, int64_t n) {
