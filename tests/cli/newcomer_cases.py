@@ -149,3 +149,18 @@ def case_dry_run():
     # Without the variable the same command runs.
     rc, out, _ = run("walk", "--op", "all_reduce", "--ranks", "2", "--numel", "2")
     expect(rc == 0 and "dry run" not in out, f"walk without a dry run: exit {rc}\n{out}")
+
+
+def case_pipeline_hint():
+    # train --pp 2 ran one micro-batch and printed a 50% bubble without a word on why.
+    rc, out, err = run("train", "--pp", "2", "--steps", "2", "--quiet")
+    expect(rc == 0, f"train --pp 2: exit {rc}\n{err}")
+    expect_match(r"^note: with 1 micro-batch for 2 stages the stages mostly wait for each other; "
+                 r"--micro-batches 8 gives a bubble of 1/9$", out, "train --pp 2's hint")
+    # The hint names a value that runs (the batch divides into it) and stops once m >= p.
+    rc, out, _ = run("train", "--pp", "4", "--layers", "4", "--micro-batches", "2", "--batch", "24",
+                     "--steps", "2", "--quiet")
+    expect_match(r"^note: with 2 micro-batches for 4 stages .*--micro-batches 8 gives a bubble "
+                 r"of 3/11$", out, "--batch 24: 16 does not divide it, 8 does")
+    rc, out, _ = run("train", "--pp", "2", "--micro-batches", "2", "--steps", "2", "--quiet")
+    expect(rc == 0 and "note:" not in out, f"m = p: no hint\n{out}")

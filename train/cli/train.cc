@@ -31,6 +31,7 @@
 #include "train/cli/train_flags.h"
 #include "train/launch.h"
 #include "train/models/model_spec.h"
+#include "train/pipeline_parallel/schedule_check.h"
 #include "train/strategies.h"
 
 namespace dtsim::cli {
@@ -234,6 +235,20 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
         "(median over steps after the first)\n",
         train::pipeline::to_string(b.slots).c_str(), 100 * b.slots.value(),
         train::pipeline::to_string(b.formula).c_str(), 100 * b.wall);
+    // Fewer micro-batches than stages leave most slots idle: say how to fill them.
+    if (config.micro_batches < config.pp) {
+      for (const int m : {4 * config.pp, 2 * config.pp, config.pp}) {
+        if (config.global_batch % (config.mesh().dp * m) != 0) continue;
+        train::pipeline::ScheduleSpec more = train::schedule_spec(config);
+        more.micro_batches = m;
+        std::printf(
+            "note: with %d micro-batch%s for %d stages the stages mostly wait for each other; "
+            "--micro-batches %d gives a bubble of %s\n",
+            config.micro_batches, config.micro_batches == 1 ? "" : "es", config.pp, m,
+            train::pipeline::to_string(train::pipeline::bubble_formula(more)).c_str());
+        break;
+      }
+    }
   }
 
   if (check) {
