@@ -53,9 +53,8 @@ int main(int argc, char** argv) {
     }
     *p = v;
   }
-  if (c.d_model < 1 || c.heads < 1 || c.d_model % c.heads || c.num_layers < 1 ||
-      c.mlp_hidden < 1 || c.vocab < 3 || c.seq_len < 2 || c.seq_len % 2 || batch < 1 ||
-      warmup < 0 || steps <= warmup) {
+  if (c.d_model < 1 || c.heads < 1 || c.d_model % c.heads || c.num_layers < 1 || c.mlp_hidden < 1 ||
+      c.vocab < 3 || c.seq_len < 2 || c.seq_len % 2 || batch < 1 || warmup < 0 || steps <= warmup) {
     std::fprintf(stderr,
                  "gpt_step: need --heads dividing --dim, --seq even >= 2, --vocab >= 3, sizes "
                  ">= 1, --steps > --warmup >= 0\n");
