@@ -134,10 +134,6 @@ class GptSpec : public ModelSpec {
              ": each context-parallel rank holds 2 equal chunks; change --seq or "
              "--cp";
     }
-    if (m.cp > 1 && m.pp > 1) {
-      return "--cp with --pp is not wired yet: the pipeline's stages build their layers "
-             "without the cp ring; use --pp 1";
-    }
     // Sequence parallelism splits each cp rank's S / cp tokens over tp.
     if (m.cp > 1 && c.sequence_parallel && g.seq_len / m.cp % m.tp != 0) {
       return "--seq " + str(g.seq_len) + " / --cp " + str(m.cp) + " is not divisible by --tp " +
