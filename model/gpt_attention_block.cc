@@ -33,7 +33,7 @@ struct AttentionOffsets {
 }  // namespace
 
 AttentionBlock::AttentionBlock(std::string name, int seq, int dim, int heads, int head_dim,
-                               SequenceSharding sharding)
+                               SequenceSharding sharding, ContextRing cp)
     : name_(std::move(name)),
       seq_(seq),
       dim_(dim),
@@ -47,6 +47,10 @@ AttentionBlock::AttentionBlock(std::string name, int seq, int dim, int heads, in
   DTSIM_CHECK(sharding_.rank >= 0 && sharding_.rank < sharding_.size);
   DTSIM_CHECK(sharding_.size == 1 || sharding_.reduce);
   DTSIM_CHECK(!sharding_.sequence_parallel() || seq % sharding_.size == 0);
+  if (cp.active()) {
+    const int full = seq * cp.size;
+    ring_ = std::make_unique<RingAttention>(std::move(cp), full, heads_, head_dim);
+  }
 }
 
 void AttentionBlock::add_params(ParamLayout& layout) const {
@@ -108,6 +112,10 @@ void AttentionBlock::forward(std::span<const float> p, std::span<const float> x,
 void AttentionBlock::run_attention(LayerState& state, int batch, std::span<float> att) const {
   auto& s = static_cast<AttentionState&>(state);
   const int E = heads_ * head_dim_, S = seq_;
+  if (ring_) {
+    ring_->forward(s.qkv.data(), batch, att.data(), s.lse.data());
+    return;
+  }
   const AttentionShape a{head_dim_, 1.0f / std::sqrt(float(head_dim_)), true};
   for (int b = 0; b < batch; ++b) {
     const float* qkv = s.qkv.data() + size_t(b) * S * 3 * E;
@@ -150,7 +158,9 @@ void AttentionBlock::backward(std::span<const float> p, std::span<const float> x
   std::fill(dqkv.begin(), dqkv.end(), 0.0f);
   std::span<float> delta = ws.take(3, S);
   const AttentionShape a{head_dim_, 1.0f / std::sqrt(float(head_dim_)), true};
-  for (int b = 0; b < batch; ++b) {
+  if (ring_)
+    ring_->backward(s.qkv.data(), s.att.data(), datt.data(), s.lse.data(), batch, dqkv.data());
+  for (int b = 0; !ring_ && b < batch; ++b) {
     const size_t r0 = size_t(b) * S;
     const float* qkv = s.qkv.data() + r0 * 3 * E;
     float* dq = dqkv.data() + r0 * 3 * E;

@@ -22,14 +22,30 @@ struct GptMlpState : NormState {
 // ---- TokenEmbedding ----
 
 TokenEmbedding::TokenEmbedding(std::string name, int vocab, int seq, int dim,
-                               SequenceSharding sharding)
+                               SequenceSharding sharding, const ContextRing& cp)
     : name_(std::move(name)),
       vocab_(vocab),
       seq_(seq),
       dim_(dim),
-      seq_local_(sharding.sequence_parallel() ? seq / sharding.size : seq),
+      seq_local_((sharding.sequence_parallel() ? seq / sharding.size : seq) / cp.size),
+      cp_rank_(cp.rank),
+      cp_size_(cp.size),
       sharding_(std::move(sharding)) {
   DTSIM_CHECK(!sharding_.sequence_parallel() || seq % sharding_.size == 0);
+  DTSIM_CHECK(cp_size_ >= 1 && seq % (cp_size_ == 1 ? 1 : 2 * cp_size_) == 0);
+}
+
+template <class F>
+void TokenEmbedding::for_each_run(F f) const {
+  // This rank's rows of its cp-local sequence (a tensor-parallel slice under SP), cut where
+  // the global positions jump (between its two cp chunks).
+  const int t0 = sharding_.sequence_parallel() ? sharding_.rank * seq_local_ : 0;
+  const int c = seq_ / (2 * cp_size_);
+  for (int row = t0, end = t0 + seq_local_; row < end;) {
+    const int n = cp_size_ == 1 ? end - row : std::min(end, (row / c + 1) * c) - row;
+    f(row - t0, cp_size_ == 1 ? row : int(cp_position(cp_rank_, cp_size_, seq_, row)), n);
+    row += n;
+  }
 }
 
 void TokenEmbedding::add_params(ParamLayout& layout) const {
@@ -45,16 +61,18 @@ std::unique_ptr<LayerState> TokenEmbedding::make_state(MemoryLedger* /*ledger*/)
 void TokenEmbedding::forward(std::span<const float> p, std::span<const float> x, int batch,
                              std::span<float> y, LayerState& /*state*/, Workspace& /*ws*/) {
   const size_t vd = size_t(vocab_) * dim_, sd = size_t(seq_) * dim_;
-  if (!sharding_.sequence_parallel()) {
+  if (!sharding_.sequence_parallel() && cp_size_ == 1) {
     embedding_forward(x, p.first(vd), p.subspan(vd, sd), y, batch, seq_, dim_, vocab_);
     return;
   }
-  const int t0 = sharding_.rank * seq_local_;  // this rank's first token
-  const size_t run = size_t(seq_local_) * dim_;
   for (int b = 0; b < batch; ++b) {
-    embedding_forward(x.subspan(size_t(b) * seq_ + t0, seq_local_), p.first(vd),
-                      p.subspan(vd + size_t(t0) * dim_, run), y.subspan(b * run, run), 1,
-                      seq_local_, dim_, vocab_);
+    for_each_run([&](int local, int pos, int n) {
+      const size_t run = size_t(n) * dim_;
+      embedding_forward(x.subspan(size_t(b) * seq_ + pos, n), p.first(vd),
+                        p.subspan(vd + size_t(pos) * dim_, run),
+                        y.subspan((size_t(b) * seq_local_ + local) * dim_, run), 1, n, dim_,
+                        vocab_);
+    });
   }
 }
 
@@ -64,20 +82,26 @@ void TokenEmbedding::backward(std::span<const float> /*p*/, std::span<const floa
                               Workspace& ws) {
   const size_t vd = size_t(vocab_) * dim_, sd = size_t(seq_) * dim_;
   std::fill(dx.begin(), dx.end(), 0.0f);
-  if (!sharding_.sequence_parallel()) {
+  if (!sharding_.sequence_parallel() && cp_size_ == 1) {
     embedding_backward(x, dy, g.first(vd), g.subspan(vd, sd), scale.batch, seq_, dim_);
     return;
   }
-  // This rank's tokens give a part of the tables' gradients: summed over the ranks.
-  std::span<float> part = ws.take(0, vd + sd);
-  std::fill(part.begin(), part.end(), 0.0f);
-  const int t0 = sharding_.rank * seq_local_;
-  const size_t run = size_t(seq_local_) * dim_;
-  for (int b = 0; b < scale.batch; ++b) {
-    embedding_backward(x.subspan(size_t(b) * seq_ + t0, seq_local_), dy.subspan(b * run, run),
-                       part.first(vd), part.subspan(vd + size_t(t0) * dim_, run), 1, seq_local_,
-                       dim_);
+  // This rank's tokens give a part of the tables' gradients: summed over the tensor-parallel
+  // ranks under SP (over the cp ranks, the data-parallel sync sums them).
+  std::span<float> part = g.first(vd + sd);
+  if (sharding_.sequence_parallel()) {
+    part = ws.take(0, vd + sd);
+    std::fill(part.begin(), part.end(), 0.0f);
   }
+  for (int b = 0; b < scale.batch; ++b) {
+    for_each_run([&](int local, int pos, int n) {
+      const size_t run = size_t(n) * dim_;
+      embedding_backward(x.subspan(size_t(b) * seq_ + pos, n),
+                         dy.subspan((size_t(b) * seq_local_ + local) * dim_, run), part.first(vd),
+                         part.subspan(vd + size_t(pos) * dim_, run), 1, n, dim_);
+    });
+  }
+  if (!sharding_.sequence_parallel()) return;
   sharding_.reduce(part);
   for (size_t i = 0; i < vd + sd; ++i) g[i] += part[i];
 }

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "model/layer.h"
+#include "model/ring_attention.h"
 #include "model/sequence_sharding.h"
 
 namespace dtsim::model {
@@ -38,7 +39,10 @@ namespace dtsim::model {
 // slot 0, (V + S) D).
 class TokenEmbedding : public Layer {
  public:
-  TokenEmbedding(std::string name, int vocab, int seq, int dim, SequenceSharding sharding = {});
+  // Context parallel (cp.size > 1): the input is still the whole sample's S ids; the output is
+  // this rank's two cp chunks (ring_attention.h), each token at its global position.
+  TokenEmbedding(std::string name, int vocab, int seq, int dim, SequenceSharding sharding = {},
+                 const ContextRing& cp = {});
   void add_params(ParamLayout& layout) const override;
   int in_dim() const override { return seq_; }
   int out_dim() const override { return seq_local_ * dim_; }
@@ -50,8 +54,13 @@ class TokenEmbedding : public Layer {
                 LayerState& state, Workspace& ws) override;
 
  private:
+  // f(first output row, its global position, rows) over the runs of consecutive positions.
+  template <class F>
+  void for_each_run(F f) const;
+
   std::string name_;
   int vocab_, seq_, dim_, seq_local_;
+  int cp_rank_, cp_size_;
   SequenceSharding sharding_;
 };
 
@@ -68,9 +77,11 @@ class TokenEmbedding : public Layer {
 // the attention kernel on the saved qkv, bitwise what forward saves otherwise.
 class AttentionBlock : public Layer {
  public:
-  // `heads` is the whole block's H; T = sharding.size must divide it.
+  // `heads` is the whole block's H; T = sharding.size must divide it. Context parallel
+  // (cp.size > 1): `seq` is this rank's S / N tokens (its two chunks) and the core runs as
+  // ring attention over the cp ring (ring_attention.h); collective over it.
   AttentionBlock(std::string name, int seq, int dim, int heads, int head_dim,
-                 SequenceSharding sharding = {});
+                 SequenceSharding sharding = {}, ContextRing cp = {});
   void add_params(ParamLayout& layout) const override;
   int in_dim() const override { return seq_local_ * dim_; }
   int out_dim() const override { return seq_local_ * dim_; }
@@ -93,6 +104,7 @@ class AttentionBlock : public Layer {
   int seq_, dim_, heads_, head_dim_;  // heads_: this rank's H / T
   int full_heads_, seq_local_;
   SequenceSharding sharding_;
+  std::unique_ptr<RingAttention> ring_;  // context parallel only
 };
 
 // Pre-norm GELU MLP with its residual: "<name>.ln.g" (D), ".ln.b" (D), then the MLP's

@@ -15,6 +15,7 @@
 
 #include "model/layer_stack.h"
 #include "model/param_store.h"
+#include "model/ring_attention.h"
 #include "model/sequence_sharding.h"
 #include "model/sequence_task.h"
 
@@ -32,7 +33,11 @@ struct GptConfig {
 
 // The model's 2L + 3 layers; aborts on a non-positive size. `sharding`: this rank's share
 // under tensor (and sequence) parallelism (gpt_layers.h); T must divide H and F (and S).
-Layers gpt_layers(const GptConfig& config, const SequenceSharding& sharding = {});
+// `cp`: this rank's place on the context-parallel ring (ring_attention.h; 2N must divide S,
+// and 2N T under SP): the embedding takes whole samples and every later layer this rank's
+// S / N tokens, its two chunks.
+Layers gpt_layers(const GptConfig& config, const SequenceSharding& sharding = {},
+                  const ContextRing& cp = {});
 ParamLayout gpt_layout(const GptConfig& config);
 
 // The held-out accuracy on `task`'s answer positions (token_accuracy) of a stack holding a

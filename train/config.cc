@@ -46,7 +46,7 @@ MeshShape TrainConfig::mesh() const {
     case Strategy::kMesh:
       break;
   }
-  return {.dp = dp, .tp = tp_size, .pp = pp, .ep = ep};
+  return {.dp = dp, .tp = tp_size, .pp = pp, .ep = ep, .cp = cp};
 }
 
 pipeline::ScheduleSpec schedule_spec(const TrainConfig& c) {
@@ -57,7 +57,9 @@ pipeline::ScheduleSpec schedule_spec(const TrainConfig& c) {
 }
 
 void resolve_preset(TrainConfig& c) {
-  if (c.strategy != Strategy::kMesh || c.pp != 1 || c.dp * c.tp_size != c.ranks) return;
+  if (c.strategy != Strategy::kMesh || c.pp != 1 || c.cp != 1 || c.dp * c.tp_size != c.ranks) {
+    return;
+  }
   const bool experts = model_spec(c).experts(c) > 0;
   if (c.tp_size == 1 && c.ep == 1) {
     if (c.zero > 0 && c.dp == 1) return;  // nothing to shard: validate() says so

@@ -61,6 +61,7 @@ struct TrainConfig {
   int dp = 1;    // data-parallel replicas
   int pp = 1;    // pipeline stages
   int ep = 1;    // expert-parallel width: experts sharded over groups of ep data-parallel ranks
+  int cp = 1;    // context-parallel width: the sequence over a ring of cp ranks (gpt)
   int zero = 0;  // ZeRO stage along the data axis (0: plain DDP all-reduce)
   // Sequence parallelism on the tensor-parallel axis (tp > 1, --model gpt; model/gpt_layers.h).
   bool sequence_parallel = false;

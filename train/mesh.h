@@ -1,9 +1,12 @@
 // Mesh: one rank's communicators on the device mesh (picotron's grid, Megatron's parallel
 // state), built with Communicator::split from a MeshShape (mesh_shape.h):
 //
-//   tp()         the tensor-parallel group: tp consecutive ranks with the same (pp, dp)
-//   dp()         the data-parallel group: the ranks with the same (pp, tp), by dp rank
-//   pp()         the pipeline group: the ranks with the same (dp, tp), ordered by stage
+//   tp()         the tensor-parallel group: tp consecutive ranks with the same (pp, dp, cp)
+//   dp()         the data-parallel group: the ranks with the same (pp, cp, tp), by dp rank
+//   pp()         the pipeline group: the ranks with the same (dp, cp, tp), ordered by stage
+//   cp()         the context-parallel ring: the ranks with the same (pp, dp, tp), by cp rank
+//   dp_cp()      the gradient sync group: the ranks with the same (pp, tp), by dp * cp + cp
+//                rank (dp() itself when cp is 1)
 //   ep()         the expert group: ep consecutive dp ranks (same pp, tp), ordered by dp rank
 //   expert_dp()  the ranks that hold the same experts: same (pp, tp, ep rank), one per
 //                expert group (gradient sync of the experts)
@@ -36,6 +39,8 @@ class Mesh {
   Communicator* dp() { return dp_; }
   Communicator* pp() { return pp_; }
   Communicator* ep() { return ep_; }
+  Communicator* cp() { return cp_; }
+  Communicator* dp_cp() { return shape_.cp > 1 ? dp_cp_ : dp_; }
   Communicator* expert_dp() { return expert_dp_; }
 
  private:
@@ -47,9 +52,10 @@ class Mesh {
   Communicator& world_;
   MeshShape shape_;
   MeshCoord coord_;
-  std::unique_ptr<Communicator> tp_owned_, dp_owned_, pp_owned_, ep_owned_, expert_dp_owned_;
+  std::unique_ptr<Communicator> tp_owned_, dp_owned_, pp_owned_, ep_owned_, expert_dp_owned_,
+      cp_owned_, dp_cp_owned_;
   Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *ep_ = nullptr,
-               *expert_dp_ = nullptr;
+               *expert_dp_ = nullptr, *cp_ = nullptr, *dp_cp_ = nullptr;
 };
 
 }  // namespace dtsim::train

@@ -2,6 +2,8 @@
 // dp-tp and every --dp --tp --ep --zero mesh): its model-parallel layers (parallelize.h) fed
 // its replica's micro-batches, wrapped in the one data-parallel wrapper (DataParallel).
 // Every rank of a tensor-parallel group computes the same loss: its rank 0 reports it.
+// Context-parallel ranks take the same samples and different tokens: the wrapper syncs over
+// dp x cp (Mesh::dp_cp) and each reports its tokens' mean loss / cp.
 //
 // Thread safety: one per rank, used only by that rank's thread.
 #pragma once
@@ -27,11 +29,12 @@ class MeshRank : public RankStrategy {
            std::span<T> params, std::span<T> grads)
       : trainee_(trainee),
         peak_(runner.peak()),
+        cp_(mesh.shape().cp),
         dp_(DpContext{.config = &config,
                       .zero = zero_stage(config),
-                      .dp = mesh.dp(),
+                      .dp = mesh.dp_cp(),
                       .expert_dp = mesh.shape().ep > 1 ? mesh.expert_dp() : nullptr,
-                      .replicas = mesh.shape().dp,
+                      .replicas = mesh.shape().dp_cp(),
                       .timeline = &runner.timeline(),
                       .observe = [this] { observe_memory(peak_); }},
             trainee.store().layout(), rank_dp_parts(config, mesh.shape(), trainee.store().layout()),
@@ -45,7 +48,7 @@ class MeshRank : public RankStrategy {
     dp_.before_micro_batch(index, static_cast<int>(micro_.size()));
   }
   float forward_backward(int step, const MicroBatch& mb) override {
-    return run_micro_batch(trainee_, step, mb, dp_.hooks());
+    return run_micro_batch(trainee_, step, mb, dp_.hooks()) / static_cast<float>(cp_);
   }
   void sync_gradients() override {
     finish_expert_gradients(trainee_.stack());  // expert parallelism's per-source partials
@@ -70,6 +73,7 @@ class MeshRank : public RankStrategy {
  private:
   Trainee& trainee_;
   PeakMemory& peak_;
+  int cp_;  // each cp rank's loss is its tokens' mean over cp
   DataParallel<T> dp_;
   std::vector<MicroBatch> micro_;
 };

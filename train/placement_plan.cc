@@ -207,7 +207,7 @@ bool ModelPlacement::writes(const std::string& name, const MeshCoord& at) const 
 
 StateElements ModelPlacement::elements(const MeshCoord& at, bool largest_shards) const {
   const Position& p = position(at);
-  const int index[2] = {largest_shards ? 0 : at.dp, largest_shards ? 0 : at.ep_group};
+  const int index[2] = {largest_shards ? 0 : at.dp_cp, largest_shards ? 0 : at.ep_group};
   const int sizes[2] = {group(0), group(1)};
   StateElements e;
   for (size_t c = 0; c < p.chunks.size(); ++c) {
@@ -241,7 +241,7 @@ std::vector<model::ParamRange> ModelPlacement::zero3_held(int rank) const {
   const MeshCoord at = mesh_coord(shape_, rank);
   const Position& p = position(at);
   const int sizes[2] = {group(0), group(1)};
-  const int index[2] = {at.dp, at.ep_group};
+  const int index[2] = {at.dp_cp, at.ep_group};
   std::vector<model::ParamRange> out;
   size_t base = 0;
   for (size_t c = 0; c < p.chunks.size(); ++c) {

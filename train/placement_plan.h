@@ -103,7 +103,7 @@ class ModelPlacement {
   const Position& position(const MeshCoord& at) const;
   void place(const Position& p, const MeshCoord& at, std::vector<std::vector<int>>& stages,
              std::vector<std::vector<int>>& eps);
-  int group(int part) const { return part == 0 ? shape_.dp : shape_.expert_dp(); }
+  int group(int part) const { return part == 0 ? shape_.dp_cp() : shape_.expert_dp(); }
 
   MeshShape shape_;
   int zero_ = 0;

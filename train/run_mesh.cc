@@ -28,13 +28,16 @@ std::optional<RunResult> run_mesh(const TrainConfig& config) {
       [&](Communicator& world, StepRunner& runner) {
         Mesh mesh(world, shape);
         // An axis of width 1 needs no group: its layers are the plain ones.
-        std::unique_ptr<TracedComm> tp, ep;
+        std::unique_ptr<TracedComm> tp, ep, cp;
         if (shape.tp > 1)
           tp = std::make_unique<TracedComm>(*mesh.tp(), runner.timeline(), config.algo);
         if (shape.ep > 1)
           ep = std::make_unique<TracedComm>(*mesh.ep(), runner.timeline(), config.algo);
-        Trainee trainee(config, rank_layers(config, shape, mesh.coord(), {tp.get(), ep.get()}),
-                        rank_copies_input(config, shape));
+        if (shape.cp > 1)
+          cp = std::make_unique<TracedComm>(*mesh.cp(), runner.timeline(), config.algo);
+        Trainee trainee(config,
+                        rank_layers(config, shape, mesh.coord(), {tp.get(), ep.get(), cp.get()}),
+                        rank_copies_input(config, shape), shape, mesh.coord());
         run_rank<MeshRank>(runner, trainee, config, mesh, trainee, runner);
       },
       assemble_slices(model_layout(config), local, to_string(config.strategy), held));

@@ -171,10 +171,13 @@ void validate_mpi_algo(const TrainConfig& c) {
 void validate_mesh(const TrainConfig& c) {
   if (c.strategy != Strategy::kMesh) return;
   const MeshShape m = c.mesh();
-  require(m.dp >= 1 && m.tp >= 1 && m.pp >= 1 && m.ep >= 1,
-          "--dp, --tp, --pp and --ep must be at least 1");
+  require(m.dp >= 1 && m.tp >= 1 && m.pp >= 1 && m.ep >= 1 && m.cp >= 1,
+          "--dp, --tp, --pp, --ep and --cp must be at least 1");
+  require(m.cp == 1 || model_spec(c).kind() == ModelKind::kGpt,
+          "--cp " + str(m.cp) + " splits the sequence over a ring of ranks: it needs --model gpt");
+  const std::string cp = m.cp > 1 ? " x --cp " + str(m.cp) : "";
   require(m.world() == c.ranks, "--dp " + str(m.dp) + " x --tp " + str(m.tp) + " x --pp " +
-                                    str(m.pp) + " = " + str(m.world()) +
+                                    str(m.pp) + cp + " = " + str(m.world()) +
                                     " ranks, but the world has " + str(c.ranks) +
                                     " (--ranks); make the product the world size");
   require(c.zero >= 0 && c.zero <= 3, "--zero " + str(c.zero) + " must be 0, 1, 2 or 3");

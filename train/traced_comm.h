@@ -47,6 +47,16 @@ class TracedComm {
                            algorithm_or_auto(OpKind::kReduceScatter, algo_));
     });
   }
+  // Sends `out` to rank + 1 and receives rank - 1's into `in` (a ring's step; the send is a
+  // snapshot, so every rank sends first), recorded as "ring_shift".
+  template <class T>
+  void shift(std::span<const T> out, std::span<T> in) {
+    timeline_.collective("ring_shift", comm_, [&] {
+      const int n = comm_.size(), r = comm_.rank();
+      comm_.send(out, (r + 1) % n);
+      comm_.recv(in, (r + n - 1) % n);
+    });
+  }
   // Equal-chunk all_to_all, recorded as "all_to_all".
   template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) {

@@ -29,7 +29,8 @@ model::Layers pipeline_layers(const TrainConfig& config, int first, int last) {
 
 Trainee::Trainee(const TrainConfig& config) : Trainee(config, model_layers(config)) {}
 
-Trainee::Trainee(const TrainConfig& config, model::Layers layers, bool copy_input)
+Trainee::Trainee(const TrainConfig& config, model::Layers layers, bool copy_input,
+                 const MeshShape& shape, const MeshCoord& at)
     : config_(config), stack_(std::move(layers), config.precision, copy_input, config.recompute) {
   const model::ParamLayout full = model_layout(config);
   const std::vector<float> init = model::init_params(full, config.seed);  // the model's bits
@@ -38,7 +39,7 @@ Trainee::Trainee(const TrainConfig& config, model::Layers layers, bool copy_inpu
     std::copy_n(init.begin() + s.full, s.count, mine.begin() + s.local);
   }
   stack_.store().set_params(mine);
-  objective_ = model_spec(config).objective(config, &stack_.memory());
+  objective_ = model_spec(config).rank_objective(config, &stack_.memory(), shape, at);
 }
 
 float Trainee::forward_backward(int64_t step, int first, int count, float grad_scale,

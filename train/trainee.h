@@ -36,7 +36,9 @@ class Trainee {
   explicit Trainee(const TrainConfig& config);
   // A rank's own layers (each tensor a TensorShard of the full model's tensor of the same
   // name); `copy_input` as LayerStack's.
-  Trainee(const TrainConfig& config, model::Layers layers, bool copy_input = true);
+  // `shape`, `at`: the rank's place on the mesh, for its objective (ModelSpec::rank_objective).
+  Trainee(const TrainConfig& config, model::Layers layers, bool copy_input = true,
+          const MeshShape& shape = {}, const MeshCoord& at = {});
   Trainee(const Trainee&) = delete;
   Trainee& operator=(const Trainee&) = delete;
 

@@ -51,6 +51,7 @@ std::string ranks_text(const train::TrainConfig& c) {
     case train::Strategy::kMesh: {
       const train::MeshShape m = c.mesh();
       std::string text = fmt::format("{} ranks (dp {} x tp {} x pp {}", c.ranks, m.dp, m.tp, m.pp);
+      if (m.cp > 1) text += fmt::format(" x cp {}", m.cp);
       if (m.ep > 1) text += fmt::format(", ep {}", m.ep);
       if (c.zero > 0) text += fmt::format(", zero {}", c.zero);
       return text + ")";

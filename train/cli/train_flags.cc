@@ -85,6 +85,10 @@ void declare_train_flags(CLI::App* app, TrainFlags& f) {
                   "mesh: experts sharded over groups of --ep data-parallel ranks (moe; divides "
                   "--dp)")
       ->transform(Integer(1, 256));
+  app->add_option("--cp", f.cp,
+                  "mesh: context-parallel ranks: the sequence in 2 --cp chunks, attention as a "
+                  "ring (gpt; --dp x --tp x --pp x --cp is the world size)")
+      ->transform(Integer(1, 256));
   app->add_option("--zero", f.zero, "mesh: ZeRO stage along the data axis (0: DDP all-reduce)")
       ->transform(Integer(0, 3));
   app->add_option("--schedule", f.schedule, "pipeline schedule (with --pp > 1)")
@@ -147,13 +151,15 @@ namespace {
 
 void parse_mesh(const CLI::App& a, const TrainFlags& f, train::TrainConfig& c) {
   bool mesh = false;
-  for (const char* flag : {"--dp", "--pp", "--ep", "--zero"}) mesh = mesh || given(a, flag);
+  for (const char* flag : {"--dp", "--pp", "--ep", "--cp", "--zero"}) {
+    mesh = mesh || given(a, flag);
+  }
   const bool dp_tp = c.strategy == train::Strategy::kDpTp;
   if (given(a, "--strategy")) {
     if (mesh || (given(a, "--tp") && !dp_tp)) {
       fail("train", "--strategy " + f.strategy +
                         " is a preset of the mesh; give either --strategy or the mesh flags "
-                        "(--dp --tp --pp --ep --zero), not both");
+                        "(--dp --tp --pp --ep --cp --zero), not both");
     }
   } else if (mesh || given(a, "--tp")) {
     c.strategy = train::Strategy::kMesh;
@@ -170,8 +176,9 @@ void parse_mesh(const CLI::App& a, const TrainFlags& f, train::TrainConfig& c) {
   c.pp = f.pp;
   c.ep = f.ep;
   c.zero = f.zero;
-  const int tp = given(a, "--tp") ? f.tp : 1;
-  c.tp_size = tp;
+  c.cp = f.cp;
+  const int tp = (given(a, "--tp") ? f.tp : 1) * c.cp;  // ranks per replica and stage
+  c.tp_size = tp / c.cp;
   const bool world_given = given(a, "--ranks") || ProcessModel::from_environment(0, 1).mpi;
   if (given(a, "--dp")) {
     c.dp = f.dp;

@@ -21,7 +21,7 @@ struct TrainFlags {
   int ranks = 4, steps = 20, batch = 32, micro_batches = 1, dim = 16, hidden = 64, layers = 2;
   int experts = 4, top_k = 2, tp = 2, threads_per_process = 1;
   int heads = 2, head_dim = 0, seq = 12, vocab = 9;  // gpt
-  int dp = 1, pp = 1, ep = 1, zero = 0, virtual_stages = 1;
+  int dp = 1, pp = 1, ep = 1, cp = 1, zero = 0, virtual_stages = 1;
   std::vector<int> stage_layers;
   std::string schedule = "1f1b", recompute = "none";
   double lr = 0.05;

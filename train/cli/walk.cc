@@ -20,6 +20,7 @@
 #include "runtime/world.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
+#include "train/cli/walk_context.h"
 #include "train/cli/walk_pipeline.h"
 
 namespace dtsim::cli {
@@ -340,11 +341,14 @@ Command add_walk(CLI::App& dtsim) {
   app->add_option("--root", f->root, "source of broadcast / destination of reduce")
       ->transform(Integer(0, 15));
   const auto pipeline = add_walk_pipeline(app);  // --pp ...: walk_pipeline.cc
+  const auto context = add_walk_context(app);    // --cp: walk_context.cc
   app->footer(
       "example: dtsim walk --op all_reduce --ranks 4 --numel 8\n"
-      "         dtsim walk --pp 4 --micro-batches 8 --schedule 1f1b\n" +
+      "         dtsim walk --pp 4 --micro-batches 8 --schedule 1f1b\n"
+      "         dtsim walk --cp 4\n" +
       algorithms_help());
-  return {app, [f, pipeline] {
+  return {app, [f, pipeline, context] {
+            if (const std::optional<int> code = context()) return *code;
             if (const std::optional<int> code = pipeline()) return *code;
             return run_walk(*f);
           }};

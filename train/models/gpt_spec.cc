@@ -1,8 +1,7 @@
 // The tiny GPT (model/gpt_model.h): token + position embedding, L pre-norm blocks of causal
 // self-attention and a GELU MLP, a final norm and an LM head, next-token cross-entropy on
 // the reversal task (model/sequence_task.h). The data axis (ddp, ZeRO), tensor-parallel
-// heads, sequence parallelism and pipeline stages; context parallelism is issue 33's later
-// part.
+// heads, sequence parallelism, pipeline stages and context parallelism (ring attention).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -18,24 +17,39 @@ namespace {
 
 std::string str(int v) { return std::to_string(v); }
 
+// Context parallel (cp > 1): the input stays whole samples (the embedding picks this rank's
+// tokens), the labels and the loss are this rank's S / cp tokens, whose mean is its loss:
+// averaged over dp x cp by the data-parallel sync, the gradient is the single rank's.
 class ReverseObjective : public Objective {
  public:
-  ReverseObjective(const TrainConfig& c, model::MemoryLedger* ledger)
+  ReverseObjective(const TrainConfig& c, model::MemoryLedger* ledger, int cp_rank = 0, int cp = 1)
       : seq_(c.gpt.seq_len),
-        loss_(c.gpt.vocab, ledger, c.gpt.seq_len),
+        cp_rank_(cp_rank),
+        cp_(cp),
+        loss_(c.gpt.vocab, ledger, c.gpt.seq_len / cp),
         task_(c.gpt.seq_len / 2, c.gpt.vocab - 1, task_seed(c)) {}
 
   std::span<const float> load_batch(int64_t step, int first, int count) override {
     tokens_.resize(static_cast<size_t>(count) * seq_);
     labels_.resize(static_cast<size_t>(count) * seq_);
     task_.batch(step, first, count, tokens_, labels_);
+    if (cp_ > 1) {  // this rank's labels, in its rows' order (both chunks ascend)
+      const int local = seq_ / cp_;
+      for (int b = 0; b < count; ++b) {
+        for (int i = 0; i < local; ++i) {
+          labels_[size_t(b) * local + i] =
+              labels_[size_t(b) * seq_ + model::cp_position(cp_rank_, cp_, seq_, i)];
+        }
+      }
+      labels_.resize(static_cast<size_t>(count) * local);
+    }
     return tokens_;
   }
   model::Targets targets() const override { return {.values = {}, .labels = labels_}; }
   model::Loss& loss() override { return loss_; }
 
  private:
-  int seq_;
+  int seq_, cp_rank_, cp_;
   model::CrossEntropyLoss loss_;
   model::ReverseTask task_;
   std::vector<float> tokens_;    // (count, S) token ids as floats
@@ -114,6 +128,17 @@ class GptSpec : public ModelSpec {
       return "--seq " + str(g.seq_len) + " is not divisible by --tp " + str(m.tp) +
              " under --sequence-parallel; change --seq or --tp";
     }
+    if (m.cp > 1 && g.seq_len % (2 * m.cp) != 0) {
+      return "--seq " + str(g.seq_len) + " is not divisible by 2 x --cp " + str(m.cp) + " = " +
+             str(2 * m.cp) +
+             ": each context-parallel rank holds 2 equal chunks; change --seq or "
+             "--cp";
+    }
+    // Sequence parallelism splits each cp rank's S / cp tokens over tp.
+    if (m.cp > 1 && c.sequence_parallel && g.seq_len / m.cp % m.tp != 0) {
+      return "--seq " + str(g.seq_len) + " / --cp " + str(m.cp) + " is not divisible by --tp " +
+             str(m.tp) + " under --sequence-parallel; change --seq, --cp or --tp";
+    }
     return "";
   }
 
@@ -125,7 +150,16 @@ class GptSpec : public ModelSpec {
   // under --sequence-parallel. tp null: for the layout only.
   model::Layers layers(const TrainConfig& c, const MeshShape& shape, const MeshCoord& at,
                        RankComms comms) const override {
-    if (shape.tp == 1) return model::gpt_layers(c.gpt);
+    model::ContextRing cp;
+    if (shape.cp > 1) {
+      cp.rank = at.cp;
+      cp.size = shape.cp;
+      TracedComm* ring = comms.cp;
+      cp.shift = [ring](std::span<const float> out, std::span<float> in) {
+        if (ring != nullptr) ring->shift(out, in);
+      };
+    }
+    if (shape.tp == 1) return model::gpt_layers(c.gpt, {}, cp);
     TracedComm* tp = comms.tp;
     model::SequenceSharding sharding;
     sharding.rank = at.tp;
@@ -141,7 +175,7 @@ class GptSpec : public ModelSpec {
         if (tp != nullptr) tp->reduce_scatter(in, out);
       };
     }
-    return model::gpt_layers(c.gpt, sharding);
+    return model::gpt_layers(c.gpt, sharding, cp);
   }
 
   // A pipeline chunk takes whole transformer layers (an attention and an MLP block); the
@@ -187,6 +221,11 @@ class GptSpec : public ModelSpec {
   std::unique_ptr<Objective> objective(const TrainConfig& c,
                                        model::MemoryLedger* ledger) const override {
     return std::make_unique<ReverseObjective>(c, ledger);
+  }
+  std::unique_ptr<Objective> rank_objective(const TrainConfig& c, model::MemoryLedger* ledger,
+                                            const MeshShape& shape,
+                                            const MeshCoord& at) const override {
+    return std::make_unique<ReverseObjective>(c, ledger, at.cp, shape.cp);
   }
 };
 

@@ -31,6 +31,7 @@ namespace dtsim::train {
 struct RankComms {
   TracedComm* tp = nullptr;
   TracedComm* ep = nullptr;
+  TracedComm* cp = nullptr;
 };
 
 // A model's loss on the stack's output and its synthetic task on one rank: sample i of step
@@ -122,6 +123,14 @@ class ModelSpec {
   // The loss and task of a rank (activations recorded in `ledger`).
   virtual std::unique_ptr<Objective> objective(const TrainConfig& config,
                                                model::MemoryLedger* ledger) const = 0;
+  // The loss and task of rank `at` of `shape`: its tokens of each sample under context
+  // parallelism (only a model that takes --cp overrides it); objective() otherwise.
+  virtual std::unique_ptr<Objective> rank_objective(const TrainConfig& config,
+                                                    model::MemoryLedger* ledger,
+                                                    const MeshShape& /*shape*/,
+                                                    const MeshCoord& /*at*/) const {
+    return objective(config, ledger);
+  }
 };
 
 // The spec of `kind` (every ModelKind has one).

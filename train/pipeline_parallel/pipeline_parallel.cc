@@ -75,11 +75,12 @@ class LayerStackChunk : public StageChunk {
 model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
                               const ChunkParallel& at) {
   const auto [first, last] = chunk_layers(config, spec, chunk);
-  const MeshShape shape{.tp = at.tp_size, .ep = at.ep_size};
+  const MeshShape shape{.tp = at.tp_size, .ep = at.ep_size, .cp = at.cp_size};
   MeshCoord coord;
   coord.tp = at.tp_rank;
   coord.ep = at.ep_rank;
-  model::Layers all = rank_layers(config, shape, coord, {at.tp, at.ep});
+  coord.cp = at.cp_rank;
+  model::Layers all = rank_layers(config, shape, coord, {at.tp, at.ep, at.cp});
   return model::Layers(std::make_move_iterator(all.begin() + first),
                        std::make_move_iterator(all.begin() + last));
 }
@@ -106,6 +107,7 @@ class PipelineRank : public RankStrategy {
                bool reports_loss, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
                const MeshShape& shape)
       : chunks_(chunks),
+        cp_(shape.cp),
         micro_(data_parallel_micro_batches(config, shape.dp, groups.dp ? groups.dp->rank() : 0)),
         peak_(runner.peak()) {
     const int zero = zero_stage(config);
@@ -116,9 +118,9 @@ class PipelineRank : public RankStrategy {
           dp_.push_back(std::make_unique<DataParallel<T>>(
               DpContext{.config = &config,
                         .zero = zero,
-                        .dp = groups.dp,
+                        .dp = shape.cp > 1 ? groups.dp_cp : groups.dp,
                         .expert_dp = shape.ep > 1 ? groups.expert_dp : nullptr,
-                        .replicas = shape.dp,
+                        .replicas = shape.dp_cp(),
                         .timeline = &runner.timeline(),
                         .observe = [this] { observe_memory(peak_); },
                         .layer_hooks = zero == 3,
@@ -160,8 +162,10 @@ class PipelineRank : public RankStrategy {
     data.inputs = [&](int i) { return first.load_batch(step, micro_[i].first, micro_[i].size); };
     data.loss = [&](int i, std::span<const float> y, std::span<float> dy) {
       last.load_batch(step, micro_[i].first, micro_[i].size);
+      // Context parallel: this rank's tokens' mean, a 1/cp share of the samples' (mesh_rank.h).
       return last.loss().forward_backward(y, last.targets(), micro_[i].size, micro_[i].grad_scale,
-                                          dy);
+                                          dy) /
+             static_cast<float>(cp_);
     };
     stage_->run(mbs_, data, losses);
     return true;
@@ -212,6 +216,7 @@ class PipelineRank : public RankStrategy {
 
  private:
   std::vector<std::unique_ptr<Trainee>>& chunks_;
+  int cp_;  // context-parallel width: the loss is a 1/cp share
   std::vector<MicroBatch> micro_;
   std::vector<StageMicroBatch> mbs_;
   PeakMemory& peak_;
@@ -383,13 +388,19 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
                        const PipelineGroups& groups, StepRunner& runner, const MeshShape& shape) {
   const int p = spec.stages, stage = groups.pipe ? groups.pipe->rank() : 0;
-  std::unique_ptr<TracedComm> tp, ep;
+  std::unique_ptr<TracedComm> tp, ep, cp;
   ChunkParallel at;
   if (groups.tp != nullptr) {
     tp = std::make_unique<TracedComm>(*groups.tp, runner.timeline(), config.algo);
     at.tp_rank = groups.tp->rank();
     at.tp_size = groups.tp->size();
     at.tp = tp.get();
+  }
+  if (groups.cp != nullptr) {
+    cp = std::make_unique<TracedComm>(*groups.cp, runner.timeline(), config.algo);
+    at.cp_rank = groups.cp->rank();
+    at.cp_size = groups.cp->size();
+    at.cp = cp.get();
   }
   if (groups.ep != nullptr) {
     ep = std::make_unique<TracedComm>(*groups.ep, runner.timeline(), config.algo);
@@ -399,7 +410,10 @@ void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
   }
   std::vector<std::unique_ptr<Trainee>> chunks;
   for (int c = stage; c < p * spec.virtual_stages; c += p) {
-    chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c, at)));
+    MeshCoord coord;  // the objective's tokens (context parallel)
+    coord.cp = at.cp_rank;
+    chunks.push_back(std::make_unique<Trainee>(config, layers_of_chunk(config, spec, c, at), true,
+                                               MeshShape{.cp = at.cp_size}, coord));
     with_buffers(chunks.back()->store(), [&](auto, auto grads) { runner.add_gradients(grads); });
   }
   auto run = [&](auto tag) {
@@ -433,17 +447,22 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
       config,
       [&](Communicator& world, StepRunner& runner) {
         Mesh mesh(world, shape);
-        pipeline::run_pipeline_rank(config, spec,
-                                    {mesh.pp(), mesh.dp(), mesh.tp(), mesh.ep(), mesh.expert_dp()},
-                                    runner, shape);
+        pipeline::run_pipeline_rank(
+            config, spec,
+            {mesh.pp(), mesh.dp(), mesh.tp(), mesh.ep(), mesh.expert_dp(), mesh.cp(), mesh.dp_cp()},
+            runner, shape);
       },
       assemble_slices(
           model_layout(config),
           [config, spec, shape](int rank) {
             const MeshCoord c = mesh_coord(shape, rank);
-            return pipeline::stage_layout(
-                config, spec, c.pp,
-                {.tp_rank = c.tp, .tp_size = shape.tp, .ep_rank = c.ep, .ep_size = shape.ep});
+            return pipeline::stage_layout(config, spec, c.pp,
+                                          {.tp_rank = c.tp,
+                                           .tp_size = shape.tp,
+                                           .ep_rank = c.ep,
+                                           .ep_size = shape.ep,
+                                           .cp_rank = c.cp,
+                                           .cp_size = shape.cp});
           },
           "pipeline", held));
 }

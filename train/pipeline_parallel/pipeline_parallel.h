@@ -95,6 +95,8 @@ struct PipelineGroups {
   Communicator* tp = nullptr;
   Communicator* ep = nullptr;
   Communicator* expert_dp = nullptr;
+  Communicator* cp = nullptr;     // the context-parallel ring
+  Communicator* dp_cp = nullptr;  // the gradient sync over dp x cp (dp when cp is 1)
 };
 
 // Where a rank sits on the model-parallel axes inside its stage, with the groups its layers
@@ -104,6 +106,8 @@ struct ChunkParallel {
   TracedComm* tp = nullptr;
   int ep_rank = 0, ep_size = 1;
   TracedComm* ep = nullptr;
+  int cp_rank = 0, cp_size = 1;
+  TracedComm* cp = nullptr;
 };
 // Chunk `chunk`'s layers on the rank `at` (rank_layers, cut to the chunk).
 model::Layers layers_of_chunk(const TrainConfig& config, const ScheduleSpec& spec, int chunk,
