@@ -10,19 +10,21 @@
 
 namespace dtsim::model {
 
-Layers gpt_layers(const GptConfig& c) {
+Layers gpt_layers(const GptConfig& c, const SequenceSharding& sharding) {
   DTSIM_CHECK(c.vocab > 1 && c.seq_len > 0 && c.d_model > 0 && c.heads > 0 && c.head_dim > 0 &&
               c.num_layers > 0 && c.mlp_hidden > 0);
+  // Tensor parallelism alone leaves the embedding and the final norm replicated (plain).
+  const SequenceSharding outer = sharding.sequence_parallel() ? sharding : SequenceSharding{};
   Layers layers;
-  layers.push_back(std::make_unique<TokenEmbedding>("embed", c.vocab, c.seq_len, c.d_model));
+  layers.push_back(std::make_unique<TokenEmbedding>("embed", c.vocab, c.seq_len, c.d_model, outer));
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string block = "block" + std::to_string(l);
     layers.push_back(std::make_unique<AttentionBlock>(block + ".attn", c.seq_len, c.d_model,
-                                                      c.heads, c.head_dim));
-    layers.push_back(
-        std::make_unique<GptMlpBlock>(block + ".mlp", c.seq_len, c.d_model, c.mlp_hidden));
+                                                      c.heads, c.head_dim, sharding));
+    layers.push_back(std::make_unique<GptMlpBlock>(block + ".mlp", c.seq_len, c.d_model,
+                                                   c.mlp_hidden, sharding));
   }
-  layers.push_back(std::make_unique<LayerNormLayer>("lnf", c.seq_len, c.d_model));
+  layers.push_back(std::make_unique<LayerNormLayer>("lnf", c.seq_len, c.d_model, outer));
   layers.push_back(
       std::make_unique<PerToken>(std::make_unique<Linear>("head", c.d_model, c.vocab), c.seq_len));
   return layers;

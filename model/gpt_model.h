@@ -15,6 +15,7 @@
 
 #include "model/layer_stack.h"
 #include "model/param_store.h"
+#include "model/sequence_sharding.h"
 #include "model/sequence_task.h"
 
 namespace dtsim::model {
@@ -29,8 +30,9 @@ struct GptConfig {
   int mlp_hidden = 64;  // F
 };
 
-// The model's 2L + 3 layers; aborts on a non-positive size.
-Layers gpt_layers(const GptConfig& config);
+// The model's 2L + 3 layers; aborts on a non-positive size. `sharding`: this rank's share
+// under tensor (and sequence) parallelism (gpt_layers.h); T must divide H and F (and S).
+Layers gpt_layers(const GptConfig& config, const SequenceSharding& sharding = {});
 ParamLayout gpt_layout(const GptConfig& config);
 
 // The held-out accuracy on `task`'s answer positions (token_accuracy) of a stack holding a

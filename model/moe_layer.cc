@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "model/check.h"
 #include "model/kernels.h"
@@ -86,8 +87,8 @@ float MoeLayer::forward(std::span<const float> router, std::span<const float> ex
   if (exchanges()) {
     // Rank j learns how many rows each source sends to each of its experts (the split sizes
     // of the row all_to_all).
-    const std::vector<int32_t> counts(routing_.counts.begin(), routing_.counts.end());  // (E)
-    exchange_->exchange_counts(counts, recv_rows_);
+    static_assert(std::is_same_v<int, int32_t>);
+    exchange_->exchange_counts(routing_.counts, recv_rows_);  // counts: (E)
   } else {
     std::copy(routing_.counts.begin(), routing_.counts.end(), recv_rows_.begin());
   }

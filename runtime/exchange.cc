@@ -94,6 +94,18 @@ void Exchange::post(int peer, int step, const void* data, size_t count, int chun
   }
 }
 
+void Exchange::run_native(const void* in, void* data, size_t count) {
+  comm_.run_native(
+      {sig_.op, in, data, count, sig_.dtype, sig_.reduce, sig_.root < 0 ? 0 : sig_.root}, *this);
+  const size_t n = static_cast<size_t>(size());
+  const size_t phases = sig_.op == OpKind::kAllReduce ? 2 : 1;
+  const uint64_t bytes = phases * (count * esize_ / n) * (n - 1);
+  OpCounters& c = ctx_.counters[sig_.op];
+  c.bytes_sent += bytes;
+  c.bytes_recv += bytes;
+  bytes_sent_ += bytes;
+}
+
 void Exchange::count_shared(int peer, size_t moved, size_t moved_in) {
   OpCounters& c = ctx_.counters[sig_.op];
   c.bytes_sent += moved * esize_;

@@ -11,6 +11,9 @@
 // (another --seed, --threads-per-process, or --report on one process only) is a usage error
 // that every process meets, naming the setting and both values.
 //
+// Implemented by the MPI plug-in (transport/mpi/job_start.cc), the one transport whose
+// processes are started apart; without mpirun every call returns at once.
+//
 // Thread safety: start_job, begin_work and job_started are safe from any thread (the first
 // call to pass the start decides it); JobStart is a value type.
 #pragma once

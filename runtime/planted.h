@@ -14,14 +14,14 @@
 namespace dtsim {
 
 class Transport;
-class WorldState;
+class ThreadShared;
 
 struct PlantedBug {
   const char* name;  // what `dtsim_with_mutants stress --mutant` and schedule files say
   // Rows that replace the registry's rows of the same (collective, algorithm) in the World.
   std::span<const AlgoRow> rows;
   // Makes rank `rank`'s in-process transport in place of the ThreadTransport, or nullptr.
-  std::unique_ptr<Transport> (*thread_transport)(WorldState* state, int rank) = nullptr;
+  std::unique_ptr<Transport> (*thread_transport)(ThreadShared* state, int rank) = nullptr;
 };
 
 // `row`, or the row `bug` puts in its place (bug may be null).

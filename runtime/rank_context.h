@@ -26,7 +26,7 @@ struct RankContext {
   uint8_t world_features = 0;           // WorldFeature bits (types.h) of this world
   const PlantedBug* planted = nullptr;  // a bug planted by a test (planted.h), or none
 
-  FlightRecorder* recorder = nullptr;  // owned by WorldState; every collective is recorded
+  FlightRecorder* recorder = nullptr;  // owned by RunState; every collective is recorded
   // Algo::kMpi, where the world has one (an MPI world of one rank per process).
   std::unique_ptr<NativeCollectives> native;
 };

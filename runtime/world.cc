@@ -7,18 +7,13 @@
 #include <system_error>
 
 #include "runtime/communicator.h"
+#include "runtime/controller.h"
 #include "runtime/diagnostics/watchdog.h"
-#include "runtime/job_start.h"
 #include "runtime/planted.h"
 #include "runtime/rank_context.h"
-#include "runtime/schedule/scheduler.h"
-#include "runtime/transport/mpi/mpi_collectives.h"
-#include "runtime/transport/mpi/mpi_link.h"
-#include "runtime/transport/mpi/mpi_process.h"
-#include "runtime/transport/mpi/mpi_transport.h"
+#include "runtime/run_state.h"
+#include "runtime/transport/plugin.h"
 #include "runtime/transport/routed_transport.h"
-#include "runtime/transport/thread/thread_transport.h"
-#include "runtime/world_state.h"
 
 namespace dtsim {
 namespace {
@@ -49,49 +44,19 @@ RankFailure::RankFailure(int rank, std::exception_ptr cause, const std::string& 
 World::World(int size, WorldOptions options) : World(ProcessModel::threads_only(size), options) {}
 
 World::World(ProcessModel model, WorldOptions options) : model_(model) {
-  if (model_.mpi && options.scheduler) {
-    throw UsageError(
-        "the controlled scheduler runs thread worlds only; run without mpirun to use it");
-  }
-  if (model_.mpi) {
-    begin_work();  // passes the job's start (job_start.h) unless the program did
-    mpi::MpiProcess& process = mpi::MpiProcess::instance();
-    if (model_.threads < 1) {
-      throw UsageError("rank threads per process " + std::to_string(model_.threads) +
-                       " is out of range; use 1 or more");
-    }
-    model_.processes = process.size();
-    model_.process = process.rank();
+  // Each plug-in may complete the layout (MPI fills in the job's processes) or refuse it.
+  std::vector<const TransportPlugin*> joined;
+  for (const TransportPlugin* p : transport_plugins()) {
+    if (p->joins(model_, options)) joined.push_back(p);
   }
   size_ = model_.world_size();
   if (size_ < 1 || size_ > kMaxRanks) {
     throw UsageError("world size " + std::to_string(size_) + " is out of range; use 1 to " +
                      std::to_string(kMaxRanks) + " ranks");
   }
-  state_ = std::make_unique<WorldState>(size_, options);
-  if (model_.mpi) link_ = std::make_unique<mpi::MpiLink>(state_.get(), model_, options.timeout);
-  for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
-    auto ctx = std::make_unique<RankContext>();
-    ctx->rank = r;
-    std::unique_ptr<Transport> local = options.planted && options.planted->thread_transport
-                                           ? options.planted->thread_transport(state_.get(), r)
-                                           : std::make_unique<ThreadTransport>(state_.get(), r);
-    if (link_ && model_.processes > 1) {
-      ctx->transport = std::make_unique<RoutedTransport>(
-          model_, std::move(local), std::make_unique<mpi::MpiTransport>(link_.get(), r));
-    } else {
-      ctx->transport = std::move(local);
-    }
-    if (link_ && model_.threads == 1) {
-      ctx->native = std::make_unique<mpi::MpiCollectives>(link_.get(), r);
-    }
-    ctx->world_features = model_.world_features();  // e.g. whether Algo::kMpi runs here
-    ctx->tracing = options.trace;
-    ctx->lend_bytes = options.lend_bytes;
-    ctx->planted = options.planted;
-    ctx->recorder = &state_->recorder(r);
-    contexts_.push_back(std::move(ctx));
-  }
+  state_ = std::make_unique<RunState>(size_, options);
+  for (const TransportPlugin* p : joined) domains_.push_back(p->open(*state_, model_));
+  connect(options);
   watchdog_ = std::make_unique<Watchdog>(state_.get());
   threads_.reserve(model_.threads);
   try {
@@ -108,6 +73,45 @@ World::World(ProcessModel model, WorldOptions options) : model_(model) {
   }
 }
 
+void World::connect(const WorldOptions& options) {
+  // Each peer goes to the first domain that reaches it; a domain that reaches no peer
+  // gives the ranks no endpoint.
+  std::vector<int> route(size_, -1);
+  for (int peer = 0; peer < size_; ++peer) {
+    for (size_t d = 0; d < domains_.size() && route[peer] < 0; ++d) {
+      if (domains_[d]->reaches(peer)) route[peer] = static_cast<int>(d);
+    }
+    if (route[peer] < 0) {
+      throw Error("no transport reaches rank " + std::to_string(peer) + " of " + model_.describe());
+    }
+  }
+  std::vector<int> used;  // domain -> endpoint index, or -1
+  std::vector<int> slot(domains_.size(), -1);
+  for (int d : route) {
+    if (slot[d] < 0) slot[d] = static_cast<int>(used.size()), used.push_back(d);
+  }
+  std::vector<int> by_endpoint(size_);
+  for (int peer = 0; peer < size_; ++peer) by_endpoint[peer] = slot[route[peer]];
+  for (int r = first_rank(); r < first_rank() + model_.threads; ++r) {
+    auto ctx = std::make_unique<RankContext>();
+    ctx->rank = r;
+    std::vector<std::unique_ptr<Transport>> endpoints;
+    for (int d : used) endpoints.push_back(domains_[d]->make_transport(r));
+    ctx->transport = endpoints.size() == 1
+                         ? std::move(endpoints[0])
+                         : std::make_unique<RoutedTransport>(std::move(endpoints), by_endpoint);
+    for (size_t d = 0; d < domains_.size() && !ctx->native; ++d) {
+      ctx->native = domains_[d]->make_native(r);
+    }
+    ctx->world_features = model_.world_features();  // e.g. whether Algo::kMpi runs here
+    ctx->tracing = options.trace;
+    ctx->lend_bytes = options.lend_bytes;
+    ctx->planted = options.planted;
+    ctx->recorder = &state_->recorder(r);
+    contexts_.push_back(std::move(ctx));
+  }
+}
+
 World::~World() { stop_threads(); }
 
 void World::stop_threads() {
@@ -116,7 +120,8 @@ void World::stop_threads() {
   generation_.notify_all();
   for (auto& t : threads_) t.join();
   threads_.clear();
-  link_.reset();  // before state_: the progress thread rings the ranks' doorbells
+  contexts_.clear();  // the transports, before their domains
+  domains_.clear();   // before state_: MPI's progress thread rings the ranks' doorbells
 }
 
 RankContext& World::context(int rank) const {
@@ -130,7 +135,11 @@ RankContext& World::context(int rank) const {
 }
 
 const WorldOptions& World::options() const { return state_->options(); }
-size_t World::payload_bytes() const { return state_->payload_bytes(); }
+size_t World::payload_bytes() const {
+  size_t bytes = 0;
+  for (const auto& d : domains_) bytes += d->payload_bytes();
+  return bytes;
+}
 const RankCounters& World::counters(int rank) const { return context(rank).counters; }
 const RankTrace& World::trace(int rank) const { return context(rank).trace; }
 std::vector<FlightEntry> World::flight_record(int rank) const {
@@ -158,7 +167,7 @@ void World::rank_main(int rank) {
     seen = generation_.load(std::memory_order_acquire);
     if (stopping_) return;
     FlightRecorder& recorder = state_->recorder(rank);
-    schedule::Scheduler* sched = state_->options().scheduler;
+    schedule::Controller* sched = state_->options().scheduler;
     if (sched) sched->enter(rank);
     try {
       Communicator world(
@@ -192,12 +201,12 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     ctx->trace.clear();
     state_->recorder(ctx->rank).reset();
   }
-  schedule::Scheduler* sched = state_->options().scheduler;
+  schedule::Controller* sched = state_->options().scheduler;
   // Under the controlled scheduler the scheduler runs the watchdog's check itself, at
   // deadlocks, so that the outcome of a schedule does not depend on time (watchdog.h).
   watchdog_->set_active(sched == nullptr);
   if (sched) sched->begin_run(state_.get(), state_->options().timeout);
-  if (link_) link_->begin_run();
+  for (auto& d : domains_) d->begin_run();
   job_ = &fn;
   pending_.store(model_.threads, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_release);
@@ -210,12 +219,14 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   // A failed run names the process it lost too: a rank that timed out may name a peer that
   // itself waited, transitively, on the lost one.
   std::string lost;
-  if (link_) {
+  for (auto& d : domains_) {
     int lost_rank = -1;
-    lost = link_->finish_run(state_->aborted(), &lost_rank);
-    if (!lost.empty() && !state_->aborted()) {
-      state_->fail(lost_rank, std::make_exception_ptr(TimeoutError(lost)));
-      lost.clear();
+    const std::string gone = d->finish_run(state_->aborted(), &lost_rank);
+    if (gone.empty()) continue;
+    if (!state_->aborted()) {
+      state_->fail(lost_rank, std::make_exception_ptr(TimeoutError(gone)));
+    } else {
+      lost += (lost.empty() ? "" : "; ") + gone;
     }
   }
   int failed = state_->failed_rank();
@@ -226,7 +237,10 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     // A message left unreceived means a rank skipped or changed a call that only sent to
     // it, which no receive could notice: the run is wrong even though every rank returned.
     int receiver = -1;
-    std::string undelivered = state_->undelivered_report(&receiver);
+    std::string undelivered;
+    for (size_t d = 0; d < domains_.size() && undelivered.empty(); ++d) {
+      undelivered = domains_[d]->undelivered_report(&receiver);
+    }
     if (!undelivered.empty()) {
       failed = receiver;
       cause = std::make_exception_ptr(MismatchError(undelivered));
@@ -239,6 +253,7 @@ void World::run(const std::function<void(Communicator&)>& fn) {
     flight = flight_report(kFailureReportCalls);
   }
   if (cause && sched) flight += "\n" + sched->summary(32);
+  for (auto& d : domains_) d->end_run();
   state_->reset();
   if (cause) {
     const std::string prefix = std::to_string(failed) + " failed: ";

@@ -23,15 +23,13 @@
 namespace dtsim {
 
 class Communicator;
-class WorldState;
-namespace mpi {
-class MpiLink;
-}
+class RunState;
+class TransportDomain;
 class Watchdog;
 struct PlantedBug;
 struct RankContext;
 namespace schedule {
-class Scheduler;
+class Controller;
 }
 
 struct WorldOptions {
@@ -70,7 +68,7 @@ struct WorldOptions {
   // Controlled scheduling (runtime/schedule/scheduler.h): one rank thread runs at a time
   // and this scheduler, borrowed for the World's life, picks which at every send, receive
   // and settle. nullptr (the default): the ranks run freely and the hooks cost one branch.
-  schedule::Scheduler* scheduler = nullptr;
+  schedule::Controller* scheduler = nullptr;
   // A bug planted on purpose (planted.h; test and stress binaries only), to measure that
   // stress testing finds it. Borrowed for the World's life; nullptr: none.
   const PlantedBug* planted = nullptr;
@@ -137,14 +135,17 @@ class World {
   std::string flight_report(size_t last) const;
 
  private:
+  // Opens the plug-ins' domains and gives each local rank its transport.
+  void connect(const WorldOptions& options);
   void rank_main(int rank);
   RankContext& context(int rank) const;
   void stop_threads();
 
   ProcessModel model_;
   int size_;
-  std::unique_ptr<WorldState> state_;
-  std::unique_ptr<mpi::MpiLink> link_;  // MPI models only
+  std::unique_ptr<RunState> state_;
+  // The transport plug-ins that take part (transport/plugin.h), in routing order.
+  std::vector<std::unique_ptr<TransportDomain>> domains_;
   std::vector<std::unique_ptr<RankContext>> contexts_;
   std::unique_ptr<Watchdog> watchdog_;  // service thread; reads state_'s recorders
   std::vector<std::thread> threads_;

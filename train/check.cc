@@ -65,6 +65,8 @@ CheckPlan plan_references(const TrainConfig& config) {
   p.reference.trace = false;
   p.reference.reverse_accumulation = false;
   p.reference.on_step = nullptr;  // the caller's progress callback is the run's, not ours
+  // Sequence parallelism is a tensor-parallel layout, which a reference does not have.
+  p.reference.sequence_parallel = false;
   p.tolerance = stated_tolerance(config.precision);
   const Strategy s = config.strategy;
   // A batch-coupled model (MoE capacity) needs a reference that groups samples as the run.

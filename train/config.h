@@ -62,6 +62,8 @@ struct TrainConfig {
   int pp = 1;    // pipeline stages
   int ep = 1;    // expert-parallel width: experts sharded over groups of ep data-parallel ranks
   int zero = 0;  // ZeRO stage along the data axis (0: plain DDP all-reduce)
+  // Sequence parallelism on the tensor-parallel axis (tp > 1, --model gpt; model/gpt_layers.h).
+  bool sequence_parallel = false;
   // The pipeline (pp > 1): schedule and chunks per rank; m is micro_batches.
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;

@@ -1,11 +1,28 @@
 #include "train/estimate.h"
 
+#include "train/placement_plan.h"
+
 namespace dtsim::train {
 namespace {
 
 using model::MemoryCategory;
 
 void set(Estimate& e, MemoryCategory c, double bytes) { e.bytes[static_cast<int>(c)] = bytes; }
+
+// Bytes one device sends per step with ring collectives over n data-parallel ranks, of a
+// gradient of g bytes and weights of w (estimate.h).
+double dp_bytes_sent(int zero_stage, double n, double g, double w) {
+  const double share = (n - 1) / n;  // of a buffer, per device, per ring pass
+  switch (zero_stage) {
+    case 0:
+      return 2 * share * g;
+    case 1:  // ZeRO section 7: reduce-scatter the gradients, all-gather the weights
+    case 2:
+      return share * (g + w);
+    default:
+      return share * (2 * w + g);
+  }
+}
 
 }  // namespace
 
@@ -30,20 +47,21 @@ Estimate estimate(const EstimateInput& in) {
   set(e, MemoryCategory::kAdamV, adam ? 4 * psi / state_div : 0);
   for (double b : e.bytes) e.static_bytes += b;
 
-  const double share = (n - 1) / n;  // of a buffer, per device, per ring pass
-  const double g = e.gradient_bytes, w = e.parameter_bytes;
-  switch (in.zero_stage) {
-    case 0:
-      e.bytes_sent_per_step = 2 * share * g;
-      break;
-    case 1:  // ZeRO section 7: reduce-scatter the gradients, all-gather the weights
-    case 2:
-      e.bytes_sent_per_step = share * (g + w);
-      break;
-    default:
-      e.bytes_sent_per_step = share * (2 * w + g);
-      break;
+  e.bytes_sent_per_step = dp_bytes_sent(in.zero_stage, n, e.gradient_bytes, e.parameter_bytes);
+  return e;
+}
+
+Estimate estimate_from_elements(const StateElements& el, int dp, int zero_stage,
+                                model::Precision precision, model::OptimizerKind optimizer) {
+  Estimate e;
+  const std::array<int64_t, model::kNumMemoryCategories> b = state_bytes(el, precision, optimizer);
+  for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+    e.bytes[c] = static_cast<double>(b[c]);
+    e.static_bytes += e.bytes[c];
   }
+  const double width = precision == model::Precision::kMixedBf16 ? 2 : 4;
+  e.parameter_bytes = e.gradient_bytes = width * static_cast<double>(el.params);
+  e.bytes_sent_per_step = dp_bytes_sent(zero_stage, dp, e.gradient_bytes, e.parameter_bytes);
   return e;
 }
 

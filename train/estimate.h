@@ -38,6 +38,14 @@ struct Estimate {
 // The estimate for `in` (ranks >= 1, stage 0..3).
 Estimate estimate(const EstimateInput& in);
 
+// The estimate of one device whose model state its placements give (placement_plan.h's
+// elements: the exact shards of dtsim's own models on a mesh), ZeRO `zero_stage` over `dp`
+// ranks: its categories from the elements, its full gradient and weights (and the traffic)
+// of the parameters it holds.
+struct StateElements;
+Estimate estimate_from_elements(const StateElements& e, int dp, int zero_stage,
+                                model::Precision precision, model::OptimizerKind optimizer);
+
 // A device mesh dp x tp x pp (Megatron-LM's 3D parallelism) with ZeRO along dp. Each device
 // holds Psi / (tp pp) parameters (tensor parallelism shards every layer, the pipeline
 // splits the layers evenly); ZeRO shards that slice's state over the dp ranks of its stage.

@@ -6,53 +6,28 @@
 #include <fstream>
 #include <string>
 
-#include "model/layer_stack.h"
 #include "train/mesh_shape.h"
-#include "train/parallelize.h"
+#include "train/models/model_spec.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
+#include "train/placement_plan.h"
 
 namespace dtsim::train {
 
 MemoryPlan plan_memory(const TrainConfig& config) {
   MemoryPlan plan;
+  const ModelPlacement placement(config);
   const bool solo = config.strategy == Strategy::kSingle || config.strategy == Strategy::kAccum;
-  const MeshShape shape = solo ? MeshShape{} : config.mesh();
-  const int ranks = solo ? 1 : shape.world();
-  const int zero = solo ? 0 : zero_stage(config);
+  const MeshShape& shape = placement.shape();
   const int64_t t = config.precision == model::Precision::kFp32 ? 4 : 2;
-  const bool adam = config.optimizer == model::OptimizerKind::kAdam;
-  const bool momentum = config.optimizer == model::OptimizerKind::kSgdMomentum;
-  const int64_t state = (adam       ? 8
-                         : momentum ? 4
-                                    : 0) +
-                        (config.precision == model::Precision::kFp32 ? 0 : 4);  // fp32 master
   const pipeline::ScheduleSpec spec = schedule_spec(config);
   const int micro = std::max(1, config.micro_batches);
   const int64_t rows = std::max(1, config.global_batch / (shape.dp * micro));
-  // Every rank of a stage holds the same amount: lay out one rank per (pp, tp, ep) position.
-  for (int r = 0; r < ranks; ++r) {
-    const MeshCoord at = mesh_coord(shape, r);
-    size_t params = 0, largest = 0;
-    if (shape.pp > 1) {
-      const model::ParamLayout l = pipeline::stage_layout(
-          config, spec, at.pp,
-          {.tp_rank = at.tp, .tp_size = shape.tp, .ep_rank = at.ep, .ep_size = shape.ep});
-      params = l.size();
-      for (int i = 0; i < l.num_layers(); ++i) largest = std::max(largest, l.layer_range(i).size());
-    } else {
-      const model::ParamLayout l = model::layout_of(rank_layers(config, shape, at));
-      params = l.size();
-      for (int i = 0; i < l.num_layers(); ++i) largest = std::max(largest, l.layer_range(i).size());
-    }
-    const int64_t p = static_cast<int64_t>(params), dp = shape.dp;
-    int64_t bytes = 0;
-    if (zero == 3) {
-      bytes += (p / dp + 1) * (2 * t + state) + 2 * static_cast<int64_t>(largest) * t;
-    } else {
-      bytes += p * t;                                 // weights
-      bytes += zero == 2 ? (p / dp + 1) * t : p * t;  // gradients
-      bytes += (zero >= 1 ? p / dp + 1 : p) * state;
-    }
+  for (int r = 0; r < shape.world(); ++r) {
+    // The model state its placements give it, a gathered layer and its staged gradients
+    // under ZeRO-3, and a bound on the activations of the micro-batches in flight.
+    const StateElements e = placement.elements(mesh_coord(shape, r));
+    int64_t bytes = 2 * e.gathered * t;
+    for (int64_t b : state_bytes(e, config.precision, config.optimizer)) bytes += b;
     const int in_flight = shape.pp > 1 ? std::min(micro, shape.pp * spec.virtual_stages) : 1;
     bytes += model_spec(config).activation_floats(config, solo ? config.global_batch / micro : rows,
                                                   shape.tp, shape.pp) *

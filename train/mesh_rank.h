@@ -27,7 +27,6 @@ class MeshRank : public RankStrategy {
            std::span<T> params, std::span<T> grads)
       : trainee_(trainee),
         peak_(runner.peak()),
-        tp_rank_(mesh.coord().tp),
         dp_(DpContext{.config = &config,
                       .zero = zero_stage(config),
                       .dp = mesh.dp(),
@@ -65,13 +64,12 @@ class MeshRank : public RankStrategy {
   }
   std::vector<float> final_params() override { return dp_.final_params(); }
   checkpoint::RankState checkpoint_state() override {
-    return {.parts = {{&trainee_.store().layout(), &dp_}}, .writes_replicated = tp_rank_ == 0};
+    return {.parts = {{&trainee_.store().layout(), &dp_}}};
   }
 
  private:
   Trainee& trainee_;
   PeakMemory& peak_;
-  int tp_rank_;
   DataParallel<T> dp_;
   std::vector<MicroBatch> micro_;
 };

@@ -82,7 +82,7 @@ class SoloRank : public RankStrategy, public checkpoint::StateAccess {
     for (size_t i = 0; i < from.size(); ++i) params_[i] = narrow<T>(from[i]);
   }
   checkpoint::RankState checkpoint_state() override {
-    return {.parts = {{&trainee_.store().layout(), this}}, .writes_replicated = true};
+    return {.parts = {{&trainee_.store().layout(), this}}};
   }
   std::vector<checkpoint::OptimizerRun> optimizer_runs() override {
     return {{.opt = opt_.get(), .at = 0, .local = 0, .count = params_.size(), .writer = true}};

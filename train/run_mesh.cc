@@ -8,32 +8,21 @@
 #include "train/mesh.h"
 #include "train/mesh_rank.h"
 #include "train/parallelize.h"
+#include "train/placement_plan.h"
 #include "train/strategies.h"
 #include "train/traced_comm.h"
 
 namespace dtsim::train {
 
-HeldRanges zero3_held(const TrainConfig& config, const MeshShape& shape, const LocalLayout& local) {
-  if (zero_stage(config) != 3) return {};
-  return [config, shape, local](int rank) {
-    const MeshCoord at = mesh_coord(shape, rank);
-    const model::ParamLayout layout = local(rank);
-    const int sizes[2] = {shape.dp, shape.ep > 1 ? shape.dp / shape.ep : 1};
-    const int ranks[2] = {at.dp, shape.ep > 1 ? at.ep_group : 0};
-    std::vector<model::ParamRange> out;
-    for (const Zero3Segment& s :
-         zero3_segments(layout, rank_dp_parts(config, shape, layout), sizes)) {
-      out.push_back(zero3_owned(s, ranks[s.part]));
-    }
-    return out;
-  };
-}
-
 std::optional<RunResult> run_mesh(const TrainConfig& config) {
   const MeshShape shape = config.mesh();
-  const LocalLayout local = [config, shape](int rank) {
-    return model::layout_of(rank_layers(config, shape, mesh_coord(shape, rank)));
+  // Each rank's layout and ZeRO-3 ownership, for assembling the final parameters.
+  const auto placement = std::make_shared<const ModelPlacement>(config);
+  const LocalLayout local = [placement, shape](int rank) {
+    return placement->chunks(mesh_coord(shape, rank)).front();
   };
+  HeldRanges held;
+  if (placement->zero() == 3) held = [placement](int rank) { return placement->zero3_held(rank); };
   return launch(
       config,
       [&](Communicator& world, StepRunner& runner) {
@@ -48,8 +37,7 @@ std::optional<RunResult> run_mesh(const TrainConfig& config) {
                         rank_copies_input(config, shape));
         run_rank<MeshRank>(runner, trainee, config, mesh, trainee, runner);
       },
-      assemble_slices(model_layout(config), local, to_string(config.strategy),
-                      zero3_held(config, shape, local)));
+      assemble_slices(model_layout(config), local, to_string(config.strategy), held));
 }
 
 }  // namespace dtsim::train

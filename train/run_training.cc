@@ -39,6 +39,8 @@ void validate_counts(const TrainConfig& c) {
 }
 
 void validate_model(const TrainConfig& c) {
+  require(!c.sequence_parallel || c.model == ModelKind::kGpt,
+          "--sequence-parallel shards a sequence: it needs --model gpt");
   const std::string why = model_spec(c).validate(c);
   require(why.empty(), why);
 }

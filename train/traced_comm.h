@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <span>
 
+#include "runtime/algorithms/registry.h"
 #include "runtime/communicator.h"
 #include "train/accounting.h"
 
@@ -29,6 +30,22 @@ class TracedComm {
   void all_reduce(std::span<T> data) {
     timeline_.collective("all_reduce", comm_,
                          [&] { comm_.all_reduce(data, ReduceOp::kSum, algo_); });
+  }
+  // All-gather of equal chunks (rank r's in at out[r n, (r + 1) n)), recorded as
+  // "all_gather"; reduce-scatter (chunk r of in summed into rank r's out), recorded as
+  // "reduce_scatter". Both use `algo` where the registry has it for them, else their auto.
+  template <class T>
+  void all_gather(std::span<const T> in, std::span<T> out) {
+    timeline_.collective("all_gather", comm_, [&] {
+      comm_.all_gather(in, out, algorithm_or_auto(OpKind::kAllGather, algo_));
+    });
+  }
+  template <class T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out) {
+    timeline_.collective("reduce_scatter", comm_, [&] {
+      comm_.reduce_scatter(in, out, ReduceOp::kSum,
+                           algorithm_or_auto(OpKind::kReduceScatter, algo_));
+    });
   }
   // Equal-chunk all_to_all, recorded as "all_to_all".
   template <class T>

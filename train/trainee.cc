@@ -14,12 +14,14 @@ model::Layers model_layers(const TrainConfig& config) {
 model::Layers pipeline_layers(const TrainConfig& config, int first, int last) {
   const ModelSpec& spec = model_spec(config);
   const int lead = spec.lead_layers(), L = spec.pipeline_blocks(config);
+  const int per = spec.layers_per_block(), tail = spec.tail_layers();
   if (first < 0 || first >= last || last > L) {
     throw UsageError("pipeline_layers: [" + std::to_string(first) + ", " + std::to_string(last) +
                      ") is not a range of the model's " + std::to_string(L) + " blocks");
   }
-  // Block b is layer lead + b; chunk 0 keeps the lead layers, the last one the head.
-  const int begin = first == 0 ? 0 : lead + first, end = lead + last + (last == L ? 1 : 0);
+  // Block b is layers lead + per b ...; chunk 0 keeps the lead layers, the last one the tail.
+  const int begin = first == 0 ? 0 : lead + per * first,
+            end = lead + per * last + (last == L ? tail : 0);
   model::Layers all = model_layers(config);
   return model::Layers(std::make_move_iterator(all.begin() + begin),
                        std::make_move_iterator(all.begin() + end));

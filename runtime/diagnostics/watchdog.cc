@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/schedule/scheduler.h"
-#include "runtime/world_state.h"
+#include "runtime/controller.h"
+#include "runtime/run_state.h"
 
 namespace dtsim {
 namespace {
@@ -40,7 +40,7 @@ std::string mismatch_message(uint64_t seq, const std::string& comm_name, int ran
          "the same sizes";
 }
 
-std::string desync_report(const WorldState& state) {
+std::string desync_report(const RunState& state) {
   const int n = state.size();
   const auto now = Clock::now();
   std::string out = "desync report (per rank: last completed collective; where it is now):\n";
@@ -77,13 +77,13 @@ std::string desync_report(const WorldState& state) {
     out += in_call[r] ? " (in " + call_name(cur[r]) + ")"
                       : std::string(" (") + to_string(state.recorder(r).phase()) + ")";
   }
-  if (const schedule::Scheduler* sched = state.options().scheduler) {
+  if (const schedule::Controller* sched = state.options().scheduler) {
     out += "\n" + sched->summary(16);
   }
   return out;
 }
 
-bool find_mismatch(const WorldState& state, int* rank, std::string* what) {
+bool find_mismatch(const RunState& state, int* rank, std::string* what) {
   const int n = state.size();
   std::vector<FlightEntry> cur(n);
   std::vector<int> order;
@@ -107,7 +107,7 @@ bool find_mismatch(const WorldState& state, int* rank, std::string* what) {
 }
 
 struct Watchdog::Impl {
-  explicit Impl(WorldState* s) : state(s), timer(io) {
+  explicit Impl(RunState* s) : state(s), timer(io) {
     const auto t = state->options().timeout / 8;  // no overflow, even at milliseconds::max()
     tick_every = std::clamp<std::chrono::milliseconds>(t, std::chrono::milliseconds(2),
                                                        std::chrono::milliseconds(100));
@@ -141,7 +141,7 @@ struct Watchdog::Impl {
     state->fail(rank, std::move(error));
   }
 
-  WorldState* state;
+  RunState* state;
   boost::asio::io_context io;
   boost::asio::steady_timer timer;
   std::chrono::milliseconds tick_every{100};
@@ -150,7 +150,7 @@ struct Watchdog::Impl {
   bool active = false;
 };
 
-Watchdog::Watchdog(WorldState* state) : impl_(std::make_unique<Impl>(state)) {
+Watchdog::Watchdog(RunState* state) : impl_(std::make_unique<Impl>(state)) {
   impl_->arm();
   impl_->thread = std::thread([this] { impl_->io.run(); });
 }

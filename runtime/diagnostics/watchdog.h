@@ -2,7 +2,7 @@
 // whose steady_timer ticks a few times per deadline. While a run is active each tick reads
 // every rank's flight recorder (atomics only; nothing on the message path) and fails the
 // world when two ranks are in the same collective (communicator, sequence number) with
-// different fingerprints: MismatchError naming both calls. WorldState::fail() then wakes
+// different fingerprints: MismatchError naming both calls. RunState::fail() then wakes
 // every rank, which aborts cleanly. It does not time calls: deadlines belong to each
 // blocking wait (a wait without progress for WorldOptions::timeout throws TimeoutError on
 // the waiting rank, with the desync report below), so a slow call that keeps making
@@ -24,11 +24,11 @@
 
 namespace dtsim {
 
-class WorldState;
+class RunState;
 
 class Watchdog {
  public:
-  explicit Watchdog(WorldState* state);
+  explicit Watchdog(RunState* state);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -43,12 +43,12 @@ class Watchdog {
 
 // Per rank: the last completed collective and the call it is in (and the peer it waits
 // for), then the lagging or missing ranks. Safe from any thread while ranks run.
-std::string desync_report(const WorldState& state);
+std::string desync_report(const RunState& state);
 
 // The watchdog's check: true, with the first rank of the pair and the mismatch message,
 // when two ranks are in the same collective with different fingerprints. Safe from any
 // thread while ranks run (the controlled scheduler calls it when no rank can run).
-bool find_mismatch(const WorldState& state, int* rank, std::string* what);
+bool find_mismatch(const RunState& state, int* rank, std::string* what);
 
 // "collective mismatch at seq 17: rank 0 called all_reduce(...), rank 2 called
 // broadcast(...) (communicator world, global ranks); ..." with the ranks in order.

@@ -12,7 +12,9 @@ namespace {
 // one of its step.
 class RecvWrongStep final : public ThreadTransport {
  public:
-  RecvWrongStep(WorldState* state, int rank) : ThreadTransport(state, rank) { takes_first_ = true; }
+  RecvWrongStep(ThreadShared* state, int rank) : ThreadTransport(state, rank) {
+    takes_first_ = true;
+  }
 
  protected:
   bool take_first(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
@@ -53,11 +55,11 @@ class LendClaimRace final : public ThreadTransport {
 
 }  // namespace
 
-std::unique_ptr<Transport> recv_wrong_step_transport(WorldState* state, int rank) {
+std::unique_ptr<Transport> recv_wrong_step_transport(ThreadShared* state, int rank) {
   return std::make_unique<RecvWrongStep>(state, rank);
 }
 
-std::unique_ptr<Transport> lend_claim_race_transport(WorldState* state, int rank) {
+std::unique_ptr<Transport> lend_claim_race_transport(ThreadShared* state, int rank) {
   return std::make_unique<LendClaimRace>(state, rank);
 }
 

@@ -46,8 +46,8 @@ std::span<const PlantedBug> all_planted_bugs();
 namespace mutants {
 extern const std::span<const AlgoRow> kLendOverwriteRows, kMissingSettleRows, kRingWrongChunkRows,
     kSplitOffByOneRows, kSharedEarlyReleaseRows, kSharedReleaseBeforeSumRows;
-std::unique_ptr<Transport> recv_wrong_step_transport(WorldState* state, int rank);
-std::unique_ptr<Transport> lend_claim_race_transport(WorldState* state, int rank);
+std::unique_ptr<Transport> recv_wrong_step_transport(ThreadShared* state, int rank);
+std::unique_ptr<Transport> lend_claim_race_transport(ThreadShared* state, int rank);
 }  // namespace mutants
 
 }  // namespace dtsim

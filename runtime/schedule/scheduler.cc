@@ -5,12 +5,12 @@
 #include <thread>
 
 #include "runtime/diagnostics/watchdog.h"
-#include "runtime/transport/thread/transport_wait.h"
-#include "runtime/world_state.h"
+#include "runtime/run_state.h"
+#include "runtime/transport/transport_wait.h"
 
 namespace dtsim::schedule {
 
-void Scheduler::begin_run(WorldState* state, std::chrono::milliseconds turn_timeout) {
+void Scheduler::begin_run(RunState* state, std::chrono::milliseconds turn_timeout) {
   const int n = state->size();
   state_ = state;
   turn_timeout_ = turn_timeout;

@@ -33,13 +33,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/controller.h"
 #include "runtime/schedule/strategy.h"
 #include "runtime/transport/transport.h"
 #include "runtime/types.h"
 
 namespace dtsim {
-
-class WorldState;
 
 // No rank could run and some were blocked, waiting on one another.
 struct DeadlockError : Error {
@@ -48,18 +47,7 @@ struct DeadlockError : Error {
 
 namespace schedule {
 
-enum class Point : uint8_t { kStart, kSend, kLend, kRecv, kRelease, kSettle };
-enum class WaitKind : uint8_t { kMessage, kRelease, kRoom, kBudget, kReaders };
-
-// What a blocked rank waits for: `ready` must hold before it can go on.
-struct Wait {
-  WaitKind kind = WaitKind::kMessage;
-  int peer = -1;
-  const WaitSite* site = nullptr;  // the collective it is in, for the deadlock report
-  const std::function<bool()>* ready = nullptr;
-};
-
-class Scheduler {
+class Scheduler final : public Controller {
  public:
   // `strategy` is borrowed and must outlive every run under this scheduler.
   explicit Scheduler(Strategy* strategy) : strategy_(strategy) {}
@@ -71,16 +59,16 @@ class Scheduler {
   void set_run_seed(uint64_t seed) { run_seed_ = seed; }
 
   // World::run, before the rank threads start the job.
-  void begin_run(WorldState* state, std::chrono::milliseconds turn_timeout);
+  void begin_run(RunState* state, std::chrono::milliseconds turn_timeout) override;
   // A rank thread, before its job: waits until every rank arrived and it is chosen.
-  void enter(int rank);
+  void enter(int rank) override;
   // A rank thread, after its job returned or threw: hands the turn on.
-  void leave(int rank);
+  void leave(int rank) override;
   // A scheduling point: may hand the turn to another rank and wait to get it back.
-  void yield(int rank, Point point);
+  void yield(int rank, Point point) override;
   // The rank cannot go on until wait.ready() holds (or the world aborts): hands the turn
   // on and returns when it is chosen again. Callers re-check their condition in a loop.
-  void block(int rank, const Wait& wait);
+  void block(int rank, const Wait& wait) override;
 
   // The last run's choices (between runs).
   const Record& record() const { return record_; }
@@ -88,7 +76,7 @@ class Scheduler {
   // choices (step:rank) 780:2 ...", or "failed at step 790 of 812" once the world failed
   // (last = 0: without the choices): the schedule so far, with what replays it, for failure
   // reports (World's flight report, the desync report). Any thread, also while ranks run.
-  std::string summary(size_t last) const;
+  std::string summary(size_t last) const override;
   // The strategy's divergence() after the last run ("" if none).
   std::string divergence() const { return strategy_->divergence(); }
 
@@ -105,7 +93,7 @@ class Scheduler {
 
   Strategy* strategy_;
   uint64_t run_seed_ = 0;
-  WorldState* state_ = nullptr;
+  RunState* state_ = nullptr;
   std::chrono::milliseconds turn_timeout_{60000};
   mutable std::mutex mu_;
   int arrived_ = 0;

@@ -92,7 +92,7 @@ struct Message {
 //     (WorldOptions::max_bytes_in_flight): flow control while it can progress, an error
 //     naming the budget when it cannot.
 //   - After a run, the World asks what was left unreceived and fails the run naming
-//     both ranks and both calls (WorldState::undelivered_report for threads).
+//     both ranks and both calls (TransportDomain::undelivered_report, plugin.h).
 //
 // Thread safety: one Transport per rank, used only by that rank's thread.
 class Transport {

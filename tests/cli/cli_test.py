@@ -18,7 +18,7 @@ from pipeline_cases import (case_train_ep_adam, case_train_mesh_combinations,
 from checkpoint_cases import (case_checkpoint_bad_inputs, case_checkpoint_check_resume,
                               case_checkpoint_consolidate, case_checkpoint_crash,
                               case_checkpoint_crash_mpi, case_checkpoint_mpi_reshard)
-from newcomer_cases import case_headers, case_newcomer_texts, case_terminal_width
+from newcomer_cases import case_dry_run, case_headers, case_newcomer_texts, case_terminal_width
 
 
 def case_help():

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 
 from cli_util import DTSIM, expect, expect_match, run
 
@@ -126,3 +127,25 @@ def case_headers():
     expect(p.returncode == 0, f"mpirun train: {p.returncode} {p.stderr}")
     expect_match(r"^dtsim train: ddp, .*, 4 ranks as 2 MPI processes x 2 rank threads, ", p.stdout,
                  "mpirun train header")
+
+
+def case_dry_run():
+    # DTSIM_DRY_RUN=1 (what tests/docs checks the commands named in the docs' prose with):
+    # every check the command makes, then exit 0 where the work would start, nothing written.
+    dry = {"DTSIM_DRY_RUN": "1"}
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("train", "--pp", "4", "--layers", "4", "--micro-batches", "8", "--html",
+                           "pp.html", "--report", "r.json", cwd=d, env=dry)
+        expect(rc == 0 and out == "dtsim train: dry run: the command line is valid\n",
+               f"dry run: exit {rc}\n{out}{err}")
+        expect(os.listdir(d) == [], f"a dry run left {os.listdir(d)}")
+    for args, why in [(["train", "--tp", "3"], "--hidden 64 is not divisible by --tp 3"),
+                      (["train", "--report"], "--report needs a value"),
+                      (["demo", "--steps", "0"], "--steps"),
+                      (["walk", "--pp", "4", "--micro-batches", "0"], "--micro-batches")]:
+        rc, out, err = run(*args, env=dry)
+        expect(rc == 2 and why in err and "dry run" not in out,
+               f"{' '.join(args)} under a dry run: exit {rc}, want 2 and '{why}'\n{out}{err}")
+    # Without the variable the same command runs.
+    rc, out, _ = run("walk", "--op", "all_reduce", "--ranks", "2", "--numel", "2")
+    expect(rc == 0 and "dry run" not in out, f"walk without a dry run: exit {rc}\n{out}")

@@ -21,6 +21,18 @@ build) says so in an HTML comment on the line before it: `<!-- docs-test: skip: 
 the reason is printed by --list-skipped. A ```sh block without that comment is always run,
 so every command shown runs or says why not. mpirun blocks run when mpirun is installed.
 
+Commands named in prose, `dtsim train --pp 4` or `train --pp 4` in backticks (outside the
+fenced blocks), are one example per page, `<page>_inline`. Each is checked by the real
+command line without running it: with DTSIM_DRY_RUN=1 dtsim parses and validates it as the
+command would (flags, values, their combination, output paths) and exits 0 where the work
+would start; a `|` between values (`--recompute none|selective|full`) is each value. One
+with placeholders (`DIR`, `FILE`, `<command>`, `...`), or naming a command alone
+(`dtsim checkpoint inspect`), is checked against that command's --help: the command exists
+and has every flag named. A `scripts/...` span names a script that must exist. Shell
+pipes and redirections after the command are left out. The skip comment on the span's line
+or the line before skips the spans of that line; `<!-- docs-test: exit N -->` on its line
+says that its spans must be refused with exit code N (a usage error is 2).
+
   readme_outputs.py --list FILE...                the examples' names, one per line
   readme_outputs.py --list-skipped FILE...        the skipped blocks and their reasons
   readme_outputs.py DTSIM NAME FILE...            runs one example; exit 1 naming the line
@@ -126,7 +138,126 @@ def examples(paths):
                 name += "_again"
             names.add(name)
             out.append((name, path, line, kind, cmds, expected))
+        if inline_commands(path):
+            name = name_of(path, "") + "_inline"
+            if os.path.basename(os.path.dirname(os.path.abspath(path))) == "docs" and \
+                    os.path.basename(path) == "README.md":
+                name = "docs_readme_inline"  # docs/README.md beside the top README.md
+            while name in names:
+                name += "_again"
+            names.add(name)
+            out.append((name, path, 1, "inline", [], None))
     return out
+
+
+INLINE_SPAN = re.compile(r"`([^`\n]+)`")
+COMMAND_NAMES = ("train", "walk", "stress", "estimate", "demo", "checkpoint")
+PLACEHOLDER = re.compile(r"<.*>|\.\.\.|[A-Z][A-Z0-9_]*(\.[a-z]+)?")
+
+
+EXIT = re.compile(r"<!-- docs-test: exit (\d+) -->")
+
+
+def inline_commands(path):
+    """(line, span, skip reason or None, exit code) for every command named in prose in
+    `path`; the exit code is 0 unless `<!-- docs-test: exit N -->` on its line says N."""
+    out, fenced, lines = [], False, open(path).read().split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        skip = SKIP.search(line) or (SKIP.search(lines[i - 1]) if i else None)
+        code = EXIT.search(line)
+        for m in INLINE_SPAN.finditer(line):
+            span = m.group(1).strip()
+            if span.endswith(":") or "->" in span:  # output quoted, or a dependency arrow
+                continue
+            if (re.match(r"(build/)?dtsim(_with_mutants)?( |$)", span)
+                    or re.match(r"(%s) [-a-z]" % "|".join(COMMAND_NAMES), span)
+                    or span.startswith("scripts/")):
+                out.append((i + 1, span, skip.group(1) if skip else None,
+                            int(code.group(1)) if code else 0))
+    return out
+
+
+def inline_variants(span):
+    """The argv lists (binary first) a span stands for: its `a|b` values each."""
+    span = re.split(r" (\||>|2>|&&|;) ", span)[0]  # the command, without pipes/redirections
+    words = span.split()
+    if not re.match(r"(build/)?dtsim", words[0]):
+        words = ["dtsim"] + words
+    binary = "build/dtsim_with_mutants" if words[0].endswith("dtsim_with_mutants") else "build/dtsim"
+    variants = [[binary]]
+    for w in words[1:]:
+        choices = w.split("|") if "|" in w and not w.startswith("|") else [w]
+        variants = [v + [c] for v in variants for c in choices]
+    return variants
+
+
+def check_inline(argv, d, env, want=0):
+    """"" when the command line `argv` passes (exits `want` under the dry run), else what is
+    wrong; None when its binary is not built."""
+    words = argv[1:]
+    binary = os.path.join(d, argv[0])
+    if not os.path.exists(binary):
+        return None  # dtsim_with_mutants not built: skipped
+    template = any(PLACEHOLDER.fullmatch(w) for w in words) or all(
+        re.fullmatch(r"[a-z]+", w) for w in words)
+    if not template:
+        p = subprocess.run([binary, *words], capture_output=True, text=True, cwd=d,
+                           env=dict(env, DTSIM_DRY_RUN="1"), timeout=120)
+        if p.returncode != want:
+            return (f"exit {p.returncode}, not {want}, under DTSIM_DRY_RUN=1: "
+                    f"{(p.stderr + p.stdout).strip()[-600:]}")
+        return ""
+    path = []
+    for w in words:
+        if not re.fullmatch(r"[a-z]+", w):
+            break
+        path.append(w)
+    p = subprocess.run([binary, *path, "--help"], capture_output=True, text=True, cwd=d, env=env,
+                       timeout=60)
+    if p.returncode != 0:
+        return f"`{' '.join([argv[0], *path])} --help` exit {p.returncode}: {p.stderr.strip()[-300:]}"
+    missing = [w for w in words if w.startswith("--") and w not in ("--help",) and
+               not re.search(r"(^|[\s,])%s\b" % re.escape(w.split("=")[0]), p.stdout)]
+    return f"{' '.join([argv[0], *path])} has no {', '.join(missing)}" if missing else ""
+
+
+def run_inline(dtsim, path):
+    where = os.path.relpath(path)
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")}
+    bad, checked = [], 0
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(os.path.join(d, "build"))
+        os.symlink(dtsim, os.path.join(d, "build", "dtsim"))
+        mutants = os.path.join(os.path.dirname(dtsim), "dtsim_with_mutants")
+        if os.path.exists(mutants):
+            os.symlink(mutants, os.path.join(d, "build", "dtsim_with_mutants"))
+        for line, span, skip, want in inline_commands(path):
+            if skip:
+                print(f"{where}:{line}: `{span}` skipped: {skip}")
+                continue
+            if span.startswith("scripts/"):
+                script = os.path.join(ROOT, span.split()[0])
+                ok = os.access(script, os.X_OK)
+                print(f"{where}:{line}: `{span}`: {'ok' if ok else 'no such script'}")
+                if not ok:
+                    bad.append(f"{where}:{line}: `{span}`: {span.split()[0]} is not an executable script")
+                continue
+            for argv in inline_variants(span):
+                why = check_inline(argv, d, env, want)
+                shown = " ".join(argv)
+                print(f"{where}:{line}: `{shown}`: " + ("skipped: not built" if why is None else why or "ok"))
+                checked += why is not None
+                if why:
+                    bad.append(f"{where}:{line}: `{span}` ({shown}): {why}")
+    for b in bad:
+        print("FAIL " + b)
+    print(f"{len(bad)} of {checked} commands named in {where}'s prose fail")
+    return 1 if bad else 0
 
 
 def masked(text):
@@ -137,6 +268,8 @@ def masked(text):
 
 def run(dtsim, name, paths):
     [(name, path, line, kind, commands, expected)] = [e for e in examples(paths) if e[0] == name]
+    if kind == "inline":
+        return run_inline(dtsim, path)
     where = f"{os.path.relpath(path)}:{line}"
     if expected is not None:
         version = subprocess.run([dtsim, "--version"], capture_output=True, text=True).stdout
@@ -208,6 +341,9 @@ def main():
             for line, _, body, skip in blocks(path):
                 if skip:
                     print(f"{os.path.relpath(path)}:{line}: {skip}")
+            for line, span, skip, _ in inline_commands(path):
+                if skip:
+                    print(f"{os.path.relpath(path)}:{line}: `{span}`: {skip}")
         return 0
     return run(os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3:])
 

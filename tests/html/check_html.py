@@ -12,6 +12,7 @@ The page must be self-contained: no src/href/url() that would fetch anything.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,10 +117,10 @@ def check_panel(elements, report, where):
     charts = [a["data-chart"] for t, a in elements if "data-chart" in a]
     groups = [g["group"] for g in report["traffic"]]
     timeline = (report.get("pipeline") or {}).get("timeline")
-    expect(charts == ["loss", "memory", "time"] + ["timeline"] * bool(timeline) +
+    expect(charts == ["loss", "memory", "time"] + ["timeline"] * bool(timeline) + ["mesh"] +
            ["traffic"] * len(groups),
            f"{where}: charts {charts}, expected loss, memory, time, a timeline for a pipeline, "
-           f"and traffic for {groups}")
+           f"the mesh, and traffic for {groups}")
     # The summary names the ranks that ran: single and accum run one, whatever config.ranks.
     summary = next(a.get("text", "") for t, a in elements if a.get("class") == "summary")
     c = report["config"]
@@ -168,7 +169,105 @@ def check_panel(elements, report, where):
     expect(times == want, f"{where}: collective time bars differ from report")
     if timeline:
         check_timeline(elements, report, where)
+    check_mesh(elements, report, where)
     return len(charts)
+
+
+def mesh_shape(config):
+    """(dp, tp, pp, ep) of a report's config, as train/config.cc's TrainConfig::mesh()."""
+    n, s = config["ranks"], config["strategy"]
+    if s in ("single", "accum"):
+        return 1, 1, 1, 1
+    if s in ("ddp", "zero1", "zero2", "zero3"):
+        return n, 1, 1, 1
+    if s == "tp":
+        return 1, n, 1, 1
+    if s == "dp-tp":
+        return n // config["tp_size"], config["tp_size"], 1, 1
+    if s == "ep":
+        return n, 1, 1, n
+    m = config["mesh"]
+    return m["dp"], m["tp"], m["pp"], m["ep"]
+
+
+def check_mesh(elements, report, where):
+    """The mesh diagram: one card per rank at its coordinates (rank = (pp dp + dp) tp + tp),
+    and what each holds adding up: every tensor-parallel tensor's blocks over the tp ranks of
+    a (stage, replica) tile the full tensor; the stages' layers are disjoint and cover the
+    model; the experts of an ep group are disjoint and cover each MoE layer's; ZeRO shards
+    over a dp group add up to what each rank holds."""
+    cards = [a for t, a in elements if a.get("class") == "mesh-rank"]
+    dp, tp, pp, ep = mesh_shape(report["config"])
+    expect(len(cards) == len(report["ranks"]) == dp * tp * pp,
+           f"{where}: {len(cards)} mesh cards for {len(report['ranks'])} ranks ({dp}x{tp}x{pp})")
+    by_rank = {int(a["data-rank"]): a for a in cards}
+    expect(sorted(by_rank) == list(range(dp * tp * pp)), f"{where}: mesh ranks {sorted(by_rank)}")
+    for g, a in by_rank.items():
+        want = (g // (tp * dp), g // tp % dp, g % tp, g // tp % dp % ep)
+        got = tuple(int(a[k]) for k in ["data-pp", "data-dp", "data-tp", "data-ep"])
+        expect(got == want, f"{where}: rank {g} at (pp, dp, tp, ep) {got}, want {want}")
+    # Tensor parallelism: "block0.w1 rows 0–31 of 64" per rank; per (stage, replica) and
+    # tensor the tp ranks' blocks must tile [0, full) along the split dimension.
+    tiles = {}
+    for g, a in by_rank.items():
+        shards = [x for x in a["data-tp-shards"].split(";") if x]
+        expect(bool(shards) == (tp > 1), f"{where}: rank {g} tp shards {shards} at tp {tp}")
+        for x in shards:
+            tensor, dims = x.split(" ", 1)
+            for dim in dims.split(", "):
+                axis, first, last, full = re.fullmatch(r"(rows|cols) (\d+)\u2013(\d+) of (\d+)",
+                                                       dim).groups()
+                key = (int(a["data-pp"]), int(a["data-dp"]), tensor, axis, int(full))
+                tiles.setdefault(key, []).append((int(first), int(last) + 1))
+    for (st, rep, tensor, axis, full), blocks in tiles.items():
+        blocks.sort()
+        expect(len(blocks) == tp and blocks[0][0] == 0 and blocks[-1][1] == full and
+               all(blocks[i][1] == blocks[i + 1][0] for i in range(len(blocks) - 1)),
+               f"{where}: {tensor} {axis} over the tp ranks of stage {st} replica {rep}: {blocks}")
+    if report["config"]["model"] == "mlp" and tp > 1:
+        hidden = report["config"]["shape"]["hidden"]
+        for g, a in by_rank.items():
+            t = int(a["data-tp"])
+            want = f"rows {t * hidden // tp}\u2013{(t + 1) * hidden // tp - 1} of {hidden}"
+            expect(any(x.endswith(".w1 " + want) for x in a["data-tp-shards"].split(";")),
+                   f"{where}: rank {g} holds no w1 {want}: {a['data-tp-shards']}")
+    # Pipeline stages: each layer on exactly one stage (every rank of a stage the same).
+    stage_layers = {}
+    for g, a in by_rank.items():
+        layers = a["data-layers"].split(",")
+        st = int(a["data-pp"])
+        expect(stage_layers.setdefault(st, layers) == layers, f"{where}: stage {st} ranks differ")
+    flat = [x for st in sorted(stage_layers) for x in stage_layers[st]]
+    expect(len(flat) == len(set(flat)) and flat, f"{where}: stages' layers overlap: {stage_layers}")
+    if report["config"]["model"] == "mlp":
+        blocks = report["config"]["shape"]["layers"]
+        expect({f"block{i}" for i in range(blocks)} <= set(flat),
+               f"{where}: layers {flat} miss a block of {blocks}")
+    # Experts: an ep group's ranks hold disjoint experts covering each MoE layer's.
+    if report["config"]["model"] == "moe":
+        experts = report["config"]["shape"]["experts"]
+        groups = {}
+        for g, a in by_rank.items():
+            for item in [x for x in a["data-experts"].split(";") if x]:
+                layer, ids = item.split(":")
+                key = (int(a["data-pp"]), int(a["data-tp"]), int(a["data-dp"]) // ep, layer)
+                groups.setdefault(key, []).extend(int(i) for i in ids.split(","))
+        expect(groups, f"{where}: no experts on the mesh of a moe run")
+        for key, ids in groups.items():
+            expect(sorted(ids) == list(range(experts)), f"{where}: experts of {key}: {ids}")
+    # ZeRO: the dp ranks' shards of one (stage, tp) position add up to its elements.
+    owned = {}
+    for g, a in by_rank.items():
+        if "data-zero-owned" in a:
+            key = (int(a["data-pp"]), int(a["data-tp"]))
+            owned.setdefault(key, []).append((int(a["data-zero-owned"]), int(a["data-params"])))
+    zero = report["config"]["strategy"] in ("zero1", "zero2", "zero3") or (
+        report["config"].get("mesh", {}).get("zero", 0) > 0 and dp > 1)
+    expect(bool(owned) == zero, f"{where}: ZeRO shards {owned} on a run with zero={zero}")
+    if ep == 1:
+        for key, shards in owned.items():
+            expect(sum(o for o, _ in shards) == shards[0][1] and len(shards) == dp,
+                   f"{where}: ZeRO shards of {key} {shards} do not add up to its params")
 
 
 def check_timeline(elements, report, where):
@@ -191,7 +290,40 @@ def check_timeline(elements, report, where):
     label = [a for tag, a in elements if "data-idle" in a]
     expect(label and abs(float(label[0]["data-idle"]) - idle) < 1e-9,
            f"{where}: the timeline's idle label {label} != {idle}")
+    check_p2p(elements, report, drawn, label[0], where)
     return idle
+
+
+def check_p2p(elements, report, compute, label, where):
+    """The pipeline's sends and receives on the timeline: as many per stage as the 1F1B
+    schedule has (stage s sends m activations unless last and m gradients unless first, and
+    receives as many), inside the span, and never over a compute bar of their stage (one
+    thread runs a stage's actions); their shares are part of the idle share."""
+    pipe, span = report["pipeline"], report["pipeline"]["timeline"]["span_seconds"]
+    p, m = pipe["stages"], pipe["micro_batches"]
+    bars = [(int(a["data-p2p-stage"]), a["data-kind"], float(a["data-start"]), float(a["data-end"]))
+            for tag, a in elements if tag == "rect" and "data-p2p-stage" in a]
+    expect(bars, f"{where}: no send or receive bars on the timeline")
+    if pipe["schedule"] in ("1f1b", "gpipe") and pipe["virtual_stages"] == 1:
+        for st in range(p):
+            want = m * (st < p - 1) + m * (st > 0)
+            for kind in ["send", "receive"]:
+                n = sum(1 for s, k, *_ in bars if s == st and k == kind)
+                expect(n == want, f"{where}: stage {st} has {n} {kind} bars, the schedule {want}")
+    for st in range(p):
+        spans = sorted([(a, b) for s, _, a, b in bars if s == st] +
+                       [(a, b) for s, _, a, b in compute if s == st])
+        expect(all(0 <= a <= b <= span * (1 + 1e-12) for a, b in spans),
+               f"{where}: stage {st}: a bar outside [0, {span}]")
+        expect(all(spans[i][1] <= spans[i + 1][0] for i in range(len(spans) - 1)),
+               f"{where}: stage {st}: a send or receive overlaps another bar")
+    shares = {k: sum(b - a for _, kind, a, b in bars if kind == k) / (p * span)
+              for k in ["send", "receive"]}
+    for k in shares:
+        expect(abs(float(label[f"data-{k}"]) - shares[k]) < 1e-9,
+               f"{where}: {k} share {label[f'data-{k}']} != {shares[k]}")
+    expect(shares["send"] + shares["receive"] <= float(label["data-idle"]) + 1e-9,
+           f"{where}: sends and receives {shares} exceed the idle share")
 
 
 def dtsim(binary, *args):

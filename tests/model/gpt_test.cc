@@ -136,9 +136,9 @@ TEST(GptModel, GradientMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient(model.params(), analytic, loss, 1e-2f, 2e-4, 3e-2));
 }
 
-// The GPT on a LayerStack as train/ runs models: full recomputation gives the gradients
-// without it, bit for bit, and two stages cut from the layer list and chained by hand (as
-// a pipeline passes the activation and its gradient) give the whole model's.
+// The GPT on a LayerStack as train/ runs models: full and selective recomputation give the
+// gradients without it, bit for bit, and two stages cut from the layer list and chained by
+// hand (as a pipeline passes the activation and its gradient) give the whole model's.
 TEST(GptModel, RecomputeAndStagesGiveTheWholeModelsGradientsBitwise) {
   const int B = 3, S = kSmall.seq_len;
   const ReverseTask task(3, 4, 1);
@@ -184,6 +184,9 @@ TEST(GptModel, RecomputeAndStagesGiveTheWholeModelsGradientsBitwise) {
   const std::vector<float> want = grads_of(whole);
   auto full = cut(0, Recompute::kFull);
   EXPECT_EQ(grads_of(full), want);
+  auto selective = cut(0, Recompute::kSelective);  // the attention output and gelu rebuilt
+  EXPECT_EQ(grads_of(selective), want);
+  EXPECT_EQ(grads_of(selective), want);  // a second pass reuses the released states
   for (int at : {1, 3, 4, 6}) {
     auto stages = cut(at, Recompute::kNone);
     EXPECT_EQ(grads_of(stages), want) << "cut before layer " << at;

@@ -1,13 +1,13 @@
-// YieldGate (runtime/transport/thread/yield_gate.h): when a waiting rank may yield. Only
+// YieldGate (runtime/transport/yield_gate.h): when a waiting rank may yield. Only
 // its logic, on made-up times: whether the gate helps on a loaded machine is measured in
 // bench/results_notes.md, never asserted here.
-#include "runtime/transport/thread/yield_gate.h"
+#include "runtime/transport/yield_gate.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
-#include "runtime/transport/thread/transport_wait.h"
+#include "runtime/transport/transport_wait.h"
 
 namespace dtsim::testing {
 namespace {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "train/estimate.h"
 #include "train/estimate/collective_cost.h"
 #include "train/estimate/hardware.h"
 #include "train/estimate/projection.h"
@@ -85,6 +86,57 @@ TEST(Projection, RankThreadsShareTheCores) {
   EXPECT_NEAR(project(in).compute, flops / 2 / 1e10, 1e-15) << "two ranks on two cores";
   in.dp = 8, in.micro_batch = 8;
   EXPECT_NEAR(project(in).compute, flops / 8 / (1e10 * 2 / 8), 1e-15) << "eight on two";
+}
+
+ProjectionInput small_mlp() {  // Psi = 2 (2 x 256 x 64 + 256 + 64) + 4 x 64 + 4 = 66436
+  ProjectionInput in;
+  in.arch.kind = ArchKind::kMlp;
+  in.arch.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
+  in.global_batch = 64;
+  in.hw = *find_hardware("a100");
+  return in;
+}
+
+// dtsim's own models take their model state from their placements: on a data-parallel mesh
+// that is the flat estimate's, category by category (every shard even here).
+TEST(Projection, DtsimModelStateFromPlacementsIsTheFormulaOnDataParallelMeshes) {
+  for (int dp : {2, 4}) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      ProjectionInput in = small_mlp();
+      in.dp = dp, in.zero = zero;
+      ASSERT_EQ(validate(in), "");
+      const Projection p = project(in);
+      ASSERT_EQ(p.params.total(), 66436);
+      const Estimate e = train::estimate({.params = 66436, .ranks = dp, .zero_stage = zero});
+      EXPECT_EQ(p.mesh.state.bytes, e.bytes) << "dp " << dp << " zero " << zero;
+      EXPECT_EQ(p.mesh.state.static_bytes, e.static_bytes);
+      EXPECT_EQ(p.mesh.state.bytes_sent_per_step, e.bytes_sent_per_step);
+      EXPECT_EQ(p.params_per_device, 66436);
+    }
+  }
+}
+
+// Beyond dp they count what a device holds, where Psi / (tp pp) does not: tp replicates each
+// block's b2 and the head, and the last pipeline stage holds the head beside its block. With
+// experts over ep they are today's formula, Psi less (1 - 1/ep) of the experts.
+TEST(Projection, DtsimModelStateCountsWhatTheLargestDeviceHolds) {
+  ProjectionInput in = small_mlp();
+  in.tp = 2;
+  const double block = 2 * 256 * 64 + 256 + 64;
+  EXPECT_EQ(project(in).params_per_device, 2 * ((block - 64) / 2 + 64) + 260);
+  in = small_mlp();
+  in.pp = 2;
+  EXPECT_EQ(project(in).params_per_device, block + 260);
+  in = small_mlp();
+  in.arch.kind = ArchKind::kMoe;
+  in.arch.moe.input_dim = 16;
+  in.arch.moe.num_classes = 4;
+  in.arch.moe.moe = {.d_model = 16, .d_ff = 32, .num_experts = 4, .top_k = 2};
+  in.arch.moe.num_blocks = 2;
+  in.dp = 2, in.ep = 2;
+  ASSERT_EQ(validate(in), "");
+  const Projection p = project(in);
+  EXPECT_EQ(p.params_per_device, p.params.total() - p.params.mlp / 2);
 }
 
 TEST(Projection, AxesAddTheirTrafficAndTheBubble) {

@@ -1,6 +1,7 @@
 // The check must fail a wrong run, not only pass correct ones (issue 32): bugs planted in a
 // model's placement through ScopedModelSpec (a wrong tensor shard, a dropped gradient
-// all-reduce, a sync over the wrong group) each fail the lockstep check or the assembly.
+// all-reduce, a sync over the wrong group) and in ZeRO's ownership through ScopedZeroOwner
+// (an owner off by one, two owners of one shard) each fail the lockstep check or a guard.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "train/check.h"
 #include "train/models/model_spec.h"
+#include "train/placement.h"
 #include "train_test_util.h"
 
 namespace dtsim::train {
@@ -145,7 +147,42 @@ TEST(PlantedBug, WrongExpertShardIsCaught) {
   EXPECT_TRUE(right.passed) << right;
   const WrongExpertShard wrong(model_spec(ModelKind::kMoe));
   const ScopedModelSpec planted(ModelKind::kMoe, wrong);
-  expect_caught(c, "moe dp2 x tp2, every rank on expert shard 0", "no rank holds parameter");
+  expect_caught(c, "moe dp2 x tp2, every rank on expert shard 0", "(a wrong shard offset)");
+}
+
+// ZeRO ownership off by one: rank r of every group keeps and updates shard r + 1, a
+// permutation, so each shard still has one owner and only the check can tell.
+int next_owner(int rank, int size) { return (rank + 1) % size; }
+// Two owners of one shard: rank 1 believes it owns shard 0, as rank 0 does.
+int rank1_on_shard0(int rank, int) { return rank == 1 ? 0 : rank; }
+
+TEST(PlantedBug, ZeroOwnerOffByOneFailsTheCheck) {
+  for (int zero : {1, 2, 3}) {
+    TrainConfig c = mlp_config(Strategy::kMesh, 4);
+    c.dp = 4;
+    c.tp_size = 1;
+    c.zero = zero;
+    const CheckResult right = run_and_check(c);
+    EXPECT_TRUE(right.passed) << "zero " << zero << ": " << right;
+    const ScopedZeroOwner planted(&next_owner);
+    const std::string label = "mlp dp4 zero" + std::to_string(zero) + ", ZeRO owner off by one";
+    const CheckResult r = run_and_check(c);
+    std::cout << "[" << label << "] " << r << "\n";
+    EXPECT_FALSE(r.passed) << label << ": " << r;
+  }
+}
+
+TEST(PlantedBug, TwoOwnersOfOneZeroShardAreCaught) {
+  for (int zero : {1, 3}) {
+    TrainConfig c = moe_config(Strategy::kMesh, 4);
+    c.dp = 4;
+    c.tp_size = 1;
+    c.ep = 2;
+    c.zero = zero;
+    const ScopedZeroOwner planted(&rank1_on_shard0);
+    expect_caught(c, "moe dp4 ep2 zero" + std::to_string(zero) + ", ranks 0 and 1 on shard 0",
+                  "ranks 0 and 1 of a group of 4 both own shard 0");
+  }
 }
 
 }  // namespace

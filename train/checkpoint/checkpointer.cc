@@ -14,25 +14,29 @@ namespace dtsim::train::checkpoint {
 namespace {
 
 // A run of a local layout's elements inside one tensor, as a block of it: `local` in the
-// local tensor's coordinates, `global` in the full tensor's.
+// local tensor's coordinates, `global` in the full tensor's; (row0, col0): where the local
+// tensor starts in the global one, from the placement.
 struct Piece {
   const model::ParamView* view = nullptr;
+  int64_t row0 = 0, col0 = 0;
   Box local, global;
 };
 
-// The blocks that local elements [begin, end) of `layout` cover: per tensor, a partial first
-// row, the whole rows, a partial last row.
-std::vector<Piece> pieces(const model::ParamLayout& layout, size_t begin, size_t end) {
+// The blocks that local elements [begin, end) of `layout` on rank `at` cover: per tensor, a
+// partial first row, the whole rows, a partial last row.
+std::vector<Piece> pieces(const model::ParamLayout& layout, size_t begin, size_t end,
+                          const ModelPlacement& placement, const MeshCoord& at) {
   std::vector<Piece> out;
   for (const model::ParamView& v : layout.views()) {
     const size_t lo = std::max(begin, v.offset), hi = std::min(end, v.offset + v.size());
     if (lo >= hi) continue;
+    const TensorChunk held = placement.tensor(v.name).chunk(placement.shape(), at).value();
     int64_t a = static_cast<int64_t>(lo - v.offset);
     const int64_t b = static_cast<int64_t>(hi - v.offset), cols = v.cols;
     const auto add = [&](int64_t row, int64_t col, int64_t rows, int64_t n) {
       const Box local{row, col, rows, n};
-      const Box global{row + v.shard.row0, col + v.shard.col0, rows, n};
-      out.push_back({&v, local, global});
+      const Box global{row + held.row0, col + held.col0, rows, n};
+      out.push_back({&v, held.row0, held.col0, local, global});
     };
     if (a % cols != 0) {
       const int64_t n = std::min(cols - a % cols, b - a);
@@ -49,18 +53,18 @@ std::vector<Piece> pieces(const model::ParamLayout& layout, size_t begin, size_t
   return out;
 }
 
-size_t local_index(const model::ParamView& v, int64_t grow, int64_t gcol) {
-  return v.offset + static_cast<size_t>((grow - v.shard.row0) * v.cols + (gcol - v.shard.col0));
+size_t local_index(const Piece& p, int64_t grow, int64_t gcol) {
+  return p.view->offset + static_cast<size_t>((grow - p.row0) * p.view->cols + (gcol - p.col0));
 }
 
-std::vector<int64_t> entry_shape(const model::ParamLayout& full, const Piece& p) {
-  if (full.view(p.view->name).cols == 1) return {p.global.rows};
+std::vector<int64_t> entry_shape(const ModelPlacement& placement, const Piece& p) {
+  if (placement.tensor(p.view->name).vector) return {p.global.rows};
   return {p.global.rows, p.global.cols};
 }
 
 // Where piece `p` starts in its part's buffer: a piece is contiguous there, its elements in
 // the row-major order of its global block.
-size_t piece_start(const Piece& p) { return local_index(*p.view, p.global.row0, p.global.col0); }
+size_t piece_start(const Piece& p) { return local_index(p, p.global.row0, p.global.col0); }
 
 // The chunks of one checkpoint that a rank reads, each read and verified once.
 class ChunkReader {
@@ -168,7 +172,11 @@ SavedFrom saved_from(const TrainConfig& config) {
 }
 
 Checkpointer::Checkpointer(const TrainConfig& config, ReportChannel* channel, RankState state)
-    : config_(config), channel_(channel), state_(std::move(state)), full_(model_layout(config)) {
+    : config_(config),
+      channel_(channel),
+      state_(std::move(state)),
+      placement_(config),
+      at_(mesh_coord(placement_.shape(), channel != nullptr ? channel->rank() : 0)) {
   if (state_.parts.empty()) {
     throw UsageError(std::string("--save and --resume do not support --strategy ") +
                      to_string(config.strategy) +
@@ -198,10 +206,12 @@ int Checkpointer::restore() {
     const std::vector<OptimizerRun> runs = part.access->optimizer_runs();
     std::vector<Piece> wanted;  // the parameters this part keeps
     if (part.access->keeps_all_params()) {
-      wanted = pieces(layout, 0, layout.size());
+      wanted = pieces(layout, 0, layout.size(), placement_, at_);
     } else {
       for (const OptimizerRun& run : runs) {
-        for (const Piece& p : pieces(layout, run.local, run.local + run.count)) wanted.push_back(p);
+        for (const Piece& p : pieces(layout, run.local, run.local + run.count, placement_, at_)) {
+          wanted.push_back(p);
+        }
       }
     }
     for (const Piece& p : wanted) {
@@ -211,7 +221,7 @@ int Checkpointer::restore() {
     for (const OptimizerRun& run : runs) {
       run.opt->set_steps(meta.step);
       for (const SliceOptimizer::NamedState& st : run.opt->state()) {
-        for (const Piece& p : pieces(layout, run.local, run.local + run.count)) {
+        for (const Piece& p : pieces(layout, run.local, run.local + run.count, placement_, at_)) {
           reader.read(std::string(st.name) + "/" + p.view->name, p.global,
                       st.data.data() + run.at + (piece_start(p) - run.local));
         }
@@ -246,12 +256,13 @@ void Checkpointer::save(int64_t step) {
     for (const OptimizerRun& run : part.access->optimizer_runs()) {
       if (!run.writer) continue;
       const std::vector<SliceOptimizer::NamedState> states = run.opt->state();
-      for (const Piece& p : pieces(*part.layout, run.local, run.local + run.count)) {
-        if (p.view->shard.full_rows == 0 && !state_.writes_replicated) continue;
+      for (const Piece& p :
+           pieces(*part.layout, run.local, run.local + run.count, placement_, at_)) {
+        if (!placement_.writes(p.view->name, at_)) continue;
         const size_t at = piece_start(p), n = static_cast<size_t>(p.global.size());
         const auto add = [&](const std::string& kind, const float* data) {
           entries.push_back({entry_name(kind + "/" + p.view->name, p.global.row0, p.global.col0),
-                             entry_shape(full_, p),
+                             entry_shape(placement_, p),
                              {data, n}});
         };
         add("params", values.data() + at);

@@ -1,6 +1,6 @@
 // Checkpointer: one rank's side of --save and --resume. It maps the rank's state
 // (rank_state.h: parameter buffers in local layouts, optimizer runs) onto the full model's
-// tensors by name and TensorShard, and
+// tensors by name and the run's placements (placement_plan.h), and
 //   save: writes the chunks this rank is the writer of (each element by one rank) into its
 //         shard file, then takes part in the commit (store.h); collective over the world;
 //   restore: reads, for every tensor its new layout holds, only the chunks that overlap it
@@ -20,6 +20,7 @@
 #include "train/checkpoint/format.h"
 #include "train/checkpoint/rank_state.h"
 #include "train/config.h"
+#include "train/placement_plan.h"
 #include "train/report_channel.h"
 
 namespace dtsim::train::checkpoint {
@@ -52,7 +53,8 @@ class Checkpointer {
   const TrainConfig& config_;
   ReportChannel* channel_;
   RankState state_;
-  model::ParamLayout full_;
+  ModelPlacement placement_;  // where each local tensor lies in the global one
+  MeshCoord at_;
 };
 
 }  // namespace dtsim::train::checkpoint

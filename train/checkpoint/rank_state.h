@@ -1,7 +1,7 @@
 // What a checkpoint reads from and writes into one rank: its parameter buffers in their local
 // layouts, and the optimizers that hold state for runs of them. A strategy exposes this
 // (RankStrategy::checkpoint_state); the checkpoint code maps it onto the full model's tensors
-// by name (model::TensorShard), so it never learns which strategy it serves.
+// by name and the run's placements, so it never learns which strategy it serves.
 //
 // Thread safety: used by the rank's own thread only.
 #pragma once
@@ -47,12 +47,11 @@ struct StatePart {
   StateAccess* access = nullptr;
 };
 
-// A rank's parts; empty when its strategy has no checkpoint support.
+// A rank's parts; empty when its strategy has no checkpoint support. Where each tensor's
+// block sits in the global tensor, and which copy of a replicated one is saved, is the run's
+// placement's (train/placement_plan.h).
 struct RankState {
   std::vector<StatePart> parts;
-  // Whether this rank saves the tensors it holds whole (replicated over tensor parallelism,
-  // TensorShard::full_rows == 0): true on tensor-parallel rank 0 only.
-  bool writes_replicated = true;
 };
 
 }  // namespace dtsim::train::checkpoint

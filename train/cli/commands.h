@@ -1,10 +1,10 @@
 // The dtsim commands. Each add_<name>() declares its subcommand, flags and help on the
 // dtsim app (train/cli/main.cc) and returns the function that runs it once the command
 // line is parsed; it returns the exit code. A UsageError escaping one is printed by main()
-// as one line, with exit code 2. Each calls dtsim::begin_work() (runtime/job_start.h) once
-// its flags are checked and its output files declared, before it prints or runs anything:
-// under mpirun the processes agree there whether any of them met a usage error, and compare
-// their flags (main.cc's job_config).
+// as one line, with exit code 2. Each calls cli::begin_work() (flags.h: runtime/job_start.h's
+// begin_work, or the end of a DTSIM_DRY_RUN) once its flags are checked and its output files
+// declared, before it prints or runs anything: under mpirun the processes agree there
+// whether any of them met a usage error, and compare their flags (main.cc's job_config).
 #pragma once
 
 #include <functional>

@@ -25,6 +25,7 @@
 #include "train/check.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
+#include "train/cli/html_data.h"
 #include "train/cli/html_report.h"
 #include "train/cli/output_file.h"
 #include "train/cli/progress.h"
@@ -302,7 +303,8 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
         html_table.rows.push_back(cells);
         panels.push_back(
             {name + " " + train::to_string(c.model),
-             report_object(c, train::model_layout(c).size(), run, judging ? &judged : nullptr)});
+             report_object(c, train::model_layout(c).size(), run, judging ? &judged : nullptr),
+             mesh_diagram(c)});
       }
       if (root && f.wide) progress.print_line(t.row_text(cells));  // 1-rank rows: every process
       if (root && !f.wide) {

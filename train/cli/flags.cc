@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "runtime/algorithms/registry.h"
+#include "runtime/job_start.h"
 
 namespace dtsim::cli {
 namespace {
@@ -58,6 +59,12 @@ std::pair<std::string, std::string> split_name(const std::string& what) {
 }
 
 }  // namespace
+
+void begin_work() {
+  const char* dry = std::getenv("DTSIM_DRY_RUN");
+  if (dry != nullptr && std::strcmp(dry, "1") == 0) throw DryRun{};
+  dtsim::begin_work();
+}
 
 void fail(const std::string& command, const std::string& message) {
   throw UsageError("dtsim " + command + ": " + message);

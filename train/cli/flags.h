@@ -18,6 +18,15 @@ namespace dtsim::cli {
 // Throws UsageError("dtsim <command>: <message>").
 [[noreturn]] void fail(const std::string& command, const std::string& message);
 
+// Every command calls this (not dtsim::begin_work() directly) once its flags are checked
+// and its output files declared. With DTSIM_DRY_RUN=1 in the environment it throws DryRun
+// there, and main() ends with exit code 0 and "dtsim <command>: dry run: the command line
+// is valid": the command line went through every check the command makes, nothing ran
+// (tests/docs checks the commands the docs name in prose this way). Otherwise it is
+// dtsim::begin_work() (runtime/job_start.h).
+struct DryRun {};
+void begin_work();
+
 // A whole number in [lo, hi]; accepts 7e9 as well as 7000000000 and rewrites the value
 // to its digits. Help shows "INT in [lo, hi]".
 CLI::Validator Integer(int64_t lo, int64_t hi);

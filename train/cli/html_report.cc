@@ -50,7 +50,8 @@ std::string html_page(const std::string& title, const std::string& subtitle,
                       const std::vector<HtmlPanel>& panels, const HtmlTable* table) {
   nlohmann::json data = {{"title", title}, {"panels", nlohmann::json::array()}};
   for (const HtmlPanel& p : panels) {
-    data["panels"].push_back({{"title", p.title}, {"report", p.report}});
+    data["panels"].push_back(
+        {{"title", p.title}, {"report", p.report}, {"mesh", p.mesh}, {"p2p", p.p2p}});
   }
   if (table != nullptr) {
     data["table"] = {{"header", table->header}, {"rows", table->rows}, {"links", table->links}};

@@ -2,8 +2,9 @@
 // network at view time) that embeds each run's --report object (report_object()) and our
 // own small script (html/page.js), which draws from it, as inline SVG: the loss curve (and
 // the reference's when --check ran), memory per rank stacked by category, a rank x rank
-// traffic matrix per communicator group (bytes and messages), and each rank's time in each
-// collective; the demo adds its comparison table. Because the page draws from the report
+// traffic matrix per communicator group (bytes and messages), each rank's time in each
+// collective, the mesh (which rank holds which shard) and a pipeline's timeline; the demo
+// adds its comparison table. Because the page draws from the report
 // object itself, the page and the JSON report cannot disagree; tests/html checks the
 // rendered marks against the report in headless Chromium.
 #pragma once
@@ -14,10 +15,13 @@
 
 namespace dtsim::cli {
 
-// One run: a heading and its report_object().
+// One run: a heading, its report_object(), and what the page draws besides (html_data.h):
+// its mesh_diagram() and, for a pipeline, pipeline_p2p() (null: none).
 struct HtmlPanel {
   std::string title;
   nlohmann::json report;
+  nlohmann::json mesh = nullptr;
+  nlohmann::json p2p = nullptr;
 };
 
 // A plain table of text cells shown above the panels; with `links`, row i's first cell

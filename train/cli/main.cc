@@ -255,6 +255,9 @@ int main(int argc, char** argv) {
   int code = 0;
   try {
     code = command->run();
+  } catch (const dtsim::cli::DryRun&) {  // DTSIM_DRY_RUN=1: checked, nothing ran
+    std::printf("dtsim %s: dry run: the command line is valid\n", name.c_str());
+    return check_stdout(name, 0);
   } catch (const dtsim::JobRefused&) {
     return 2;  // another process met a usage error before the start: it prints it
   } catch (const dtsim::UsageError& e) {

@@ -379,30 +379,10 @@ void OutputFile::commit(const std::string& text) {
       if (close(fd) != 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
       break;
     }
-    case Kind::kReplace: {
-      // The temporary file exists only here.
-      std::string tmp;
-      int slot = -1;
-      const int fd = make_temporary(target_, &tmp, &slot);
-      if (fd < 0) throw std::runtime_error("cannot write " + path_ + ": " + errno_text());
-      std::string why;
-      try {
-        fchmod(fd, mode_);
-        write_all(fd, text, path_);
-      } catch (const std::exception& e) {
-        why = e.what();
-      }
-      if (close(fd) != 0 && why.empty()) why = "cannot write " + path_ + ": " + errno_text();
-      if (why.empty() && std::rename(tmp.c_str(), target_.c_str()) != 0) {
-        why = "cannot write " + path_ + ": " + errno_text();
-      }
-      drop_temporary(tmp, &slot, /*remove=*/!why.empty());
-      if (!why.empty()) {
-        discard();
-        throw std::runtime_error(why);
-      }
-      break;
-    }
+    case Kind::kReplace:  // a temporary file beside the target, renamed over it
+      stage(text);
+      commit_staged();
+      return;
   }
   discard();
 }

@@ -16,6 +16,7 @@
 #include "train/cli/table.h"
 #include "train/models/model_spec.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
+#include "train/placement_plan.h"
 
 namespace dtsim::cli {
 namespace {
@@ -53,6 +54,33 @@ json config_json(const train::TrainConfig& c) {
   }
   j["shape"] = shape;
   return j;
+}
+
+// Every tensor's placement on each mesh axis (train/placement_plan.h): the parameter's, the
+// gradient's after backward and after its data-parallel sync, the optimizer state's.
+json placements_json(const train::TrainConfig& c) {
+  const train::ModelPlacement placement(c);
+  const auto axes = [](const train::TensorPlacement& t, const train::AxisPlacement& dp) {
+    json j = json::object();
+    for (int a = 0; a < train::kMeshAxes; ++a) {
+      const auto axis = static_cast<train::MeshAxis>(a);
+      j[train::axis_name(axis)] = (axis == train::MeshAxis::kDp ? dp : t.on(axis)).str();
+    }
+    return j;
+  };
+  json tensors = json::array();
+  for (const train::TensorPlacement& t : placement.tensors()) {
+    tensors.push_back({{"name", t.name},
+                       {"shape", t.vector ? json::array({t.rows}) : json::array({t.rows, t.cols})},
+                       {"param", axes(t, t.on(train::MeshAxis::kDp))},
+                       {"grad", axes(t, t.grads_dp)},
+                       {"synced_grad", axes(t, t.synced_grads_dp)},
+                       {"optimizer", axes(t, t.state_dp)}});
+  }
+  const train::MeshShape& m = placement.shape();
+  return {{"mesh", {{"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}}},
+          {"zero", placement.zero()},
+          {"tensors", tensors}};
 }
 
 // "dp[0,2]" -> "dp"; "world" -> "world".
@@ -294,6 +322,7 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
             {"bytes_sent_per_step", run.bytes_sent_per_step()},
             {"ranks", ranks},
             {"traffic", traffic_json(run)},
+            {"placements", placements_json(config)},
             {"check", nullptr}};
   if (config.pp > 1) {
     const PipelineBubble b = pipeline_bubble(config, run);

@@ -22,6 +22,7 @@
 #include "train/cli/checkpoint.h"
 #include "train/cli/commands.h"
 #include "train/cli/flags.h"
+#include "train/cli/html_data.h"
 #include "train/cli/html_report.h"
 #include "train/cli/output_file.h"
 #include "train/cli/progress.h"
@@ -257,8 +258,9 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
     const std::string title = std::string(train::to_string(config.strategy)) + " " +
                               train::to_string(config.model) + " on " +
                               std::to_string(config.ranks) + " ranks";
-    html.stage(
-        html_page("dtsim train", "one run; hover a mark for its value", {{title, r}}, nullptr));
+    HtmlPanel panel{title, r, mesh_diagram(config), nullptr};
+    if (r.contains("pipeline")) panel.p2p = pipeline_p2p(config, run, r["pipeline"]["timeline"]);
+    html.stage(html_page("dtsim train", "one run; hover a mark for its value", {panel}, nullptr));
   }
   if (trace.open()) trace.stage(trace_json(config, run));
   const bool wrote_report = report.open(), wrote_html = html.open(), wrote_trace = trace.open();

@@ -21,7 +21,8 @@ const std::vector<std::string> kStrategies = {"single", "accum", "ddp", "zero1",
 }  // namespace
 
 void declare_train_flags(CLI::App* app, TrainFlags& f) {
-  app->add_option("--strategy", f.strategy, "tp and dp-tp need --model mlp, ep needs --model moe")
+  app->add_option("--strategy", f.strategy,
+                  "tp and dp-tp need --model mlp or gpt, ep needs --model moe")
       ->check(OneOf(kStrategies,
                     "FSDP is ZeRO-3, --strategy zero3 (zero2 shards gradients and optimizer "
                     "state but keeps whole weights)"));
@@ -111,6 +112,9 @@ void declare_train_flags(CLI::App* app, TrainFlags& f) {
                   "activation recomputation: selective rebuilds GELU outputs before backward, "
                   "full re-runs each layer's forward (docs/recompute.md)")
       ->check(OneOf({"none", "selective", "full"}));
+  app->add_flag("--sequence-parallel", f.sequence_parallel,
+                "gpt with --tp 2 or more: shard the norm regions along the sequence "
+                "(all-gather and reduce-scatter in place of each all-reduce; docs/gpt.md)");
   app->add_option("--seed", f.seed, "initialisation and data seed")
       ->transform(Integer(0, INT64_MAX));
   app->add_option("--pitfall", f.pitfall,
@@ -253,6 +257,7 @@ train::TrainConfig parse_train_config(const CLI::App& a, const TrainFlags& f) {
   parse_mesh(a, f, c);
   parse_algo(f.algo, &c.algo);  // AlgoFor() accepted it
   c.seed = static_cast<uint64_t>(f.seed);
+  c.sequence_parallel = f.sequence_parallel;
   c.recompute = f.recompute == "full"        ? model::Recompute::kFull
                 : f.recompute == "selective" ? model::Recompute::kSelective
                                              : model::Recompute::kNone;

@@ -26,7 +26,7 @@ struct TrainFlags {
   std::string schedule = "1f1b", recompute = "none";
   double lr = 0.05;
   int64_t seed = 1;
-  bool check = false, quiet = false;
+  bool check = false, quiet = false, sequence_parallel = false;
   train::checkpoint::Options checkpoint;  // cli/checkpoint.cc
 };
 

@@ -27,6 +27,9 @@
 //          reduce-scattered in sync_gradients: expert parallelism completes its gradients
 //          only at the step's end.
 //
+// Which rank owns which shard is the placement's (train/placement.h: zero_shard,
+// zero3_segments, zero3_owned), checked to give each shard one owner before any work.
+//
 // Memory: model_state() is the model state as this rank holds it under its stage.
 //
 // Thread safety: one DataParallel per parameter buffer per rank thread.
@@ -50,6 +53,7 @@
 #include "train/config.h"
 #include "train/data_parallel/ddp.h"
 #include "train/grad_ops.h"
+#include "train/placement.h"
 #include "train/slice_optimizer.h"
 #include "train/step_runner.h"
 
@@ -59,29 +63,6 @@ namespace dtsim::train {
 // config's algorithm where the registry lists it for them, else their auto one.
 inline Algo reduce_scatter_algo(Algo a) { return algorithm_or_auto(OpKind::kReduceScatter, a); }
 inline Algo all_gather_algo(Algo a) { return algorithm_or_auto(OpKind::kAllGather, a); }
-
-// A rank's buffer split by the data-parallel group that holds the same values.
-struct DpParts {
-  std::vector<model::ParamRange> dense;    // copies on every rank of dp
-  std::vector<model::ParamRange> experts;  // copies on the ranks of expert_dp
-  // The whole buffer of `layout` as one dense part (no expert parallelism).
-  static DpParts whole(const model::ParamLayout& layout) { return {{{0, layout.size()}}, {}}; }
-};
-
-// One layer's run of one part under ZeRO-3, sharded on its own over the part's group.
-struct Zero3Segment {
-  int layer = 0;
-  int part = 0;  // 0 dense, 1 experts
-  model::ParamRange range;
-  size_t shard = 0;   // per-rank shard elements: ceil(range / group size)
-  size_t offset = 0;  // where this rank's shard of it starts in the shard buffer
-};
-
-// The segments of `layout` under `parts` with groups of `sizes[part]` ranks, in flat order.
-std::vector<Zero3Segment> zero3_segments(const model::ParamLayout& layout, const DpParts& parts,
-                                         const int sizes[2]);
-// The real (unpadded) elements that rank `rank` of its group owns of segment `s`.
-model::ParamRange zero3_owned(const Zero3Segment& s, int rank);
 
 // What the wrapper borrows from its rank; all pointers outlive it.
 struct DpContext {

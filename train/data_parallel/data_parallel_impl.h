@@ -75,7 +75,8 @@ DataParallel<T>::DataParallel(DpContext ctx, const model::ParamLayout& layout, D
     for (Part& p : parts_) {
       if (p.size == 0) continue;
       const int n = p.group ? p.group->size() : 1, r = p.group ? p.group->rank() : 0;
-      p.mine = model::shard_range(p.size, n, r);
+      check_zero_owners(n);
+      p.mine = zero_shard(p.size, n, r);
       if (!p.contiguous) {
         p.packed_params.resize(p.size);
         pack(p, std::span<const T>(params_), std::span<T>(p.packed_params));
@@ -89,6 +90,7 @@ DataParallel<T>::DataParallel(DpContext ctx, const model::ParamLayout& layout, D
   }
   // ZeRO 3: the shards, the model's buffer poisoned outside them.
   const int sizes[2] = {ctx_.dp ? ctx_.dp->size() : 1, ctx_.expert_dp ? ctx_.expert_dp->size() : 1};
+  for (int n : sizes) check_zero_owners(n);
   segments_ = zero3_segments(layout, parts, sizes);
   layer_segments_.resize(layout.num_layers());
   step_scoped_.assign(layout.num_layers(), 0);

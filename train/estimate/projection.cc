@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "train/config.h"
 #include "train/pipeline_parallel/schedule_check.h"
+#include "train/placement_plan.h"
 
 namespace dtsim::train::estimator {
 namespace {
@@ -26,6 +28,44 @@ void add(Projection& p, const Ctx& c, const char* axis, CollectiveKind kind, Alg
   t.sent = calls * collective_bytes_sent(kind, algo, group, bytes);
   t.seconds = calls * collective_seconds(kind, algo, group, bytes, c.link(span));
   p.traffic.push_back(t);
+}
+
+// dtsim's mlp or moe model as `dtsim train` would run it on the projection's mesh.
+TrainConfig train_config(const ProjectionInput& in, int micro_batches) {
+  TrainConfig c;
+  c.strategy = Strategy::kMesh;
+  c.model = in.arch.kind == ArchKind::kMlp ? ModelKind::kMlp : ModelKind::kMoe;
+  c.mlp = in.arch.mlp;
+  c.moe = in.arch.moe;
+  c.dp = in.dp, c.tp_size = in.tp, c.pp = in.pp, c.ep = in.ep, c.zero = in.zero;
+  c.ranks = in.dp * in.tp * in.pp;
+  c.precision = in.precision;
+  c.optimizer = in.optimizer;
+  c.schedule = in.schedule;
+  c.virtual_stages = in.virtual_stages;
+  c.micro_batches = micro_batches;
+  c.global_batch = in.global_batch;
+  return c;
+}
+
+// The model state of the device that holds the most, from the placements (each ZeRO shard
+// the largest of its group: exact to one element per part).
+StateElements largest_device(const ProjectionInput& in, int micro_batches) {
+  const ModelPlacement placement(train_config(in, micro_batches));
+  StateElements worst;
+  int64_t most = -1;
+  for (int s = 0; s < in.pp; ++s) {
+    for (int t = 0; t < in.tp; ++t) {
+      for (int e = 0; e < in.ep; ++e) {
+        const StateElements el =
+            placement.elements({.dp = e, .tp = t, .pp = s, .ep = e, .ep_group = 0}, true);
+        int64_t bytes = 0;
+        for (int64_t b : state_bytes(el, in.precision, in.optimizer)) bytes += b;
+        if (bytes > most) most = bytes, worst = el;
+      }
+    }
+  }
+  return worst;
 }
 
 }  // namespace
@@ -100,9 +140,10 @@ Projection project(const ProjectionInput& in) {
   const double seq = gpt ? a.gpt.seq : 1;
   const int m = p.micro_batches;
 
-  // Model state: the experts are sharded over ep as well (each ep rank holds E / ep).
+  // Model state: gpt's from the formula (Psi / (tp pp)); mlp and moe, dtsim's own models,
+  // from their placements below.
   MeshEstimateInput mi;
-  mi.params = p.params.total() - (moe ? (1 - 1.0 / in.ep) * p.params.mlp : 0);
+  mi.params = p.params.total();
   mi.dp = in.dp;
   mi.tp = in.tp;
   mi.zero_stage = in.zero;
@@ -113,6 +154,11 @@ Projection project(const ProjectionInput& in) {
   p.micro_batch_activations = micro_batch_activations(a, ai) / in.cp;
   mi.activation_bytes = p.micro_batch_activations;
   p.mesh = estimate_mesh(mi);
+  if (!gpt) {
+    const StateElements e = largest_device(in, m);
+    p.mesh.state = estimate_from_elements(e, in.dp, in.zero, in.precision, in.optimizer);
+    p.mesh.params_per_device = static_cast<double>(e.params);
+  }
   p.params_per_device = p.mesh.params_per_device;
   p.devices = p.mesh.devices * in.cp;
   p.activation_peak =

@@ -1,12 +1,14 @@
 // The tiny GPT (model/gpt_model.h): token + position embedding, L pre-norm blocks of causal
 // self-attention and a GELU MLP, a final norm and an LM head, next-token cross-entropy on
-// the reversal task (model/sequence_task.h). Single rank and the data axis (ddp, ZeRO) for
-// now: tensor, sequence, context and pipeline parallelism are issue 33's later parts.
+// the reversal task (model/sequence_task.h). The data axis (ddp, ZeRO), tensor-parallel
+// heads, sequence parallelism and pipeline stages; context parallelism is issue 33's later
+// part.
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "model/attention.h"
+#include "model/gpt_memory.h"
 #include "model/gpt_model.h"
 #include "model/sequence_task.h"
 #include "train/models/model_spec.h"
@@ -62,7 +64,7 @@ class GptSpec : public ModelSpec {
     const model::GptConfig& g = c.gpt;
     return "gpt D " + str(g.d_model) + " H " + str(g.heads) + "x" + str(g.head_dim) + " F " +
            str(g.mlp_hidden) + " L " + str(g.num_layers) + " S " + str(g.seq_len) + " V " +
-           str(g.vocab);
+           str(g.vocab) + (c.sequence_parallel ? ", sequence parallel" : "");
   }
   std::vector<std::pair<std::string, double>> shape_fields(const TrainConfig& c) const override {
     const model::GptConfig& g = c.gpt;
@@ -87,14 +89,30 @@ class GptSpec : public ModelSpec {
     }
     if (g.mlp_hidden < 1) return "--hidden " + str(g.mlp_hidden) + " must be at least 1";
     if (g.num_layers < 1) return "--layers " + str(g.num_layers) + " must be at least 1";
+    if (c.sequence_parallel && c.mesh().tp < 2) {
+      return "--sequence-parallel shards the sequence over the tensor-parallel ranks: it needs "
+             "--tp 2 or more";
+    }
     return "";
   }
-  std::string validate_mesh(const TrainConfig&, const MeshShape& m) const override {
+  std::string validate_mesh(const TrainConfig& c, const MeshShape& m) const override {
+    const model::GptConfig& g = c.gpt;
     if (m.ep > 1) return "--ep " + str(m.ep) + " shards the MoE's experts: it needs --model moe";
-    if (m.tp > 1 || m.pp > 1) {
-      return "--model gpt trains on the data axis only for now (strategies single, accum, ddp, "
-             "zero1-3, or --dp with --zero): tensor and pipeline parallelism of it are not built "
-             "yet";
+    if (g.heads % m.tp != 0) {
+      return "--heads " + str(g.heads) + " is not divisible by --tp " + str(m.tp) +
+             ": each tensor-parallel rank holds whole heads; change --heads or --tp";
+    }
+    if (g.mlp_hidden % m.tp != 0) {
+      return "--hidden " + str(g.mlp_hidden) + " is not divisible by --tp " + str(m.tp) +
+             "; change --hidden or --tp";
+    }
+    if (c.sequence_parallel && m.tp < 2) {
+      return "--sequence-parallel shards the sequence over the tensor-parallel ranks: it needs "
+             "--tp 2 or more";
+    }
+    if (c.sequence_parallel && g.seq_len % m.tp != 0) {
+      return "--seq " + str(g.seq_len) + " is not divisible by --tp " + str(m.tp) +
+             " under --sequence-parallel; change --seq or --tp";
     }
     return "";
   }
@@ -102,26 +120,48 @@ class GptSpec : public ModelSpec {
   model::ParamLayout layout(const TrainConfig& c) const override {
     return model::gpt_layout(c.gpt);
   }
-  model::Layers layers(const TrainConfig& c, const MeshShape&, const MeshCoord&,
-                       RankComms) const override {
-    return model::gpt_layers(c.gpt);
+  // Tensor parallel: the plain layers given this rank's heads and hidden units and f and g
+  // on the tp group (model/gpt_layers.h), plus the sequence's all-gather and reduce-scatter
+  // under --sequence-parallel. tp null: for the layout only.
+  model::Layers layers(const TrainConfig& c, const MeshShape& shape, const MeshCoord& at,
+                       RankComms comms) const override {
+    if (shape.tp == 1) return model::gpt_layers(c.gpt);
+    TracedComm* tp = comms.tp;
+    model::SequenceSharding sharding;
+    sharding.rank = at.tp;
+    sharding.size = shape.tp;
+    sharding.reduce = [tp](std::span<float> x) {
+      if (tp != nullptr) tp->all_reduce(x);
+    };
+    if (c.sequence_parallel) {
+      sharding.all_gather = [tp](std::span<const float> in, std::span<float> out) {
+        if (tp != nullptr) tp->all_gather(in, out);
+      };
+      sharding.reduce_scatter = [tp](std::span<const float> in, std::span<float> out) {
+        if (tp != nullptr) tp->reduce_scatter(in, out);
+      };
+    }
+    return model::gpt_layers(c.gpt, sharding);
   }
 
+  // A pipeline chunk takes whole transformer layers (an attention and an MLP block); the
+  // first keeps the embedding, the last the final norm and the head.
   int pipeline_blocks(const TrainConfig& c) const override { return c.gpt.num_layers; }
+  int lead_layers() const override { return 1; }
+  int layers_per_block() const override { return 2; }
+  int tail_layers() const override { return 2; }
 
-  // Per sample (S tokens): the input and every layer's output, each layer's saved tensors
-  // (gpt_layers.h), the shared backward workspaces and gradient buffers, the loss's
-  // probabilities and gradient.
-  int64_t activation_floats(const TrainConfig& c, int64_t rows, int,
+  // What a rank's stack keeps, tensor by tensor (model/gpt_memory.h; docs/gpt.md compares it
+  // with Korthikanti et al.'s count and with the measured peak).
+  int64_t activation_floats(const TrainConfig& c, int64_t rows, int tp,
                             int layers_share) const override {
-    const model::GptConfig& g = c.gpt;
-    const int64_t s = g.seq_len, d = g.d_model, e = int64_t(g.heads) * g.head_dim, f = g.mlp_hidden,
-                  v = g.vocab;
-    const int64_t l = std::max<int64_t>(1, g.num_layers / std::max(1, layers_share));
-    const int64_t outputs = 1 + (2 * l + 2) * d + v;
-    const int64_t saved = l * (d + 4 * e + g.heads + 2) + l * (d + 2 * f + 2) + 2;
-    const int64_t work = std::max(e, f) + std::max(3 * e, d) + d + 1 + 2 * std::max(d, v) + 2 * v;
-    return rows * s * (outputs + saved + work);
+    const int layers = std::max(1, c.gpt.num_layers / std::max(1, layers_share));
+    return model::gpt_activation_floats(c.gpt, {.batch = rows,
+                                                .tp = tp,
+                                                .sequence_parallel = c.sequence_parallel,
+                                                .recompute = c.recompute,
+                                                .layers = layers})
+        .total();
   }
 
   // The answer positions' held-out accuracy (model/sequence_task.h) at the initial and the

@@ -98,6 +98,9 @@ class ModelSpec {
   // the first (an embedding kept with chunk 0); the last chunk also takes the head.
   virtual int pipeline_blocks(const TrainConfig& config) const = 0;
   virtual int lead_layers() const { return 0; }
+  // Layers per block, and layers after the last block (the head; a final norm with it).
+  virtual int layers_per_block() const { return 1; }
+  virtual int tail_layers() const { return 1; }
   // Whether every layer splits its backward into input and weight gradients (zb-h1).
   virtual bool splits_backward() const { return false; }
 

@@ -21,6 +21,7 @@
 #include "train/parallelize.h"
 #include "train/pipeline_parallel/pipeline_stage.h"
 #include "train/pipeline_parallel/schedule_check.h"
+#include "train/placement_plan.h"
 #include "train/slice_optimizer.h"
 #include "train/step_runner.h"
 #include "train/strategies.h"
@@ -105,7 +106,6 @@ class PipelineRank : public RankStrategy {
                bool reports_loss, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
                const MeshShape& shape)
       : chunks_(chunks),
-        tp_rank0_(reports_loss),
         micro_(data_parallel_micro_batches(config, shape.dp, groups.dp ? groups.dp->rank() : 0)),
         peak_(runner.peak()) {
     const int zero = zero_stage(config);
@@ -203,7 +203,7 @@ class PipelineRank : public RankStrategy {
     return out;
   }
   checkpoint::RankState checkpoint_state() override {
-    checkpoint::RankState state{.parts = {}, .writes_replicated = tp_rank0_};
+    checkpoint::RankState state;
     for (size_t j = 0; j < chunks_.size(); ++j) {
       state.parts.push_back({&chunks_[j]->store().layout(), dp_[j].get()});
     }
@@ -212,7 +212,6 @@ class PipelineRank : public RankStrategy {
 
  private:
   std::vector<std::unique_ptr<Trainee>>& chunks_;
-  bool tp_rank0_;  // tensor-parallel rank 0: saves the tensors tp replicates
   std::vector<MicroBatch> micro_;
   std::vector<StageMicroBatch> mbs_;
   PeakMemory& peak_;
@@ -230,7 +229,9 @@ int pipeline_blocks(const TrainConfig& config) {
 
 std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& spec, int chunk) {
   const int blocks = pipeline_blocks(config), chunks = spec.stages * spec.virtual_stages;
-  const int lead = model_spec(config).lead_layers();  // an embedding before the blocks
+  const ModelSpec& model = model_spec(config);
+  const int lead = model.lead_layers();  // an embedding before the blocks
+  const int per = model.layers_per_block(), tail = model.tail_layers();
   // Where chunk c's blocks begin: the explicit counts' prefix sum, else the balanced split.
   const auto begin = [&](int c) {
     if (config.stage_layers.empty()) return first_layer(c, blocks, chunks);
@@ -238,8 +239,8 @@ std::pair<int, int> chunk_layers(const TrainConfig& config, const ScheduleSpec& 
     for (int i = 0; i < c; ++i) at += config.stage_layers[i];
     return at;
   };
-  const int first = chunk == 0 ? 0 : lead + begin(chunk);
-  const int last = chunk == chunks - 1 ? lead + blocks + 1 : lead + begin(chunk + 1);
+  const int first = chunk == 0 ? 0 : lead + per * begin(chunk);
+  const int last = chunk == chunks - 1 ? lead + per * blocks + tail : lead + per * begin(chunk + 1);
   return {first, last};
 }
 
@@ -422,32 +423,11 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
   if (std::string why = pipeline::validate_pipeline(config, spec, shape.dp); !why.empty()) {
     throw UsageError("dtsim train: " + why);
   }
-  auto chunk_layout = [config, spec, shape](int chunk, const MeshCoord& c) {
-    return model::layout_of(pipeline::layers_of_chunk(
-        config, spec, chunk,
-        {.tp_rank = c.tp, .tp_size = shape.tp, .ep_rank = c.ep, .ep_size = shape.ep}));
-  };
-  const int chunks = spec.stages * spec.virtual_stages;
-  // ZeRO-3: each chunk's segments, shard by shard, at the chunk's offset in the stage.
+  // ZeRO-3: each rank's owned runs of its stage buffer, for assembling the final parameters.
   HeldRanges held;
   if (zero_stage(config) == 3) {
-    held = [config, shape, chunk_layout, chunks, p = spec.stages](int rank) {
-      const MeshCoord at = mesh_coord(shape, rank);
-      const int sizes[2] = {shape.dp, shape.ep > 1 ? shape.dp / shape.ep : 1};
-      const int ranks[2] = {at.dp, shape.ep > 1 ? at.ep_group : 0};
-      std::vector<model::ParamRange> out;
-      size_t base = 0;
-      for (int c = at.pp; c < chunks; c += p) {
-        const model::ParamLayout layout = chunk_layout(c, at);
-        for (const Zero3Segment& s :
-             zero3_segments(layout, rank_dp_parts(config, shape, layout), sizes)) {
-          const model::ParamRange o = zero3_owned(s, ranks[s.part]);
-          out.push_back({base + o.begin, base + o.end});
-        }
-        base += layout.size();
-      }
-      return out;
-    };
+    const auto placement = std::make_shared<const ModelPlacement>(config);
+    held = [placement](int rank) { return placement->zero3_held(rank); };
   }
   return launch(
       config,

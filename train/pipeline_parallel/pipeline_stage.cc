@@ -113,19 +113,31 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
     written_[j] = 1;
     return first;
   };
+  // Each send and receive on the timeline too (--trace; the --html timeline's p2p bars).
+  const auto p2p = [&](const char* name, auto&& fn) {
+    if (timeline_ != nullptr) {
+      timeline_->collective(name, *pipe_, fn);
+    } else {
+      fn();
+    }
+  };
   for (const Action& a : schedule_.ranks[stage_]) {
     const int i = a.micro_batch, batch = mbs[i].batch;
     switch (a.op) {
       case Op::kRecvActivation: {  // chunk a.chunk's output: the input of the next chunk
         const int j = (a.chunk + 1) / p_;
-        pipe_->recv(take(activations_, i * v + j, size_t(batch) * chunks_[j]->in_dim()), a.peer,
-                    kActivationTag);
+        p2p("recv", [&] {
+          pipe_->recv(take(activations_, i * v + j, size_t(batch) * chunks_[j]->in_dim()), a.peer,
+                      kActivationTag);
+        });
         break;
       }
       case Op::kRecvGradient: {  // chunk a.chunk's input gradient: dy of the previous chunk
         const int j = (a.chunk - 1) / p_;
-        pipe_->recv(take(gradients_, i * v + j, size_t(batch) * chunks_[j]->out_dim()), a.peer,
-                    kGradientTag);
+        p2p("recv", [&] {
+          pipe_->recv(take(gradients_, i * v + j, size_t(batch) * chunks_[j]->out_dim()), a.peer,
+                      kGradientTag);
+        });
         break;
       }
       case Op::kForward: {
@@ -149,7 +161,7 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
         break;
       }
       case Op::kSendActivation:  // the pass's output is valid until its next forward
-        pipe_->send(outputs_[i * v + a.chunk / p_], a.peer, kActivationTag);
+        p2p("send", [&] { pipe_->send(outputs_[i * v + a.chunk / p_], a.peer, kActivationTag); });
         break;
       case Op::kBackward:
       case Op::kBackwardInput: {
@@ -177,7 +189,7 @@ void PipelineStage::run(const std::vector<StageMicroBatch>& mbs, const StageData
         break;
       }
       case Op::kSendGradient:  // valid until the next backward, which comes after this send
-        pipe_->send(input_grads_[i * v + a.chunk / p_], a.peer, kGradientTag);
+        p2p("send", [&] { pipe_->send(input_grads_[i * v + a.chunk / p_], a.peer, kGradientTag); });
         break;
     }
   }

@@ -2,13 +2,13 @@
 
 #include <string>
 
-#include "runtime/transport/thread/transport_wait.h"
-#include "runtime/world_state.h"
+#include "runtime/run_state.h"
+#include "runtime/transport/transport_wait.h"
 
 namespace dtsim::mpi {
 
 void MpiCollectives::run(const NativeCall& call, const WaitSite& site) {
-  WorldState& state = *link_->state();
+  RunState& state = *link_->state();
   auto where = [&] {
     return describe(site.sig) + " (seq " + std::to_string(site.seq) + ", communicator " +
            site.comm_name + ")";

@@ -6,9 +6,11 @@
 #include <functional>
 #include <thread>
 
+#include "runtime/payload.h"
+#include "runtime/reduce_kernels.h"
+#include "runtime/run_state.h"
 #include "runtime/split.h"
 #include "runtime/transport/mpi/mpi_process.h"
-#include "runtime/world_state.h"
 
 namespace dtsim::mpi {
 namespace {
@@ -32,7 +34,7 @@ WireBuf allocate_wire(size_t payload_bytes) {
 
 void free_wire(WireBuf b) { free_payload({b.data, b.capacity}); }
 
-MpiLink::MpiLink(WorldState* state, const ProcessModel& model, std::chrono::milliseconds timeout)
+MpiLink::MpiLink(RunState* state, const ProcessModel& model, std::chrono::milliseconds timeout)
     : state_(state),
       model_(model),
       timeout_(timeout),
@@ -211,12 +213,41 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_BYTE;  // bfloat16 is refused before it gets here
   }
 }
+// Max and min run dtsim's own kernels (reduce_kernels.h) as user-defined MPI operations, so
+// that Algo::kMpi gives the same bits as every other algorithm: a NaN anywhere gives NaN
+// and max(-0, +0) is +0 (min: -0), where MPI_MAX / MPI_MIN leave both to the library's
+// comparison. The kernels are commutative, which MPI may then use.
+template <ReduceOp kOp>
+void dtsim_op(void* in, void* inout, int* len, MPI_Datatype* type) {
+  DType t = DType::kInt64;
+  if (*type == MPI_FLOAT) {
+    t = DType::kFloat32;
+  } else if (*type == MPI_DOUBLE) {
+    t = DType::kFloat64;
+  } else if (*type == MPI_INT32_T) {
+    t = DType::kInt32;
+  }
+  reducer_for(t, kOp).reduce(inout, in, static_cast<size_t>(*len));
+}
+
 MPI_Op mpi_op(ReduceOp op) {
+  // Created on the progress thread's first max or min (after MPI_Init), freed by
+  // MPI_Finalize.
+  static const MPI_Op kMax = [] {
+    MPI_Op o;
+    MPI_Op_create(&dtsim_op<ReduceOp::kMax>, 1, &o);
+    return o;
+  }();
+  static const MPI_Op kMin = [] {
+    MPI_Op o;
+    MPI_Op_create(&dtsim_op<ReduceOp::kMin>, 1, &o);
+    return o;
+  }();
   switch (op) {
     case ReduceOp::kMax:
-      return MPI_MAX;
+      return kMax;
     case ReduceOp::kMin:
-      return MPI_MIN;
+      return kMin;
     default:
       return MPI_SUM;  // kAvg: the communicator divides afterwards
   }

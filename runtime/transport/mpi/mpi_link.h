@@ -31,14 +31,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/doorbell.h"
 #include "runtime/native_collectives.h"
 #include "runtime/process_model.h"
 #include "runtime/transport/mpi/wire.h"
 #include "runtime/transport/mpi/wire_pool.h"
-#include "runtime/transport/thread/doorbell.h"
 
 namespace dtsim {
-class WorldState;
+class RunState;
 }
 
 namespace dtsim::mpi {
@@ -57,14 +57,14 @@ class MpiLink {
 
   // Attaches to the process's MPI progress thread (starting MPI if needed). `model` must
   // be an MPI model whose processes and process index match MPI_COMM_WORLD.
-  MpiLink(WorldState* state, const ProcessModel& model, std::chrono::milliseconds timeout);
+  MpiLink(RunState* state, const ProcessModel& model, std::chrono::milliseconds timeout);
   // Waits (up to the deadline) for this World's sends to complete, then detaches.
   ~MpiLink();
   MpiLink(const MpiLink&) = delete;
   MpiLink& operator=(const MpiLink&) = delete;
 
   const ProcessModel& model() const { return model_; }
-  WorldState* state() const { return state_; }
+  RunState* state() const { return state_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   RankQueues& queues(int local) { return queues_[local]; }
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
@@ -107,7 +107,7 @@ class MpiLink {
   void send_control(MPI_Comm comm, WireKind kind, int src, const std::string& text);
   bool progress_native(MPI_Comm comm);
 
-  WorldState* state_;
+  RunState* state_;
   ProcessModel model_;
   std::chrono::milliseconds timeout_;
   uint64_t world_number_;

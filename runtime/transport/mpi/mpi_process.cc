@@ -11,10 +11,10 @@
 #include <string>
 
 #include "runtime/process_model.h"
+#include "runtime/run_state.h"
 #include "runtime/transport/mpi/mpi_link.h"
-#include "runtime/transport/thread/transport_wait.h"
+#include "runtime/transport/transport_wait.h"
 #include "runtime/types.h"
-#include "runtime/world_state.h"
 
 namespace dtsim::mpi {
 namespace {
@@ -158,7 +158,7 @@ void MpiProcess::watch_signals() {
   int blamed = -1;
   if (link != nullptr) {
     const ProcessModel& m = link->model();
-    WorldState& state = *link->state();
+    RunState& state = *link->state();
     for (int r = m.first_rank(); r < m.first_rank() + m.threads; ++r) {
       const FlightRecorder& rec = state.recorder(r);
       if (rec.phase() != RankPhase::kRunning) continue;

@@ -36,10 +36,10 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/doorbell.h"
 #include "runtime/job_start.h"
 #include "runtime/transport/mpi/wire.h"
 #include "runtime/transport/mpi/wire_pool.h"
-#include "runtime/transport/thread/doorbell.h"
 
 namespace dtsim::mpi {
 

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "runtime/diagnostics/watchdog.h"
-#include "runtime/transport/thread/transport_wait.h"
-#include "runtime/world_state.h"
+#include "runtime/run_state.h"
+#include "runtime/transport/transport_wait.h"
 
 namespace dtsim::mpi {
 namespace {
@@ -25,7 +25,7 @@ MpiTransport::~MpiTransport() {
 }
 
 void MpiTransport::check_abort(const WaitSite& site, int peer) {
-  WorldState& state = *link_->state();
+  RunState& state = *link_->state();
   if (!state.aborted()) return;
   throw AbortedError("rank " + std::to_string(rank_) + " aborted in " + describe(site.sig) +
                      " (seq " + std::to_string(site.seq) + ", communicator " + site.comm_name +
@@ -101,7 +101,35 @@ bool MpiTransport::screen(WireBuf b, const MessageKey& key, const WaitSite& site
     give_back(b);
     throw MismatchError(mismatch_message(key.seq, site.comm_name, rank_, site.sig, src, theirs));
   }
+  if (is_stale(h, key)) fail_stale(b, site);
   return false;
+}
+
+bool MpiTransport::is_stale(const WireHeader& h, const MessageKey& key) {
+  // A collective of the same communicator at an earlier sequence number: this rank has
+  // finished that call without receiving it, so it never will.
+  return is_collective(key) && is_collective(h.key) && h.key.comm == key.comm &&
+         h.key.seq < key.seq;
+}
+
+void MpiTransport::fail_stale(WireBuf b, const WaitSite& site) {
+  const WireHeader h = b.header();
+  give_back(b);
+  FlightEntry mine;
+  bool found = false;
+  for (const FlightEntry& x : link_->state()->recorder(rank_).entries()) {
+    if (x.comm == h.key.comm && x.seq == h.key.seq) mine = x, found = true;
+  }
+  if (found && !(mine.sig == h.sig)) {
+    throw MismatchError(mismatch_message(h.key.seq, site.comm_name, rank_, mine.sig, h.src, h.sig));
+  }
+  throw MismatchError(
+      "rank " + std::to_string(h.src) + " sent " + describe(h.sig) + " (seq " +
+      std::to_string(h.key.seq) + ", communicator " + site.comm_name + ") to rank " +
+      std::to_string(rank_) + ", which " +
+      (found ? "called the same at that seq and finished it" : "had passed that seq") +
+      " without receiving it (found at seq " + std::to_string(site.seq) + " in " +
+      describe(site.sig) + "); every rank must call the same collectives in the same order");
 }
 
 bool MpiTransport::try_take(int src, const MessageKey& key, const WaitSite& site, WireBuf* out) {
@@ -134,6 +162,11 @@ Message MpiTransport::recv(int src, const MessageKey& key, const WaitSite& site)
       found = true;
       break;
     }
+    if (is_stale(h, key)) {
+      const WireBuf stale = stash_[i];
+      stash_.erase(stash_.begin() + static_cast<std::ptrdiff_t>(i));
+      fail_stale(stale, site);
+    }
     ++i;
   }
   auto take = [&] { return try_take(src, key, site, &b); };
@@ -144,7 +177,7 @@ Message MpiTransport::recv(int src, const MessageKey& key, const WaitSite& site)
     found = yield_poll(take);
   }
   if (!found) {
-    WorldState& state = *link_->state();
+    RunState& state = *link_->state();
     const auto waited_from = Clock::now();
     const auto deadline = deadline_after(waited_from, link_->timeout());
     Doorbell& bell = state.bell(rank_);

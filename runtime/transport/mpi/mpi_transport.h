@@ -42,6 +42,11 @@ class MpiTransport final : public Transport {
   bool try_take(int src, const MessageKey& key, const WaitSite& site, WireBuf* out);
   // Drops a message of an earlier run, or throws MismatchError; false if `b` is kept.
   bool screen(WireBuf b, const MessageKey& key, const WaitSite& site);
+  // Whether `h` belongs to a collective of key's communicator that this rank has finished.
+  static bool is_stale(const WireHeader& h, const MessageKey& key);
+  // MismatchError for such a message, naming both calls when this rank's recorder still
+  // holds its own call at that sequence number (gives `b` back first).
+  [[noreturn]] void fail_stale(WireBuf b, const WaitSite& site);
   void give_back(WireBuf b);
   void check_abort(const WaitSite& site, int peer);
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "runtime/transport/thread/thread_transport.h"
-#include "runtime/transport/thread/transport_wait.h"
+#include "runtime/transport/transport_wait.h"
 
 namespace dtsim {
 

@@ -14,15 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/payload.h"
 #include "runtime/transport/thread/mail_ring.h"
 #include "runtime/transport/transport.h"
 
 namespace dtsim {
-
-struct PayloadBuffer {
-  std::byte* data = nullptr;
-  size_t capacity = 0;
-};
 
 inline constexpr uint32_t kMailboxDepth = 32;
 // Payloads of at least kLargeMessageBytes count against a per-channel budget, so a rank
@@ -51,16 +47,5 @@ struct Channel {
   uint64_t lends_sent = 0;
   uint64_t lends_written_off = 0;  // withdrawn before anyone claimed them
 };
-
-// The capacity allocate_payload() gives `size` bytes: a power of two, at least 64.
-inline size_t payload_capacity(size_t size) {
-  size_t cap = 64;
-  while (cap < size) cap *= 2;
-  return cap;
-}
-// A payload buffer of payload_capacity(size) bytes, 64-byte aligned (no accounting:
-// WorldState::try_allocate_payload counts it against the budget).
-PayloadBuffer allocate_payload(size_t size);
-void free_payload(PayloadBuffer b);
 
 }  // namespace dtsim

@@ -12,7 +12,7 @@
 
 #include "common/splitmix.h"
 #include "runtime/diagnostics/watchdog.h"
-#include "runtime/transport/thread/transport_wait.h"
+#include "runtime/transport/transport_wait.h"
 
 namespace dtsim {
 namespace {
@@ -25,7 +25,7 @@ bool is_collective(const MessageKey& k) { return (k.seq >> 63) == 0; }
 
 }  // namespace
 
-ThreadTransport::ThreadTransport(WorldState* state, int rank)
+ThreadTransport::ThreadTransport(ThreadShared* state, int rank)
     : state_(state),
       rank_(rank),
       sched_(state->options().scheduler),
@@ -125,7 +125,7 @@ PayloadBuffer ThreadTransport::take_buffer(Channel& ch, size_t size, int dst,
   if (state_->try_allocate_payload(size, &b)) return b;
   state_->begin_budget_wait();
   struct EndWait {
-    WorldState* s;
+    ThreadShared* s;
     ~EndWait() { s->end_budget_wait(); }
   } end_wait{state_};
   const std::function<bool()> room = [&] { return state_->payload_fits(size); };
@@ -376,7 +376,7 @@ Message ThreadTransport::recv(int src, const MessageKey& key, const WaitSite& si
                         "same order\n"
                       : ": that rank skipped or reordered a collective, or is stuck; raise the "
                         "timeout if it is only slow\n") +
-            budget_note() + desync_report(*state_));
+            budget_note() + desync_report(state_->run()));
       }
       bell.sleep_until(
           [&] { return ch.mail.ready() || state_->aborted(); },

@@ -16,15 +16,15 @@
 #include <functional>
 #include <string>
 
-#include "runtime/schedule/scheduler.h"
+#include "runtime/controller.h"
+#include "runtime/transport/thread/thread_shared.h"
 #include "runtime/transport/transport.h"
-#include "runtime/world_state.h"
 
 namespace dtsim {
 
 class ThreadTransport : public Transport {
  public:
-  ThreadTransport(WorldState* state, int rank);
+  ThreadTransport(ThreadShared* state, int rank);
 
   int rank() const override { return rank_; }
   int size() const override { return state_->size(); }
@@ -55,9 +55,9 @@ class ThreadTransport : public Transport {
   // (and frees its payload).
   void check_fingerprint(const Envelope& e, int src, const MessageKey& key, const WaitSite& site);
 
-  WorldState* state_;
+  ThreadShared* state_;
   int rank_;
-  schedule::Scheduler* sched_;  // WorldOptions::scheduler: nullptr unless controlled
+  schedule::Controller* sched_;  // WorldOptions::scheduler: nullptr unless controlled
   bool takes_first_ = false;
 
  private:
@@ -102,7 +102,7 @@ class ThreadTransport : public Transport {
   PeerCheck check_peer(Channel& ch, int src, const MessageKey& key, const WaitSite& site,
                        Envelope* out);
   void jitter();
-  // Under the controlled scheduler (runtime/schedule/controlled_waits.cc) the waits block
+  // Under the controlled scheduler (controlled_waits.cc) the waits block
   // in the scheduler instead of polling: recv's for a message, settle's for releases,
   // withdraw's for readers, a sender's for room.
   bool recv_controlled(Channel& ch, int src, const MessageKey& key, const WaitSite& site,

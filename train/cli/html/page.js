@@ -2,10 +2,12 @@
 // optional comparison table, and one panel per run holding that run's --report object):
 // per run the loss curve (and the reference's when --check ran), memory per rank stacked by
 // category, a rank x rank traffic matrix per communicator group (bytes and messages), and
-// the time each rank spent in each collective, and for a pipeline each stage's phases over
-// one step (pipeline.timeline), all as inline SVG; several runs share one memory scale. Every mark carries its
-// number in data-* attributes and a <title>; tests/html/check_html.py compares them with
-// the --report JSON of the same run. No network, no third-party code.
+// the time each rank spent in each collective, for a pipeline each stage's phases, sends
+// and receives over one step (pipeline.timeline and the panel's p2p), all as inline SVG,
+// and the mesh (the panel's mesh: per rank what it holds); several runs share one memory
+// scale. Every mark carries its number in data-* attributes and a <title>;
+// tests/html/check_html.py compares them with the --report JSON of the same run. No
+// network, no third-party code.
 'use strict';
 (function () {
   const SVG = 'http://www.w3.org/2000/svg';
@@ -272,15 +274,19 @@
 
   // A pipeline run's stages over the step whose wall-time bubble is the run's
   // (pipeline.timeline): forward, backward (input gradient under zb-h1) and weight-gradient
-  // phases as bars; the gaps are idle, waiting to receive or sending. The idle share drawn
-  // is 1 - busy / (stages x span), the bubble train prints.
-  function timelineChart(parent, r) {
+  // phases as bars, and from the ranks' timelines (the panel's p2p) each send and receive,
+  // thinner; the rest is idle. The share not computing, 1 - busy / (stages x span), is the
+  // bubble train prints.
+  function timelineChart(parent, r, p2p) {
     const t = r.pipeline.timeline, p = t.stages.length;
     const L = 60, R = 12, T = 8, rowH = 22, W = 640, H = T + p * rowH + 34;
-    const c = chartBox(parent, 'Pipeline timeline (step ' + t.step + (t.replica ? ', replica ' + t.replica : '') + ')', 'timeline', W, H);
+    const c = chartBox(parent, 'Pipeline timeline (step ' + t.step + (t.replica ? ', replica ' + t.replica : '') +
+      ', ' + p + ' stages x ' + seconds(t.span_seconds) + ')', 'timeline', W, H);
     const xs = (v) => L + v / t.span_seconds * (W - L - R);
     const KINDS = { F: ['forward', '#4e79a7'], B: ['backward', '#f28e2b'], W: ['weight gradient', '#59a14f'] };
+    const P2P = { send: '#e15759', receive: '#b9a99b' };
     let busy = 0;
+    const inP2p = { send: 0, receive: 0 };
     for (const st of t.stages) {
       const y = T + st.stage * rowH;
       text(c.root, L - 6, y + rowH / 2 + 3, 'stage ' + st.stage, { 'text-anchor': 'end' });
@@ -299,12 +305,86 @@
         }
       }
     }
+    for (const st of p2p ? p2p.stages : []) {
+      const y = T + st.stage * rowH;
+      for (const ev of st.events) {
+        inP2p[ev.kind] += ev.end - ev.start;
+        const rect = svg('rect', {
+          x: xs(ev.start), y: y + 6, width: Math.max(0.5, xs(ev.end) - xs(ev.start)), height: rowH - 12,
+          fill: P2P[ev.kind], 'data-p2p-stage': st.stage, 'data-rank': st.rank, 'data-kind': ev.kind,
+          'data-start': ev.start, 'data-end': ev.end, 'data-bytes': ev.bytes,
+        }, c.root);
+        tip(rect, 'stage ' + st.stage + ' (rank ' + st.rank + ') ' + ev.kind + ': ' + seconds(ev.end - ev.start) +
+          (ev.kind === 'send' ? ', ' + bytes(ev.bytes) : ''));
+      }
+    }
     const idle = 1 - busy / (p * t.span_seconds);
+    const share = (v) => v / (p * t.span_seconds);
+    const pct = (v) => (100 * v).toFixed(1) + '%';
     for (const v of ticks(0, t.span_seconds, 5)) text(c.root, xs(v), H - 18, seconds(v), { 'text-anchor': 'middle' });
-    text(c.root, (L + W - R) / 2, H - 4, 'idle ' + (100 * idle).toFixed(1) + '% of ' + p + ' stages x ' + seconds(t.span_seconds) +
-      ' (the run\'s wall-time bubble)', { 'text-anchor': 'middle', 'data-idle': idle, 'data-bubble': t.bubble });
+    text(c.root, (L + W - R) / 2, H - 4, 'not computing ' + pct(idle) + ' (the run\'s wall-time bubble)' +
+      (p2p ? ': receive ' + pct(share(inP2p.receive)) + ', send ' + pct(share(inP2p.send)) +
+        ', idle ' + pct(idle - share(inP2p.receive) - share(inP2p.send)) : ''),
+    { 'text-anchor': 'middle', 'data-idle': idle, 'data-bubble': t.bubble, 'data-send': share(inP2p.send),
+      'data-receive': share(inP2p.receive) });
     legend(c.box, Object.values(KINDS).filter(([k]) => k !== 'weight gradient' || r.pipeline.schedule === 'zb-h1')
-      .map(([k, color]) => [k, color, false]).concat([['idle (waiting to receive, or sending)', '#eee', false]]));
+      .map(([k, color]) => [k, color, false])
+      .concat(p2p ? [['send', P2P.send, false], ['receive (waiting included)', P2P.receive, false]] : [])
+      .concat([['idle', '#eee', false]]));
+  }
+
+  // The mesh, one card per rank: pipeline stages as rows, data-parallel replicas as boxes,
+  // the tensor-parallel ranks of a replica side by side; each card gives the rank's
+  // coordinates and what it holds: its layers (its pipeline chunks'), its block of each
+  // tensor-parallel tensor, its experts, and under ZeRO its shard of the optimizer state.
+  function meshChart(parent, m) {
+    const box = node('div', { class: 'chart mesh', 'data-chart': 'mesh', 'data-ranks': m.ranks.length }, parent);
+    const axes = ['dp ' + m.dp, 'tp ' + m.tp, 'pp ' + m.pp].concat(m.ep > 1 ? ['ep ' + m.ep] : []).join(' x ')
+      .replace(' x ep', ', ep');
+    node('h3', {}, box, 'Mesh: ' + m.ranks.length + (m.ranks.length === 1 ? ' rank' : ' ranks') + ' (' + axes +
+      (m.zero ? ', ZeRO-' + m.zero : '') + '); what each rank holds');
+    const num = (v) => v.toLocaleString('en-US');
+    const range = (first, count, full) => first + '\u2013' + (first + count - 1) + ' of ' + full;
+    const dims = (s) => [s.rows < s.full_rows ? 'rows ' + range(s.row0, s.rows, s.full_rows) : '',
+      s.cols < s.full_cols ? 'cols ' + range(s.col0, s.cols, s.full_cols) : ''].filter((x) => x).join(', ');
+    const ZERO = ['', 'optimizer state', 'optimizer state and gradients', 'optimizer state, gradients and weights'];
+    for (let s = 0; s < m.pp; s++) {
+      const row = node('div', { class: 'mesh-stage' }, box);
+      if (m.pp > 1) node('div', { class: 'mesh-axis' }, row, 'stage ' + s);
+      for (let d = 0; d < m.dp; d++) {
+        const rep = node('div', { class: 'mesh-replica' }, row);
+        if (m.dp > 1) node('div', { class: 'mesh-axis' }, rep, 'replica ' + d);
+        for (const rk of m.ranks.filter((x) => x.pp === s && x.dp === d)) {
+          const card = node('div', {
+            class: 'mesh-rank', 'data-rank': rk.rank, 'data-dp': rk.dp, 'data-tp': rk.tp, 'data-pp': rk.pp,
+            'data-ep': rk.ep, 'data-layers': rk.layers.join(','), 'data-params': rk.params,
+            'data-tp-shards': rk.tp_shards.map((x) => x.tensor + ' ' + dims(x)).join(';'),
+            'data-experts': rk.experts.map((e) => e.layer + ':' + e.ids.join(',')).join(';'),
+            style: 'background: hsl(' + (rk.tp * 360 / m.tp + 200).toFixed(0) + ', 55%, ' + (m.tp > 1 ? 94 : 97) + '%)',
+          }, rep);
+          if ('zero_owned' in rk) card.setAttribute('data-zero-owned', rk.zero_owned);
+          node('b', {}, card, 'rank ' + rk.rank);
+          node('span', { class: 'coord' }, card, ' dp ' + rk.dp + ' \u00b7 tp ' + rk.tp + ' \u00b7 pp ' + rk.pp +
+            (m.ep > 1 ? ' \u00b7 ep ' + rk.ep : ''));
+          node('div', {}, card, 'layers: ' + rk.layers.join(', '));
+          node('div', {}, card, num(rk.params) + ' of ' + num(m.params) + ' params');
+          // The tensor-parallel blocks, one line per block shape: "rows 0-31 of 64: block0.w1, ...".
+          const byDims = new Map();
+          for (const x of rk.tp_shards) {
+            const k = dims(x);
+            byDims.set(k, (byDims.get(k) || []).concat([x.tensor]));
+          }
+          for (const [k, tensors] of byDims) node('div', { class: 'tp-shard', 'data-shard': k }, card, 'tp ' + k + ': ' + tensors.join(', '));
+          for (const e of rk.experts) node('div', {}, card, 'experts of ' + e.layer + ': ' + e.ids.join(', '));
+          if ('zero_owned' in rk) {
+            node('div', {}, card, 'ZeRO-' + m.zero + ' ' + ZERO[m.zero] + ' of ' + num(rk.zero_owned) + ' params (' +
+              (100 * rk.zero_owned / Math.max(1, rk.params)).toFixed(1) + '% of its ' + num(rk.params) + ')');
+          }
+        }
+      }
+    }
+    node('p', { class: 'note' }, box, 'Rank = (stage x dp + replica) x tp + tp rank: tensor-parallel ranks are consecutive.' +
+      (m.ep > 1 ? ' Expert parallelism shards the experts over groups of ' + m.ep + ' consecutive replicas.' : ''));
   }
 
   function panel(parent, p, index, shared) {
@@ -315,7 +395,8 @@
     lossChart(charts, p.report);
     memoryChart(charts, p.report, shared);
     timeChart(charts, p.report);
-    if (p.report.pipeline && p.report.pipeline.timeline) timelineChart(charts, p.report);
+    if (p.report.pipeline && p.report.pipeline.timeline) timelineChart(charts, p.report, p.p2p);
+    if (p.mesh) meshChart(charts, p.mesh);
     trafficCharts(charts, p.report);
   }
 

@@ -1,4 +1,4 @@
-#include "runtime/transport/thread/doorbell.h"
+#include "runtime/doorbell.h"
 
 #include <linux/futex.h>
 #include <linux/membarrier.h>

@@ -35,7 +35,7 @@ class alignas(64) Doorbell {
 
   // Registers the process for membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) and, if the
   // kernel allows it, switches every doorbell to asymmetric fences. Call before the
-  // threads that ring or sleep start (WorldState does); idempotent.
+  // threads that ring or sleep start (RunState does); idempotent.
   static void enable_asymmetric_fences();
 
   // Wakes the owner unconditionally (abort, shutdown).

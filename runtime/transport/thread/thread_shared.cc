@@ -1,4 +1,4 @@
-#include "runtime/world_state.h"
+#include "runtime/transport/thread/thread_shared.h"
 
 #include <vector>
 
@@ -6,32 +6,19 @@
 
 namespace dtsim {
 
-PayloadBuffer allocate_payload(size_t size) {
-  const size_t cap = payload_capacity(size);
-  auto* p = static_cast<std::byte*>(::operator new (cap, std::align_val_t{64}));
-  return {p, cap};
-}
+ThreadShared::ThreadShared(RunState* run)
+    : run_(run),
+      size_(run->size()),
+      budget_(run->options().max_bytes_in_flight),
+      channels_(new Channel[static_cast<size_t>(size_) * size_]),
+      stashes_(new Stash[size_]) {}
 
-void free_payload(PayloadBuffer b) {
-  if (b.data) ::operator delete (b.data, std::align_val_t{64});
-}
+ThreadShared::~ThreadShared() { reset(); }
 
-WorldState::WorldState(int size, const WorldOptions& options)
-    : size_(size),
-      options_(options),
-      channels_(new Channel[static_cast<size_t>(size) * size]),
-      bells_(new Doorbell[size]),
-      stashes_(new Stash[size]),
-      recorders_(new FlightRecorder[size]) {
-  Doorbell::enable_asymmetric_fences();
-}
-
-WorldState::~WorldState() { reset(); }
-
-bool WorldState::try_allocate_payload(size_t size, PayloadBuffer* out) {
+bool ThreadShared::try_allocate_payload(size_t size, PayloadBuffer* out) {
   const size_t cap = payload_capacity(size);
   const size_t before = payload_bytes_.fetch_add(cap, std::memory_order_relaxed);
-  if (before + cap > options_.max_bytes_in_flight) {
+  if (before + cap > budget_) {
     payload_bytes_.fetch_sub(cap, std::memory_order_relaxed);
     return false;
   }
@@ -39,21 +26,21 @@ bool WorldState::try_allocate_payload(size_t size, PayloadBuffer* out) {
   return true;
 }
 
-void WorldState::free_payload(PayloadBuffer b) {
+void ThreadShared::free_payload(PayloadBuffer b) {
   if (!b.data) return;
   dtsim::free_payload(b);
   payload_bytes_.fetch_sub(b.capacity, std::memory_order_relaxed);
 }
 
-void WorldState::reclaim(int rank) {
+void ThreadShared::reclaim(int rank) {
   for (int d = 0; d < size_; ++d) {
     channel(rank, d).free.consume_all([&](PayloadBuffer b) { free_payload(b); });
   }
 }
 
-void WorldState::begin_budget_wait() {
+void ThreadShared::begin_budget_wait() {
   if (budget_waiters_.fetch_add(1, std::memory_order_relaxed) != 0) return;
-  for (int r = 0; r < size_; ++r) bells_[r].ring_always();  // sleepers: reclaim your caches
+  for (int r = 0; r < size_; ++r) run_->bell(r).ring_always();  // sleepers: reclaim your caches
 }
 
 namespace {
@@ -71,11 +58,11 @@ bool find_call(const FlightRecorder& fr, uint64_t comm, uint64_t seq, FlightEntr
 
 }  // namespace
 
-std::string WorldState::undelivered_report(int* receiver) const {
+std::string ThreadShared::undelivered_report(int* receiver) const {
   int src = -1, dst = -1;
   Envelope e;
   auto excused = [&](int s, int d) {
-    return recorders_[s].failures() != 0 || recorders_[d].failures() != 0;
+    return run_->recorder(s).failures() != 0 || run_->recorder(d).failures() != 0;
   };
   for (int d = 0; d < size_ && src < 0; ++d) {
     stashes_[d].for_each([&](int s, const Envelope& x) {
@@ -99,8 +86,8 @@ std::string WorldState::undelivered_report(int* receiver) const {
   }
   FlightEntry sent, got;
   const std::string comm =
-      find_call(recorders_[src], e.key.comm, e.key.seq, &sent) ? sent.comm_name : "?";
-  const bool called = find_call(recorders_[dst], e.key.comm, e.key.seq, &got);
+      find_call(run_->recorder(src), e.key.comm, e.key.seq, &sent) ? sent.comm_name : "?";
+  const bool called = find_call(run_->recorder(dst), e.key.comm, e.key.seq, &got);
   if (called && !(got.sig == e.sig)) {
     return "undelivered message at the end of the run: " +
            mismatch_message(e.key.seq, comm, src, e.sig, dst, got.sig);
@@ -112,7 +99,7 @@ std::string WorldState::undelivered_report(int* receiver) const {
     what += "called " + describe(got.sig) + " at that seq but never received it";
   } else {
     uint64_t calls = 0;  // dst's calls on that communicator still in its recorder
-    for (const FlightEntry& x : recorders_[dst].entries()) calls += x.comm == e.key.comm;
+    for (const FlightEntry& x : run_->recorder(dst).entries()) calls += x.comm == e.key.comm;
     what += "never called seq " + std::to_string(e.key.seq) + " on that communicator (" +
             std::to_string(calls) +
             " call(s) there) and returned: it skipped this call or "
@@ -121,37 +108,7 @@ std::string WorldState::undelivered_report(int* receiver) const {
   return what + "; every rank must call the same collectives in the same order";
 }
 
-void WorldState::fail(int rank, std::exception_ptr error) {
-  {
-    std::lock_guard<std::mutex> lock(fail_mu_);
-    bool consequence = false;
-    std::string what;
-    try {
-      std::rethrow_exception(error);
-    } catch (const AbortedError& e) {
-      consequence = true;
-      what = e.what();
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-      what = "unknown exception";
-    }
-    if (failure_ && !(failure_is_consequence_ && !consequence)) return;
-    failed_rank_ = rank;
-    failure_ = error;
-    failure_what_ = std::move(what);
-    failure_is_consequence_ = consequence;
-    aborted_.store(true, std::memory_order_release);
-  }
-  for (int r = 0; r < size_; ++r) bells_[r].ring_always();
-}
-
-std::string WorldState::abort_reason() {
-  std::lock_guard<std::mutex> lock(fail_mu_);
-  return "rank " + std::to_string(failed_rank_) + " failed: " + failure_what_;
-}
-
-void WorldState::reset() {
+void ThreadShared::reset() {
   auto drop = [&](const Envelope& e) {
     if (e.kind == PayloadKind::kPooled) free_payload({e.payload.buf.data, e.payload.buf.capacity});
   };
@@ -170,12 +127,6 @@ void WorldState::reset() {
     ch.lends_reading.store(0, std::memory_order_relaxed);
     ch.lends_written_off = 0;
   }
-  std::lock_guard<std::mutex> lock(fail_mu_);
-  failure_ = nullptr;
-  failed_rank_ = -1;
-  failure_what_.clear();
-  failure_is_consequence_ = false;
-  aborted_.store(false, std::memory_order_release);
 }
 
 }  // namespace dtsim

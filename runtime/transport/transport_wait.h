@@ -10,7 +10,7 @@
 
 #include "runtime/diagnostics/flight_recorder.h"
 #include "runtime/fast_clock.h"
-#include "runtime/transport/thread/yield_gate.h"
+#include "runtime/transport/yield_gate.h"
 
 namespace dtsim {
 
