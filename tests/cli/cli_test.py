@@ -74,6 +74,16 @@ def case_estimate():
     rc, out, _ = run("estimate", "--params", "1e6", "--ranks", "4", "--stage", "2")
     expect(rc == 0 and out.count("(+ grads)") == 1 and "(DDP)" not in out.split("\n\n")[1],
            "--stage 2 shows one row:\n" + out)
+    # --params takes a model card's suffix; --zero alone picks the table's row (issue 36).
+    rc, out, _ = run("estimate", "--params", "7B", "--ranks", "8", "--stage", "3")
+    rc2, out2, _ = run("estimate", "--params", "7e9", "--ranks", "8", "--zero", "3")
+    expect(rc == 0 and rc2 == 0 and out == out2 and "7e+09 params, 8 ranks" in out
+           and out.count("(+ weights)") == 1, f"--params 7B / --zero 3 alone:\n{out}\n{out2}")
+    rc, out, _ = run("estimate", "--params", "7e9", "--tp", "2")
+    expect(rc == 0 and "= 2 devices" in out and "bubble: none (one stage" in out
+           and "0/1" not in out, f"mesh without a pipeline:\n{out}")
+    rc, out, _ = run("estimate", "--params", "7e9", "--zero", "1", "--stage", "2")
+    expect(rc == 2 and "give one of them" in out + _, "--zero and --stage together")
     # Without mesh flags the output is what it was before the mesh existed, to the byte.
     rc, out, _ = run("estimate", "--params", "7e9", "--ranks", "8")
     expect(out == FLAT_ESTIMATE, "flat estimate changed:\n" + out)

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -130,8 +131,8 @@ int run_mesh_estimate(const CLI::App& app, const EstimateFlags& f) {
   begin_work();
 
   std::printf(
-      "dtsim estimate: %.4g params on a mesh of dp %d x tp %d x pp %d = %d devices, %s, %s\n",
-      in.params, in.dp, in.tp, s.stages, m.devices,
+      "dtsim estimate: %.4g params on a mesh of dp %d x tp %d x pp %d = %d device%s, %s, %s\n",
+      in.params, in.dp, in.tp, s.stages, m.devices, m.devices == 1 ? "" : "s",
       bf16 ? "mixed precision (bf16 weights and gradients, fp32 master)" : "fp32",
       optimizer_name(in.optimizer));
   std::printf("pipeline: %s, %d micro-batches", train::pipeline::info(s.kind).title,
@@ -148,12 +149,16 @@ int run_mesh_estimate(const CLI::App& app, const EstimateFlags& f) {
   t.add(state_row(fmt::format("ZeRO-{}", in.zero_stage), m.state, m.params_per_device));
   t.print(stdout, "  ");
 
-  std::printf("\npipeline bubble: %s of the slots idle (%.1f%%), %s; formula %s = %s\n",
-              train::pipeline::to_string(m.bubble).c_str(), 100 * m.bubble.value(),
-              m.dry_run ? "from the schedule's dry run"
-                        : "by the formula (the schedule is too large to dry-run)",
-              train::pipeline::info(s.kind).formula,
-              train::pipeline::to_string(m.bubble_formula).c_str());
+  if (s.stages == 1) {
+    std::printf("\npipeline bubble: none (one stage; --pp P cuts the model into P stages)\n");
+  } else {
+    std::printf("\npipeline bubble: %s of the slots idle (%.1f%%), %s; formula %s = %s\n",
+                train::pipeline::to_string(m.bubble).c_str(), 100 * m.bubble.value(),
+                m.dry_run ? "from the schedule's dry run"
+                          : "by the formula (the schedule is too large to dry-run)",
+                train::pipeline::info(s.kind).formula,
+                train::pipeline::to_string(m.bubble_formula).c_str());
+  }
   const bool chunks = s.virtual_stages > 1;
   if (f.activations > 0) {
     std::printf(
@@ -201,8 +206,13 @@ int run_estimate(const CLI::App& app, const EstimateFlags& f) {
          "--preset " +
              preset_names() + ")");
   }
+  // --zero alone is the flat estimate's --stage (dp = --ranks); with any other mesh flag,
+  // the mesh.
   for (const char* flag : kMeshFlags) {
-    if (given(app, flag)) return run_mesh_estimate(app, f);
+    if (std::string(flag) != "--zero" && given(app, flag)) return run_mesh_estimate(app, f);
+  }
+  if (given(app, "--zero") && given(app, "--stage")) {
+    fail("estimate", "--zero and --stage both pick the ZeRO stage; give one of them");
   }
   train::EstimateInput in;
   in.params = f.params;
@@ -211,7 +221,7 @@ int run_estimate(const CLI::App& app, const EstimateFlags& f) {
   in.precision = bf16 ? model::Precision::kMixedBf16 : model::Precision::kFp32;
   const bool adam = f.optimizer == "adam";
   in.optimizer = adam ? model::OptimizerKind::kAdam : model::OptimizerKind::kSgd;
-  const int only = f.stage;
+  const int only = given(app, "--zero") ? f.zero : f.stage;
   begin_work();
 
   std::printf("dtsim estimate: %.4g params, %d ranks, %s, %s\n\n", in.params, in.ranks,
@@ -273,7 +283,21 @@ Command add_estimate(CLI::App& dtsim) {
   app->option_defaults()->always_capture_default();
   app->fallthrough();  // --config belongs to dtsim
   auto f = std::make_shared<EstimateFlags>();
-  app->add_option("--params", f->params, "parameter count Psi, e.g. 7e9")
+  app->add_option("--params", f->params, "parameter count Psi, e.g. 7e9 or 7B (K, M, B, T)")
+      ->transform(CLI::Validator(
+          [](std::string& s) {
+            // 7B -> 7e9: the suffixes model cards use (K, M, B or G, T), any case.
+            static const std::string kSuffix = "kmbgt";
+            static const char* kExp[] = {"e3", "e6", "e9", "e9", "e12"};
+            if (s.size() < 2) return std::string();
+            const size_t i = kSuffix.find(static_cast<char>(std::tolower(s.back())));
+            if (i != std::string::npos &&
+                std::isdigit(static_cast<unsigned char>(s[s.size() - 2]))) {
+              s = s.substr(0, s.size() - 1) + kExp[i];
+            }
+            return std::string();
+          },
+          "", "suffix"))
       ->check(Number(1, 1e15))
       ->default_str("");
   app->add_option("--ranks", f->ranks, "data-parallel devices N")->transform(Integer(1, 1000000));
@@ -287,7 +311,8 @@ Command add_estimate(CLI::App& dtsim) {
   app->add_option("--dp", f->dp, "mesh: data-parallel size")->transform(Integer(1, 1000000));
   app->add_option("--tp", f->tp, "mesh: tensor-parallel size")->transform(Integer(1, 1024));
   app->add_option("--pp", f->pp, "mesh: pipeline stages")->transform(Integer(1, 1024));
-  app->add_option("--zero", f->zero, "mesh: ZeRO stage along dp")->transform(Integer(0, 3));
+  app->add_option("--zero", f->zero, "mesh: ZeRO stage along dp (alone: the table's --stage)")
+      ->transform(Integer(0, 3));
   app->add_option("--micro-batches", f->micro_batches, "mesh: micro-batches per step")
       ->transform(Integer(1, 4096));
   app->add_option("--schedule", f->schedule, "mesh: pipeline schedule")
