@@ -45,7 +45,7 @@ train::TrainConfig make_config(Strategy s, ModelKind m, int ranks) {
   // No token dropping: with a capacity limit each rank drops by its own micro-batch, so
   // data-parallel MoE would legitimately differ from the single-rank reference.
   c.moe.moe.capacity_factor = 0;
-  c.tp_size = 2;
+  c.widths.tp = 2;
   return c;
 }
 

@@ -78,10 +78,10 @@ CheckPlan plan_references(const TrainConfig& config) {
     // The data axis decides the grouping: dp replicas x micro-batches, whatever tp, pp, ep.
     const MeshShape m = config.mesh();
     p.reference.ranks = m.dp;
-    p.reference.dp = 1;
-    p.reference.tp_size = 1;
-    p.reference.pp = 1;
-    p.reference.ep = 1;
+    p.reference.widths.dp = 1;
+    p.reference.widths.tp = 1;
+    p.reference.widths.pp = 1;
+    p.reference.widths.ep = 1;
     p.reference.zero = 0;
     p.reference.virtual_stages = 1;
     TrainConfig by_dp = config;

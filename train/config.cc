@@ -40,37 +40,40 @@ MeshShape TrainConfig::mesh() const {
     case Strategy::kTp:
       return {.dp = 1, .tp = ranks, .pp = 1, .ep = 1};
     case Strategy::kDpTp:
-      return {.dp = ranks / tp_size, .tp = tp_size, .pp = 1, .ep = 1};
+      return {.dp = ranks / widths.tp, .tp = widths.tp, .pp = 1, .ep = 1};
     case Strategy::kEp:
       return {.dp = ranks, .tp = 1, .pp = 1, .ep = ranks};
     case Strategy::kMesh:
       break;
   }
-  return {.dp = dp, .tp = tp_size, .pp = pp, .ep = ep, .cp = cp};
+  return widths;
 }
 
 pipeline::ScheduleSpec schedule_spec(const TrainConfig& c) {
   return {.kind = c.schedule,
-          .stages = c.pp,
+          .stages = c.widths.pp,
           .micro_batches = c.micro_batches,
           .virtual_stages = c.virtual_stages};
 }
 
 void resolve_preset(TrainConfig& c) {
-  if (c.strategy != Strategy::kMesh || c.pp != 1 || c.cp != 1 || c.dp * c.tp_size != c.ranks) {
+  // Only meshes of dp, tp and ep are presets.
+  const MeshShape flat{.dp = c.widths.dp, .tp = c.widths.tp, .ep = c.widths.ep};
+  if (c.strategy != Strategy::kMesh || !(c.widths == flat) ||
+      c.widths.dp * c.widths.tp != c.ranks) {
     return;
   }
   const bool experts = model_spec(c).experts(c) > 0;
-  if (c.tp_size == 1 && c.ep == 1) {
-    if (c.zero > 0 && c.dp == 1) return;  // nothing to shard: validate() says so
+  if (c.widths.tp == 1 && c.widths.ep == 1) {
+    if (c.zero > 0 && c.widths.dp == 1) return;  // nothing to shard: validate() says so
     constexpr Strategy kByStage[] = {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
                                      Strategy::kZero3};
     if (c.zero >= 0 && c.zero <= 3) c.strategy = kByStage[c.zero];
     c.preset_from_mesh = true;
-  } else if (c.zero == 0 && c.ep == 1 && !experts) {
-    c.strategy = c.dp == 1 ? Strategy::kTp : Strategy::kDpTp;
+  } else if (c.zero == 0 && c.widths.ep == 1 && !experts) {
+    c.strategy = c.widths.dp == 1 ? Strategy::kTp : Strategy::kDpTp;
     c.preset_from_mesh = true;
-  } else if (c.zero == 0 && c.tp_size == 1 && experts && c.ep == c.dp) {
+  } else if (c.zero == 0 && c.widths.tp == 1 && experts && c.widths.ep == c.widths.dp) {
     c.strategy = Strategy::kEp;
     c.preset_from_mesh = true;
   }

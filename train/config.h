@@ -31,7 +31,7 @@ enum class Strategy {
   kTp,    // Megatron tensor parallel (MLP blocks)
   kEp,    // expert parallel (MoE)
   kDpTp,  // 2-D grid: data parallel x tensor parallel
-  kMesh,  // any other device mesh: --dp --tp --pp --ep --zero (TrainConfig::dp ... zero)
+  kMesh,  // any other device mesh: --dp --tp --pp --ep --cp --zero (TrainConfig::widths, zero)
 };
 
 enum class ModelKind { kMlp, kMoe, kGpt };
@@ -56,12 +56,10 @@ struct TrainConfig {
   model::GptConfig gpt;
   Algo algo = Algo::kAuto;          // all_reduce algorithm (kDeterministic: bitwise runs)
   size_t bucket_bytes = 64 * 1024;  // DDP gradient bucket size
-  int tp_size = 2;                  // tensor-parallel width (kTp uses all ranks; kDpTp, kMesh this)
-  // The device mesh of kMesh (mesh() gives every strategy's): ranks = dp x tp_size x pp.
-  int dp = 1;    // data-parallel replicas
-  int pp = 1;    // pipeline stages
-  int ep = 1;    // expert-parallel width: experts sharded over groups of ep data-parallel ranks
-  int cp = 1;    // context-parallel width: the sequence over a ring of cp ranks (gpt)
+  // The mesh flags (--dp --tp --pp --ep --cp): kMesh's device mesh, ranks = dp x tp x pp x cp
+  // (ep shards within dp); kDpTp reads tp alone (its dp is ranks / tp), the other presets
+  // none. mesh() gives every strategy's mesh. A new axis is a field of MeshShape, not here.
+  MeshShape widths{.tp = 2};
   int zero = 0;  // ZeRO stage along the data axis (0: plain DDP all-reduce)
   // Sequence parallelism on the tensor-parallel axis (tp > 1, --model gpt; model/gpt_layers.h).
   bool sequence_parallel = false;

@@ -25,8 +25,9 @@ namespace dtsim::train {
 template <class T>
 class MeshRank : public RankStrategy {
  public:
+  // parts: the placement's data-parallel parts of the trainee's buffer (ModelPlacement::dp_parts).
   MeshRank(const TrainConfig& config, Mesh& mesh, Trainee& trainee, StepRunner& runner,
-           std::span<T> params, std::span<T> grads)
+           const DpParts& parts, std::span<T> params, std::span<T> grads)
       : trainee_(trainee),
         peak_(runner.peak()),
         cp_(mesh.shape().cp),
@@ -37,8 +38,7 @@ class MeshRank : public RankStrategy {
                       .replicas = mesh.shape().dp_cp(),
                       .timeline = &runner.timeline(),
                       .observe = [this] { observe_memory(peak_); }},
-            trainee.store().layout(), rank_dp_parts(config, mesh.shape(), trainee.store().layout()),
-            params, grads) {
+            trainee.store().layout(), parts, params, grads) {
     micro_ = data_parallel_micro_batches(config, mesh.shape().dp, mesh.coord().dp);
     for (MicroBatch& mb : micro_) mb.reports_loss = mesh.coord().tp == 0;
   }

@@ -10,6 +10,13 @@
 
 namespace dtsim::train {
 
+// The axes, as placements name them (train/placement.h); ep lies inside dp.
+enum class MeshAxis { kDp, kTp, kPp, kEp, kCp };
+inline constexpr int kMeshAxes = 5;
+inline const char* axis_name(MeshAxis axis) {
+  constexpr const char* kNames[kMeshAxes] = {"dp", "tp", "pp", "ep", "cp"};
+  return kNames[static_cast<int>(axis)];
+}
 struct MeshShape {
   int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
   int world() const { return dp * tp * pp * cp; }
@@ -18,15 +25,13 @@ struct MeshShape {
   // The ranks that hold copies of the same experts (expert parallelism's data-parallel group).
   int expert_dp() const { return ep > 1 ? dp / ep : 1; }
   bool operator==(const MeshShape&) const = default;
+  // The width along `axis`.
+  int on(MeshAxis axis) const {
+    const int w[kMeshAxes] = {dp, tp, pp, ep, cp};
+    return w[static_cast<int>(axis)];
+  }
 };
 
-// The axes, as placements name them (train/placement.h); ep lies inside dp.
-enum class MeshAxis { kDp, kTp, kPp, kEp, kCp };
-inline constexpr int kMeshAxes = 5;
-inline const char* axis_name(MeshAxis axis) {
-  constexpr const char* kNames[kMeshAxes] = {"dp", "tp", "pp", "ep", "cp"};
-  return kNames[static_cast<int>(axis)];
-}
 // Whether the data-parallel groups span the axis (its ranks see different samples, so a
 // gradient is partial along it until the data-parallel sync): dp, ep, which lies in dp, and
 // cp, whose ranks hold different tokens.

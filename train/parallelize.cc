@@ -11,11 +11,6 @@ bool rank_copies_input(const TrainConfig& config, const MeshShape& shape) {
   return model_spec(config).copies_input(config, shape);
 }
 
-DpParts rank_dp_parts(const TrainConfig& config, const MeshShape& shape,
-                      const model::ParamLayout& local) {
-  return model_spec(config).dp_parts(config, shape, local);
-}
-
 int zero_stage(const TrainConfig& config) {
   switch (config.strategy) {
     case Strategy::kZero1:

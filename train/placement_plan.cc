@@ -96,7 +96,7 @@ ModelPlacement::ModelPlacement(const TrainConfig& config) {
           p.chunks.push_back(model::layout_of(rank_layers(config, shape_, at)));
         }
         for (const model::ParamLayout& l : p.chunks) {
-          p.parts.push_back(rank_dp_parts(config, shape_, l));
+          p.parts.push_back(model_spec(config).dp_parts(config, shape_, l));
         }
         place(p, at, stages, eps);
       }
@@ -193,6 +193,10 @@ const ModelPlacement::Position& ModelPlacement::position(const MeshCoord& at) co
 
 const std::vector<model::ParamLayout>& ModelPlacement::chunks(const MeshCoord& at) const {
   return position(at).chunks;
+}
+
+const std::vector<DpParts>& ModelPlacement::dp_parts(const MeshCoord& at) const {
+  return position(at).parts;
 }
 
 bool ModelPlacement::writes(const std::string& name, const MeshCoord& at) const {

@@ -83,6 +83,9 @@ class ModelPlacement {
 
   // The local layouts of the pipeline chunks rank `at` holds (one without a pipeline).
   const std::vector<model::ParamLayout>& chunks(const MeshCoord& at) const;
+  // For each of those chunks, the runs of its buffer that sync over the data-parallel group
+  // (dp x cp) and those that sync over expert_dp: what the rank's data-parallel wrappers take.
+  const std::vector<DpParts>& dp_parts(const MeshCoord& at) const;
   // Whether `at` saves its copy of `name` in a checkpoint: on every axis where the tensor is
   // replicated, coordinate 0 writes, but on the data-parallel axes (dp, ep), where the
   // wrapper's optimizer runs name the writer (the ZeRO owner, or data-parallel rank 0).

@@ -38,7 +38,8 @@ std::optional<RunResult> run_mesh(const TrainConfig& config) {
         Trainee trainee(config,
                         rank_layers(config, shape, mesh.coord(), {tp.get(), ep.get(), cp.get()}),
                         rank_copies_input(config, shape), shape, mesh.coord());
-        run_rank<MeshRank>(runner, trainee, config, mesh, trainee, runner);
+        const DpParts& parts = placement->dp_parts(mesh.coord()).front();
+        run_rank<MeshRank>(runner, trainee, config, mesh, trainee, runner, parts);
       },
       assemble_slices(model_layout(config), local, to_string(config.strategy), held));
 }

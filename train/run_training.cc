@@ -39,7 +39,7 @@ void validate_counts(const TrainConfig& c) {
 }
 
 void validate_model(const TrainConfig& c) {
-  require(!c.sequence_parallel || c.model == ModelKind::kGpt,
+  require(!c.sequence_parallel || model_spec(c).has_sequence(),
           "--sequence-parallel shards a sequence: it needs --model gpt");
   const std::string why = model_spec(c).validate(c);
   require(why.empty(), why);
@@ -80,7 +80,7 @@ void validate_model_parallel(const TrainConfig& c) {
     require(model_spec(c).experts(c) == 0,
             "--strategy " + name + " needs a model without experts; for --model " +
                 to_string(c.model) + " give --dp --tp (--ep) instead");
-    const int tp = c.strategy == Strategy::kTp ? c.ranks : c.tp_size;
+    const int tp = c.strategy == Strategy::kTp ? c.ranks : c.widths.tp;
     // The width is --ranks under tp (every rank holds a slice) and --tp under dp-tp.
     const std::string width =
         c.strategy == Strategy::kTp && !c.preset_from_mesh ? "--ranks" : "--tp";
@@ -120,21 +120,22 @@ std::string str(int v) { return std::to_string(v); }
 // The pipeline flags, whatever the strategy: a schedule needs --pp > 1 (checked by the CLI),
 // and a pipeline needs a schedule that validates and layers that divide into its chunks.
 void validate_pipeline(const TrainConfig& c) {
-  require(c.pp >= 1, "--pp " + str(c.pp) + " must be at least 1");
+  require(c.widths.pp >= 1, "--pp " + str(c.widths.pp) + " must be at least 1");
   require(c.virtual_stages >= 1,
           "--virtual-stages " + str(c.virtual_stages) + " must be at least 1");
-  if (c.pp == 1) {
+  if (c.widths.pp == 1) {
     require(c.virtual_stages == 1, "--virtual-stages applies to --pp > 1 (interleaved schedule)");
     return;
   }
   require(c.strategy == Strategy::kMesh,
-          "--pp " + str(c.pp) + " is a mesh axis: give --dp --tp --pp instead of --strategy " +
+          "--pp " + str(c.widths.pp) +
+              " is a mesh axis: give --dp --tp --pp instead of --strategy " +
               to_string(c.strategy));
   const std::string why = pipeline::validate(schedule_spec(c));
   require(why.empty(), why);
   // The pipeline cuts the MLP's blocks or the MoE's MoE layers (--layers either way),
   // evenly where they divide, else as evenly as they can (or as --stage-layers says).
-  const std::string split = pipeline::validate_stage_layers(c, c.pp * c.virtual_stages);
+  const std::string split = pipeline::validate_stage_layers(c, c.widths.pp * c.virtual_stages);
   require(split.empty(), split);
   require(c.schedule != pipeline::ScheduleKind::kZeroBubbleH1 || model_spec(c).splits_backward(),
           std::string("--schedule zb-h1 splits each layer's backward into input and weight "
@@ -171,15 +172,20 @@ void validate_mpi_algo(const TrainConfig& c) {
 void validate_mesh(const TrainConfig& c) {
   if (c.strategy != Strategy::kMesh) return;
   const MeshShape m = c.mesh();
-  require(m.dp >= 1 && m.tp >= 1 && m.pp >= 1 && m.ep >= 1 && m.cp >= 1,
-          "--dp, --tp, --pp, --ep and --cp must be at least 1");
-  require(m.cp == 1 || model_spec(c).kind() == ModelKind::kGpt,
+  // "--dp 2 x --tp 2 x --pp 1": the axes that multiply the world (ep lies inside dp), the
+  // first three always, any other only when it is not 1.
+  std::string product;
+  for (int a = 0; a < kMeshAxes; ++a) {
+    const auto axis = static_cast<MeshAxis>(a);
+    const std::string flag = std::string("--") + axis_name(axis);
+    require(m.on(axis) >= 1, flag + " " + str(m.on(axis)) + " must be at least 1");
+    if (axis == MeshAxis::kEp || (a > static_cast<int>(MeshAxis::kPp) && m.on(axis) == 1)) continue;
+    product += (product.empty() ? "" : " x ") + flag + " " + str(m.on(axis));
+  }
+  require(m.cp == 1 || model_spec(c).has_sequence(),
           "--cp " + str(m.cp) + " splits the sequence over a ring of ranks: it needs --model gpt");
-  const std::string cp = m.cp > 1 ? " x --cp " + str(m.cp) : "";
-  require(m.world() == c.ranks, "--dp " + str(m.dp) + " x --tp " + str(m.tp) + " x --pp " +
-                                    str(m.pp) + cp + " = " + str(m.world()) +
-                                    " ranks, but the world has " + str(c.ranks) +
-                                    " (--ranks); make the product the world size");
+  require(m.world() == c.ranks, product + " = " + str(m.world()) + " ranks, but the world has " +
+                                    str(c.ranks) + " (--ranks); make the product the world size");
   require(c.zero >= 0 && c.zero <= 3, "--zero " + str(c.zero) + " must be 0, 1, 2 or 3");
   // The unsupported combinations first, so that the --dp hint below leads somewhere.
   const std::string why = model_spec(c).validate_mesh(c, m);
@@ -216,7 +222,7 @@ std::optional<RunResult> launch_training(const TrainConfig& requested) {
     case Strategy::kAccum:
       return run_accum(config);
     default:
-      if (config.pp > 1) return run_pipeline(config);  // train/pipeline_parallel/
+      if (config.widths.pp > 1) return run_pipeline(config);  // train/pipeline_parallel/
       return run_mesh(config);
   }
   fail("--strategy has an unknown value");

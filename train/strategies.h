@@ -37,7 +37,7 @@ inline std::optional<RunResult> run_zero(const TrainConfig& c) { return run_mesh
 inline std::optional<RunResult> run_tp(const TrainConfig& c) { return run_mesh(c); }
 inline std::optional<RunResult> run_ep(const TrainConfig& c) { return run_mesh(c); }
 inline std::optional<RunResult> run_dp_tp(const TrainConfig& c) { return run_mesh(c); }
-// Pipeline parallel (config.pp > 1) on the Mesh (pipeline_parallel/pipeline_parallel.cc).
+// Pipeline parallel (config.widths.pp > 1) on the Mesh (pipeline_parallel/pipeline_parallel.cc).
 std::optional<RunResult> run_pipeline(const TrainConfig& config);
 
 }  // namespace dtsim::train

@@ -39,11 +39,11 @@ TEST_P(MpiPipeline, BitwiseEqualToAccumulation) {
   const int p = world / c.dp;
   TrainConfig config;
   config.strategy = Strategy::kMesh;
-  config.dp = c.dp;
-  config.pp = p;
+  config.widths.dp = c.dp;
+  config.widths.pp = p;
   config.schedule = c.kind;
   config.virtual_stages = c.v;
-  config.tp_size = 1;
+  config.widths.tp = 1;
   config.model = ModelKind::kMlp;
   config.ranks = world;
   config.threads_per_process = threads_per_process();

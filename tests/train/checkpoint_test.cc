@@ -50,10 +50,10 @@ TrainConfig mesh_config(const MeshSpec& m, int steps) {
                                          .micro_batches = m.pp > 1 ? 2 : 1,
                                          .precision = m.precision,
                                          .algo = Algo::kDeterministic}));
-  c.dp = m.dp;
-  c.tp_size = m.tp;
-  c.pp = m.pp;
-  c.ep = m.ep;
+  c.widths.dp = m.dp;
+  c.widths.tp = m.tp;
+  c.widths.pp = m.pp;
+  c.widths.ep = m.ep;
   c.zero = m.zero;
   return c;
 }

@@ -48,9 +48,9 @@ TrainConfig gpt_on(const GptMesh& m, int steps) {
            .mlp_hidden = 32};
   c.global_batch = 8;
   c.micro_batches = m.pp > 1 ? 2 : 1;
-  c.dp = m.dp;
-  c.tp_size = m.tp;
-  c.pp = m.pp;
+  c.widths.dp = m.dp;
+  c.widths.tp = m.tp;
+  c.widths.pp = m.pp;
   c.zero = m.zero;
   c.sequence_parallel = m.sp;
   c.ranks = m.dp * m.tp * m.pp;

@@ -36,10 +36,10 @@ TrainConfig gpt_mesh(const GptCpCase& p, int steps = 3) {
            .num_layers = 2,
            .mlp_hidden = 32};
   c.global_batch = 8;
-  c.dp = p.dp;
-  c.tp_size = p.tp;
-  c.cp = p.cp;
-  c.pp = p.pp;
+  c.widths.dp = p.dp;
+  c.widths.tp = p.tp;
+  c.widths.cp = p.cp;
+  c.widths.pp = p.pp;
   c.zero = p.zero;
   c.ranks = p.dp * p.tp * p.cp * p.pp;
   c.sequence_parallel = p.sp;
@@ -66,7 +66,7 @@ TEST_P(GptCp, OneStepGradientsEqualTheSingleRanks) {
   TrainConfig single = c;
   single.strategy = Strategy::kSingle;
   single.ranks = 1;
-  single.dp = single.tp_size = single.cp = single.pp = 1;
+  single.widths.dp = single.widths.tp = single.widths.cp = single.widths.pp = 1;
   single.zero = 0;
   single.sequence_parallel = false;
   const model::ParamLayout full = model_layout(c);

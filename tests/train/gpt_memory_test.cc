@@ -40,7 +40,7 @@ TrainConfig gpt_memory_config(const MemCase& p) {
            .num_layers = 4,
            .mlp_hidden = 128};
   c.global_batch = 8;
-  c.tp_size = p.tp;
+  c.widths.tp = p.tp;
   c.ranks = p.tp;
   c.sequence_parallel = p.sp;
   c.recompute = p.recompute;

@@ -38,14 +38,14 @@ TrainConfig gpt_pipeline(const GptPpCase& p) {
            .mlp_hidden = 32};
   c.global_batch = 16;
   c.micro_batches = 4;
-  c.pp = 2;
+  c.widths.pp = 2;
   c.schedule = p.schedule;
   c.virtual_stages = p.virtual_stages;
-  c.dp = p.dp;
-  c.tp_size = p.tp;
+  c.widths.dp = p.dp;
+  c.widths.tp = p.tp;
   c.zero = p.zero;
   c.sequence_parallel = p.sp;
-  c.ranks = p.dp * p.tp * c.pp;
+  c.ranks = p.dp * p.tp * c.widths.pp;
   return c;
 }
 

@@ -36,8 +36,8 @@ TrainConfig gpt_mesh(const GptTpCase& p, int steps = 3) {
            .num_layers = 2,
            .mlp_hidden = 32};
   c.global_batch = 8;
-  c.dp = p.dp;
-  c.tp_size = p.tp;
+  c.widths.dp = p.dp;
+  c.widths.tp = p.tp;
   c.zero = p.zero;
   c.ranks = p.dp * p.tp;
   c.sequence_parallel = p.sp;
@@ -65,7 +65,7 @@ TEST_P(GptTp, OneStepGradientsEqualTheSingleRanks) {
   TrainConfig single = c;
   single.strategy = Strategy::kSingle;
   single.ranks = 1;
-  single.dp = single.tp_size = 1;
+  single.widths.dp = single.widths.tp = 1;
   single.zero = 0;
   single.sequence_parallel = false;
   const model::ParamLayout full = model_layout(c);

@@ -44,8 +44,8 @@ TrainConfig many_experts(TrainConfig c) {
 
 TrainConfig mesh(int dp, int tp, int zero, int m) {
   TrainConfig c = micro(mlp_config(Strategy::kMesh, dp * tp), m);
-  c.dp = dp;
-  c.tp_size = tp;
+  c.widths.dp = dp;
+  c.widths.tp = tp;
   c.zero = zero;
   return c;
 }
@@ -53,8 +53,8 @@ TrainConfig mesh(int dp, int tp, int zero, int m) {
 TrainConfig piped(ScheduleSpec spec, int dp, int zero, bool moe = false, int ep = 1) {
   TrainConfig c = moe ? moe_config(Strategy::kMesh, dp * spec.stages)
                       : mlp_config(Strategy::kMesh, dp * spec.stages);
-  c.tp_size = 1;
-  c.ep = ep;
+  c.widths.tp = 1;
+  c.widths.ep = ep;
   c.mlp.num_blocks = c.moe.num_blocks = spec.stages * spec.virtual_stages;
   return pipeline::pipeline_config(c, spec, dp, zero, model::Precision::kFp32);
 }

@@ -40,10 +40,10 @@ TrainConfig cell_config(const Cell& cell) {
                   .batch = 16,
                   .micro_batches = cell.pp > 1 ? 2 : 1};
   TrainConfig c = make_config(spec);
-  c.dp = cell.dp;
-  c.tp_size = cell.tp;
-  c.pp = cell.pp;
-  c.ep = cell.ep;
+  c.widths.dp = cell.dp;
+  c.widths.tp = cell.tp;
+  c.widths.pp = cell.pp;
+  c.widths.ep = cell.ep;
   c.zero = cell.zero;
   c.schedule = cell.schedule;
   c.recompute = cell.recompute;
@@ -166,8 +166,8 @@ TEST_P(UnevenStages, TrainAndPassTheCheck) {
                                .batch = 16,
                                .micro_batches = p.micro,
                                .layers = p.layers});
-  c.pp = p.pp;
-  c.tp_size = 1;
+  c.widths.pp = p.pp;
+  c.widths.tp = 1;
   c.stage_layers = p.stage_layers;
   const pipeline::ScheduleSpec spec = schedule_spec(c);
   int blocks = 0;
@@ -195,8 +195,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, UnevenStages,
 TEST(UnevenStages, CountsThatDoNotAddUpAreRefused) {
   TrainConfig c =
       make_config({.strategy = Strategy::kMesh, .ranks = 2, .micro_batches = 2, .layers = 3});
-  c.pp = 2;
-  c.tp_size = 1;
+  c.widths.pp = 2;
+  c.widths.tp = 1;
   c.stage_layers = {1, 1};
   EXPECT_THROW(validate(c), UsageError);
   c.stage_layers = {4, -1};

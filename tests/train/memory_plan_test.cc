@@ -33,10 +33,10 @@ TEST_P(MemoryPlanTest, BoundsTheMeasuredPeakOfEveryRank) {
       with_adam(p.model == ModelKind::kMlp ? mlp_config(p.strategy, 4) : moe_config(p.strategy, 4));
   c.zero = p.zero;
   if (p.strategy == Strategy::kMesh) {
-    c.dp = 2;
-    c.tp_size = p.model == ModelKind::kMlp ? 2 : 1;
-    c.ep = p.model == ModelKind::kMoe ? 2 : 1;
-    c.ranks = c.dp * c.tp_size;
+    c.widths.dp = 2;
+    c.widths.tp = p.model == ModelKind::kMlp ? 2 : 1;
+    c.widths.ep = p.model == ModelKind::kMoe ? 2 : 1;
+    c.ranks = c.widths.dp * c.widths.tp;
   }
   const MemoryPlan plan = plan_memory(c);
   const RunResult run = run_training(c);

@@ -81,9 +81,9 @@ std::string case_name(const MeshCase& c) {
 TrainConfig mesh_config(const MeshCase& m) {
   TrainConfig c =
       m.moe ? moe_config(Strategy::kMesh, m.dp * m.tp) : mlp_config(Strategy::kMesh, m.dp * m.tp);
-  c.dp = m.dp;
-  c.tp_size = m.tp;
-  c.ep = m.ep;
+  c.widths.dp = m.dp;
+  c.widths.tp = m.tp;
+  c.widths.ep = m.ep;
   c.zero = m.zero;
   c.micro_batches = m.micro;
   c.moe.moe.num_experts = 12;  // divisible by every ep below
@@ -289,27 +289,28 @@ TEST_P(InvalidMesh, IsOneLineNamingTheFlagsAndTheConstraint) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, InvalidMesh,
-    ::testing::Values(
-        BadMesh{"ProductIsNotTheWorld", [](TrainConfig& c) { c.ranks = 8; },
-                "--dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8"},
-        BadMesh{"EpDoesNotDivideDp",
-                [](TrainConfig& c) {
-                  c.model = ModelKind::kMoe;
-                  c.tp_size = 1;
-                  c.dp = 4;
-                  c.ep = 3;
-                },
-                "--ep 3 does not divide --dp 4"},
-        BadMesh{"EpOnAnMlp", [](TrainConfig& c) { c.ep = 2; }, "--ep 2 shards the MoE's experts"},
-        BadMesh{"HiddenNotDivisibleByTp", [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
-                "--hidden 25 is not divisible by --tp 2"},
-        BadMesh{"LayersDoNotSplitIntoStages",
-                [](TrainConfig& c) {
-                  c.pp = 4;
-                  c.ranks = 16;
-                  c.mlp.num_blocks = 3;
-                },
-                "--layers 3 leaves pipeline chunk 0 of --pp x --virtual-stages = 4"}),
+    ::testing::Values(BadMesh{"ProductIsNotTheWorld", [](TrainConfig& c) { c.ranks = 8; },
+                              "--dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8"},
+                      BadMesh{"EpDoesNotDivideDp",
+                              [](TrainConfig& c) {
+                                c.model = ModelKind::kMoe;
+                                c.widths.tp = 1;
+                                c.widths.dp = 4;
+                                c.widths.ep = 3;
+                              },
+                              "--ep 3 does not divide --dp 4"},
+                      BadMesh{"EpOnAnMlp", [](TrainConfig& c) { c.widths.ep = 2; },
+                              "--ep 2 shards the MoE's experts"},
+                      BadMesh{"HiddenNotDivisibleByTp",
+                              [](TrainConfig& c) { c.mlp.hidden_dim = 25; },
+                              "--hidden 25 is not divisible by --tp 2"},
+                      BadMesh{"LayersDoNotSplitIntoStages",
+                              [](TrainConfig& c) {
+                                c.widths.pp = 4;
+                                c.ranks = 16;
+                                c.mlp.num_blocks = 3;
+                              },
+                              "--layers 3 leaves pipeline chunk 0 of --pp x --virtual-stages = 4"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -49,8 +49,8 @@ std::string case_name(const MoeCase& c) {
 
 TrainConfig config_of(const MoeCase& c) {
   TrainConfig config = moe_config(Strategy::kMesh, c.dp * c.spec.stages);
-  config.tp_size = 1;
-  config.ep = c.ep;
+  config.widths.tp = 1;
+  config.widths.ep = c.ep;
   config.moe.num_blocks = c.layers;
   config = pipeline_config(config, c.spec, c.dp, c.zero, c.precision);
   if (c.ep > 1 && !c.adam) {
@@ -149,7 +149,7 @@ TEST(PipelineMoeEp, BitwiseEqualToTheSameDpxEpWithoutAPipeline) {
       piped.optimizer = model::OptimizerKind::kAdam;
       piped.lr = 0.01f;
       TrainConfig flat = piped;
-      flat.pp = 1;
+      flat.widths.pp = 1;
       flat.ranks = dp;
       flat.zero = 0;
       EXPECT_TRUE(compare(run_training(piped), run_training(flat), 0, 0).bitwise_equal)

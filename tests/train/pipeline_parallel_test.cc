@@ -44,7 +44,7 @@ std::string case_name(const Case& c) {
 
 TrainConfig config_of(const Case& c) {
   TrainConfig config = mlp_config(Strategy::kMesh, c.dp * c.tp * c.spec.stages);
-  config.tp_size = c.tp;
+  config.widths.tp = c.tp;
   config.mlp.num_blocks = c.layers;
   return pipeline_config(config, c.spec, c.dp, c.zero, c.precision);
 }

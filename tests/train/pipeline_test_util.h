@@ -31,8 +31,8 @@ inline std::string test_name(const ScheduleSpec& s) {
 // micro-batch per replica, 3 Adam steps under --algo deterministic (the bitwise setting).
 inline TrainConfig pipeline_config(TrainConfig config, const ScheduleSpec& spec, int dp, int zero,
                                    model::Precision precision) {
-  config.dp = dp;
-  config.pp = spec.stages;
+  config.widths.dp = dp;
+  config.widths.pp = spec.stages;
   config.schedule = spec.kind;
   config.virtual_stages = spec.virtual_stages;
   config.zero = zero;

@@ -33,7 +33,8 @@ struct PlacementCase {
 TrainConfig config_of(const PlacementCase& k) {
   TrainConfig c =
       k.model == ModelKind::kMlp ? mlp_config(Strategy::kMesh, 1) : moe_config(Strategy::kMesh, 1);
-  c.dp = k.mesh.dp, c.tp_size = k.mesh.tp, c.pp = k.mesh.pp, c.ep = k.mesh.ep, c.zero = k.zero;
+  c.widths.dp = k.mesh.dp, c.widths.tp = k.mesh.tp, c.widths.pp = k.mesh.pp,
+  c.widths.ep = k.mesh.ep, c.zero = k.zero;
   c.ranks = k.mesh.world();
   c.micro_batches = k.mesh.pp > 1 ? 4 : 1;
   if (k.model == ModelKind::kMlp) c.mlp.num_blocks = 2;
@@ -215,7 +216,7 @@ TEST(Placement, HeldTensorsHaveNoChunkElsewhere) {
 // tile the rank's buffer exactly once, whatever its size.
 TEST(Placement, ZeroShardsTileThePartOnce) {
   TrainConfig c = mlp_config(Strategy::kMesh, 3);
-  c.dp = 3, c.tp_size = 1, c.zero = 1;
+  c.widths.dp = 3, c.widths.tp = 1, c.zero = 1;
   const ModelPlacement p(c);
   const int64_t n = static_cast<int64_t>(p.full_layout().size());
   ASSERT_NE(n % 3, 0) << "the case needs an uneven split";

@@ -116,8 +116,8 @@ class ExpertsSyncedOverDp : public ForwardingSpec {
 TEST(PlantedBug, DroppedHeadAllReduceIsCaught) {
   for (int zero : {0, 1}) {
     TrainConfig c = mlp_config(Strategy::kMesh, 4);
-    c.dp = 4;
-    c.tp_size = 1;
+    c.widths.dp = 4;
+    c.widths.tp = 1;
     c.zero = zero;
     const HeadNotSynced wrong(model_spec(ModelKind::kMlp));
     const ScopedModelSpec planted(ModelKind::kMlp, wrong);
@@ -128,9 +128,9 @@ TEST(PlantedBug, DroppedHeadAllReduceIsCaught) {
 
 TEST(PlantedBug, ExpertsSyncedOverTheWrongGroupFailTheCheck) {
   TrainConfig c = moe_config(Strategy::kMesh, 4);
-  c.dp = 4;
-  c.tp_size = 1;
-  c.ep = 2;
+  c.widths.dp = 4;
+  c.widths.tp = 1;
+  c.widths.ep = 2;
   EXPECT_TRUE(run_and_check(c).passed);
   const ExpertsSyncedOverDp wrong(model_spec(ModelKind::kMoe));
   const ScopedModelSpec planted(ModelKind::kMoe, wrong);
@@ -141,8 +141,8 @@ TEST(PlantedBug, ExpertsSyncedOverTheWrongGroupFailTheCheck) {
 
 TEST(PlantedBug, WrongExpertShardIsCaught) {
   TrainConfig c = moe_config(Strategy::kMesh, 4);
-  c.dp = 2;
-  c.tp_size = 2;
+  c.widths.dp = 2;
+  c.widths.tp = 2;
   const CheckResult right = run_and_check(c);
   EXPECT_TRUE(right.passed) << right;
   const WrongExpertShard wrong(model_spec(ModelKind::kMoe));
@@ -159,8 +159,8 @@ int rank1_on_shard0(int rank, int) { return rank == 1 ? 0 : rank; }
 TEST(PlantedBug, ZeroOwnerOffByOneFailsTheCheck) {
   for (int zero : {1, 2, 3}) {
     TrainConfig c = mlp_config(Strategy::kMesh, 4);
-    c.dp = 4;
-    c.tp_size = 1;
+    c.widths.dp = 4;
+    c.widths.tp = 1;
     c.zero = zero;
     const CheckResult right = run_and_check(c);
     EXPECT_TRUE(right.passed) << "zero " << zero << ": " << right;
@@ -175,9 +175,9 @@ TEST(PlantedBug, ZeroOwnerOffByOneFailsTheCheck) {
 TEST(PlantedBug, TwoOwnersOfOneZeroShardAreCaught) {
   for (int zero : {1, 3}) {
     TrainConfig c = moe_config(Strategy::kMesh, 4);
-    c.dp = 4;
-    c.tp_size = 1;
-    c.ep = 2;
+    c.widths.dp = 4;
+    c.widths.tp = 1;
+    c.widths.ep = 2;
     c.zero = zero;
     const ScopedZeroOwner planted(&rank1_on_shard0);
     expect_caught(c, "moe dp4 ep2 zero" + std::to_string(zero) + ", ranks 0 and 1 on shard 0",

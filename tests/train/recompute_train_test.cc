@@ -29,7 +29,7 @@ TrainConfig deterministic(TrainConfig c) {
 
 TrainConfig staged(ModelKind model, pipeline::ScheduleKind kind, int layers) {
   TrainConfig c = make_config({.strategy = Strategy::kMesh, .model = model, .ranks = 2});
-  c.tp_size = 1;
+  c.widths.tp = 1;
   c.mlp.num_blocks = layers;
   c.moe.num_blocks = layers;
   return pipeline::pipeline_config(c, {kind, 2, 4, 1}, 1, 0, model::Precision::kFp32);

@@ -68,9 +68,9 @@ TrainConfig deterministic(TrainConfig c) {
 // Pipeline sends and receives between stages (1F1B, 4 stages, 8 micro-batches).
 TrainConfig pipeline_1f1b() {
   TrainConfig c = mlp_config(Strategy::kMesh, 4);
-  c.dp = 1;
-  c.tp_size = 1;
-  c.pp = 4;
+  c.widths.dp = 1;
+  c.widths.tp = 1;
+  c.widths.pp = 4;
   c.schedule = pipeline::ScheduleKind::kOneFOneB;
   c.mlp.num_blocks = 4;
   c.micro_batches = 8;
@@ -81,7 +81,7 @@ TrainConfig pipeline_1f1b() {
 
 TrainConfig dp_tp(int ranks) {
   TrainConfig c = mlp_config(Strategy::kDpTp, ranks);
-  c.tp_size = 2;
+  c.widths.tp = 2;
   return c;
 }
 

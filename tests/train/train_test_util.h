@@ -72,8 +72,8 @@ inline TrainConfig make_config(const ConfigSpec& s) {
   c.strategy = s.strategy;
   c.model = s.model;
   c.ranks = s.ranks;
-  if (s.strategy == Strategy::kTp) c.tp_size = s.ranks;
-  if (s.tp > 0) c.tp_size = s.tp;
+  if (s.strategy == Strategy::kTp) c.widths.tp = s.ranks;
+  if (s.tp > 0) c.widths.tp = s.tp;
   c.steps = s.steps;
   c.global_batch = s.batch;
   c.micro_batches = s.micro_batches;

@@ -232,17 +232,17 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
       c.algo = row.algo;
       std::string label = train::to_string(c.strategy);
       if (row.strategy == Strategy::kMesh) {
-        c.dp = row.mesh.dp;
-        c.tp_size = row.mesh.tp;
-        c.pp = row.mesh.pp;
-        c.ep = row.mesh.ep;
+        c.widths.dp = row.mesh.dp;
+        c.widths.tp = row.mesh.tp;
+        c.widths.pp = row.mesh.pp;
+        c.widths.ep = row.mesh.ep;
         c.zero = row.zero;
         c.micro_batches = row.micro;
-        c.ranks = c.dp * c.tp_size * c.pp;  // ep shards within the data axis
-        label = fmt::format("dp {}", c.dp);
-        if (c.tp_size > 1) label += fmt::format(" x tp {}", c.tp_size);
-        if (c.pp > 1) label += fmt::format(" x pp {} 1f1b", c.pp);
-        if (c.ep > 1) label += fmt::format(" ep {}", c.ep);
+        c.ranks = c.widths.dp * c.widths.tp * c.widths.pp;  // ep shards within the data axis
+        label = fmt::format("dp {}", c.widths.dp);
+        if (c.widths.tp > 1) label += fmt::format(" x tp {}", c.widths.tp);
+        if (c.widths.pp > 1) label += fmt::format(" x pp {} 1f1b", c.widths.pp);
+        if (c.widths.ep > 1) label += fmt::format(" ep {}", c.widths.ep);
         if (c.zero > 0) label += fmt::format(" zero{}", c.zero);
       }
       if (row.pitfall) {

@@ -8,58 +8,14 @@
 
 #include "model/layer_stack.h"
 #include "model/param_layout.h"
-#include "train/data_parallel/data_parallel.h"
 #include "train/mesh_shape.h"
-#include "train/parallelize.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
+#include "train/placement_plan.h"
 
 namespace dtsim::cli {
 namespace {
 
 using nlohmann::json;
-
-// The parameter layouts of the buffers rank `at` holds: one per pipeline chunk (each has
-// its own data-parallel wrapper), or the rank's whole model without a pipeline.
-std::vector<model::ParamLayout> rank_buffers(const train::TrainConfig& config,
-                                             const train::MeshShape& shape,
-                                             const train::MeshCoord& at) {
-  if (shape.pp == 1) return {model::layout_of(train::rank_layers(config, shape, at))};
-  const train::pipeline::ScheduleSpec spec = train::schedule_spec(config);
-  std::vector<model::ParamLayout> out;
-  for (int c = at.pp; c < spec.stages * spec.virtual_stages; c += spec.stages) {
-    out.push_back(model::layout_of(train::pipeline::layers_of_chunk(
-        config, spec, c,
-        {.tp_rank = at.tp, .tp_size = shape.tp, .ep_rank = at.ep, .ep_size = shape.ep})));
-  }
-  return out;
-}
-
-size_t ranges_size(const std::vector<model::ParamRange>& ranges) {
-  size_t n = 0;
-  for (const model::ParamRange& r : ranges) n += r.size();
-  return n;
-}
-
-// The elements of `layout` whose optimizer state rank `at` keeps under ZeRO `zero` (1-3):
-// its shard of the dense part over the dp group and of the experts over expert_dp, cut as
-// train/data_parallel cuts them.
-size_t zero_owned(const train::TrainConfig& config, const train::MeshShape& shape,
-                  const train::MeshCoord& at, const model::ParamLayout& layout, int zero) {
-  const train::DpParts parts = train::rank_dp_parts(config, shape, layout);
-  const int sizes[2] = {shape.dp, shape.ep > 1 ? shape.dp / shape.ep : 1};
-  const int ranks[2] = {at.dp, shape.ep > 1 ? at.ep_group : 0};
-  size_t owned = 0;
-  if (zero == 3) {
-    for (const train::Zero3Segment& s : train::zero3_segments(layout, parts, sizes)) {
-      owned += train::zero3_owned(s, ranks[s.part]).size();
-    }
-    return owned;
-  }
-  const size_t dense = ranges_size(parts.dense), experts = ranges_size(parts.experts);
-  if (dense > 0) owned += model::shard_range(dense, sizes[0], ranks[0]).size();
-  if (experts > 0) owned += model::shard_range(experts, sizes[1], ranks[1]).size();
-  return owned;
-}
 
 // "moe0.expert3.w1" -> ("moe0", 3); false for a tensor of no expert.
 bool expert_of(const std::string& tensor, std::string* layer, int* id) {
@@ -82,17 +38,17 @@ bool is_compute_phase(const train::PhaseEvent& e) {
 }  // namespace
 
 json mesh_diagram(const train::TrainConfig& config) {
-  const train::MeshShape shape = config.mesh();
-  const int zero = shape.dp > 1 ? train::zero_stage(config) : 0;
+  const train::ModelPlacement placement(config);
+  const train::MeshShape& shape = placement.shape();
+  const int zero = shape.dp > 1 ? placement.zero() : 0;
   json ranks = json::array();
   for (int rank = 0; rank < shape.world(); ++rank) {
     const train::MeshCoord at = train::mesh_coord(shape, rank);
     json layers = json::array(), shards = json::array();
     std::map<std::string, std::vector<int>> experts;
-    size_t params = 0, owned = 0;
-    for (const model::ParamLayout& layout : rank_buffers(config, shape, at)) {
-      params += layout.size();
-      if (zero > 0) owned += zero_owned(config, shape, at, layout, zero);
+    const train::StateElements state = placement.elements(at);
+    const int64_t params = state.params, owned = state.optimizer;
+    for (const model::ParamLayout& layout : placement.chunks(at)) {
       for (int l = 0; l < layout.num_layers(); ++l) layers.push_back(layout.layer_name(l));
       for (const model::ParamView& v : layout.views()) {
         std::string layer;

@@ -38,7 +38,7 @@ json config_json(const train::TrainConfig& c) {
       {"seed", c.seed},
       {"pitfall", c.pitfall == train::Pitfall::kForgetDivide ? "forget-divide" : "none"},
   };
-  if (c.strategy == train::Strategy::kDpTp) j["tp_size"] = c.tp_size;
+  if (c.strategy == train::Strategy::kDpTp) j["tp_size"] = c.widths.tp;
   if (c.strategy == train::Strategy::kMesh) {
     const train::MeshShape m = c.mesh();
     j["mesh"] = {{"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"zero", c.zero}};
@@ -324,10 +324,10 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
             {"traffic", traffic_json(run)},
             {"placements", placements_json(config)},
             {"check", nullptr}};
-  if (config.pp > 1) {
+  if (config.widths.pp > 1) {
     const PipelineBubble b = pipeline_bubble(config, run);
     j["pipeline"] = {{"schedule", train::pipeline::to_string(config.schedule)},
-                     {"stages", config.pp},
+                     {"stages", config.widths.pp},
                      {"micro_batches", config.micro_batches},
                      {"virtual_stages", config.virtual_stages},
                      {"bubble_slots", to_string(b.slots)},

@@ -25,7 +25,7 @@ nlohmann::json report_object(const train::TrainConfig& config, size_t num_params
 std::string report_json(const train::TrainConfig& config, size_t num_params,
                         const train::RunResult& run, const train::CheckResult* check);
 
-// A pipeline run's bubble (config.pp > 1): the idle fraction of its schedule's unit-slot dry
+// A pipeline run's bubble (config.widths.pp > 1): the idle fraction of its schedule's unit-slot dry
 // run, the paper's formula, and the wall-time bubble measured on the ranks' timelines
 // (train::pipeline::measured_wall_bubble; NaN without timelines).
 struct PipelineBubble {

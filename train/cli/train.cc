@@ -47,7 +47,7 @@ std::string ranks_text(const train::TrainConfig& c) {
     case train::Strategy::kAccum:
       return fmt::format("1 rank accumulating as {} would", c.ranks);
     case train::Strategy::kDpTp:
-      return fmt::format("{} ranks (dp {} x tp {})", c.ranks, c.ranks / c.tp_size, c.tp_size);
+      return fmt::format("{} ranks (dp {} x tp {})", c.ranks, c.ranks / c.widths.tp, c.widths.tp);
     case train::Strategy::kMesh: {
       const train::MeshShape m = c.mesh();
       std::string text = fmt::format("{} ranks (dp {} x tp {} x pp {}", c.ranks, m.dp, m.tp, m.pp);
@@ -161,7 +161,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   if (given(a, "--trace")) trace = OutputFile("train", "trace", f.trace, root);
   // Every rank records its timeline: for the --trace file (rank 0 writes it), and in a
   // pipeline for the wall-time bubble.
-  config.trace = given(a, "--trace") || config.pp > 1;
+  config.trace = given(a, "--trace") || config.widths.pp > 1;
   const bool check = f.check;
   // --check compares in lockstep: the run records its parameters after every step.
   config.record_history = check;
@@ -229,7 +229,7 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
   if (const std::string e = train::model_spec(config).evaluate(config, run.params); !e.empty()) {
     std::printf("%s\n", e.c_str());
   }
-  if (config.pp > 1) {
+  if (config.widths.pp > 1) {
     const PipelineBubble b = pipeline_bubble(config, run);
     std::printf(
         "pipeline bubble: %s of the slots idle (%.1f%%; formula %s), wall time %.1f%% "
@@ -237,15 +237,15 @@ int run_train(const CLI::App& a, const TrainFlags& f) {
         train::pipeline::to_string(b.slots).c_str(), 100 * b.slots.value(),
         train::pipeline::to_string(b.formula).c_str(), 100 * b.wall);
     // Fewer micro-batches than stages leave most slots idle: say how to fill them.
-    if (config.micro_batches < config.pp) {
-      for (const int m : {4 * config.pp, 2 * config.pp, config.pp}) {
+    if (config.micro_batches < config.widths.pp) {
+      for (const int m : {4 * config.widths.pp, 2 * config.widths.pp, config.widths.pp}) {
         if (config.global_batch % (config.mesh().dp * m) != 0) continue;
         train::pipeline::ScheduleSpec more = train::schedule_spec(config);
         more.micro_batches = m;
         std::printf(
             "note: with %d micro-batch%s for %d stages the stages mostly wait for each other; "
             "--micro-batches %d gives a bubble of %s\n",
-            config.micro_batches, config.micro_batches == 1 ? "" : "es", config.pp, m,
+            config.micro_batches, config.micro_batches == 1 ? "" : "es", config.widths.pp, m,
             train::pipeline::to_string(train::pipeline::bubble_formula(more)).c_str());
         break;
       }

@@ -173,23 +173,23 @@ void parse_mesh(const CLI::App& a, const TrainFlags& f, train::TrainConfig& c) {
   c.virtual_stages = f.virtual_stages;
   c.stage_layers = f.stage_layers;
   if (c.strategy != train::Strategy::kMesh) return;
-  c.pp = f.pp;
-  c.ep = f.ep;
+  c.widths.pp = f.pp;
+  c.widths.ep = f.ep;
   c.zero = f.zero;
-  c.cp = f.cp;
-  const int tp = (given(a, "--tp") ? f.tp : 1) * c.cp;  // ranks per replica and stage
-  c.tp_size = tp / c.cp;
+  c.widths.cp = f.cp;
+  const int tp = (given(a, "--tp") ? f.tp : 1) * c.widths.cp;  // ranks per replica and stage
+  c.widths.tp = tp / c.widths.cp;
   const bool world_given = given(a, "--ranks") || ProcessModel::from_environment(0, 1).mpi;
   if (given(a, "--dp")) {
-    c.dp = f.dp;
-    if (!world_given) c.ranks = c.dp * tp * c.pp;
+    c.widths.dp = f.dp;
+    if (!world_given) c.ranks = c.widths.dp * tp * c.widths.pp;
   } else if (world_given) {
-    c.dp = std::max(1, c.ranks / (tp * c.pp));  // validate() checks the product
+    c.widths.dp = std::max(1, c.ranks / (tp * c.widths.pp));  // validate() checks the product
   } else {
     // Experts shard over groups of --ep data-parallel ranks: --ep alone fills the data axis,
     // as --tp and --pp fill theirs.
-    c.dp = std::max(1, c.ep);
-    c.ranks = c.dp * tp * c.pp;
+    c.widths.dp = std::max(1, c.widths.ep);
+    c.ranks = c.widths.dp * tp * c.widths.pp;
   }
   train::resolve_preset(c);
 }
@@ -260,7 +260,7 @@ train::TrainConfig parse_train_config(const CLI::App& a, const TrainFlags& f) {
   if (given(a, "--hidden")) model_flags.hidden = f.hidden;
   if (given(a, "--layers")) model_flags.layers = f.layers;
   spec.configure(model_flags, c);
-  c.tp_size = f.tp;
+  c.widths.tp = f.tp;
   parse_mesh(a, f, c);
   parse_algo(f.algo, &c.algo);  // AlgoFor() accepted it
   c.seed = static_cast<uint64_t>(f.seed);

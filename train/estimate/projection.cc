@@ -37,7 +37,8 @@ TrainConfig train_config(const ProjectionInput& in, int micro_batches) {
   c.model = in.arch.kind == ArchKind::kMlp ? ModelKind::kMlp : ModelKind::kMoe;
   c.mlp = in.arch.mlp;
   c.moe = in.arch.moe;
-  c.dp = in.dp, c.tp_size = in.tp, c.pp = in.pp, c.ep = in.ep, c.zero = in.zero;
+  c.widths.dp = in.dp, c.widths.tp = in.tp, c.widths.pp = in.pp, c.widths.ep = in.ep,
+  c.zero = in.zero;
   c.ranks = in.dp * in.tp * in.pp;
   c.precision = in.precision;
   c.optimizer = in.optimizer;

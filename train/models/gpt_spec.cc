@@ -59,6 +59,7 @@ class ReverseObjective : public Objective {
 class GptSpec : public ModelSpec {
  public:
   ModelKind kind() const override { return ModelKind::kGpt; }
+  bool has_sequence() const override { return true; }
   const char* name() const override { return "gpt"; }
   std::vector<std::string> own_flags() const override {
     return {"--heads", "--head-dim", "--seq", "--vocab"};

@@ -104,6 +104,8 @@ class ModelSpec {
   virtual int tail_layers() const { return 1; }
   // Whether every layer splits its backward into input and weight gradients (zb-h1).
   virtual bool splits_backward() const { return false; }
+  // Whether a sample is a sequence of tokens that --sequence-parallel and --cp can shard.
+  virtual bool has_sequence() const { return false; }
 
   // Whether a sample's loss depends on the other samples of its micro-batch (MoE capacity):
   // the check's reference must then group samples as the run does (accumulation).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -105,14 +106,16 @@ class PipelineRank : public RankStrategy {
  public:
   PipelineRank(const TrainConfig& config, const ScheduleSpec& spec, const PipelineGroups& groups,
                bool reports_loss, StepRunner& runner, std::vector<std::unique_ptr<Trainee>>& chunks,
-               const MeshShape& shape)
+               const MeshShape& shape, const std::vector<DpParts>& parts)
       : chunks_(chunks),
         cp_(shape.cp),
         micro_(data_parallel_micro_batches(config, shape.dp, groups.dp ? groups.dp->rank() : 0)),
         peak_(runner.peak()) {
     const int zero = zero_stage(config);
     std::vector<StageChunk*> views;
-    for (auto& t : chunks_) {
+    if (parts.size() != chunks_.size()) throw std::logic_error("pipeline: one DpParts per chunk");
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      Trainee* t = chunks_[c].get();
       with_buffers(t->store(), [&](auto params, auto grads) {
         if constexpr (std::is_same_v<typename decltype(params)::value_type, T>) {
           dp_.push_back(std::make_unique<DataParallel<T>>(
@@ -125,8 +128,7 @@ class PipelineRank : public RankStrategy {
                         .observe = [this] { observe_memory(peak_); },
                         .layer_hooks = zero == 3,
                         .time_phases = false},
-              t->store().layout(), rank_dp_parts(config, shape, t->store().layout()), params,
-              grads));
+              t->store().layout(), parts[c], params, grads));
         }
       });
       DataParallel<T>& dp = *dp_.back();
@@ -386,7 +388,8 @@ std::string validate_pipeline(const TrainConfig& config, const ScheduleSpec& spe
 }
 
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
-                       const PipelineGroups& groups, StepRunner& runner, const MeshShape& shape) {
+                       const PipelineGroups& groups, StepRunner& runner, const MeshShape& shape,
+                       const std::vector<DpParts>& parts) {
   const int p = spec.stages, stage = groups.pipe ? groups.pipe->rank() : 0;
   std::unique_ptr<TracedComm> tp, ep, cp;
   ChunkParallel at;
@@ -417,7 +420,8 @@ void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
     with_buffers(chunks.back()->store(), [&](auto, auto grads) { runner.add_gradients(grads); });
   }
   auto run = [&](auto tag) {
-    PipelineRank<decltype(tag)> rank(config, spec, groups, at.tp_rank == 0, runner, chunks, shape);
+    PipelineRank<decltype(tag)> rank(config, spec, groups, at.tp_rank == 0, runner, chunks, shape,
+                                     parts);
     runner.run(rank);
   };
   if (config.precision == model::Precision::kFp32) {
@@ -437,12 +441,11 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
   if (std::string why = pipeline::validate_pipeline(config, spec, shape.dp); !why.empty()) {
     throw UsageError("dtsim train: " + why);
   }
-  // ZeRO-3: each rank's owned runs of its stage buffer, for assembling the final parameters.
+  // Each rank's data-parallel parts; under ZeRO-3 its owned runs of its stage buffer, for
+  // assembling the final parameters.
+  const auto placement = std::make_shared<const ModelPlacement>(config);
   HeldRanges held;
-  if (zero_stage(config) == 3) {
-    const auto placement = std::make_shared<const ModelPlacement>(config);
-    held = [placement](int rank) { return placement->zero3_held(rank); };
-  }
+  if (placement->zero() == 3) held = [placement](int rank) { return placement->zero3_held(rank); };
   return launch(
       config,
       [&](Communicator& world, StepRunner& runner) {
@@ -450,7 +453,7 @@ std::optional<RunResult> run_pipeline(const TrainConfig& config) {
         pipeline::run_pipeline_rank(
             config, spec,
             {mesh.pp(), mesh.dp(), mesh.tp(), mesh.ep(), mesh.expert_dp(), mesh.cp(), mesh.dp_cp()},
-            runner, shape);
+            runner, shape, placement->dp_parts(mesh.coord()));
       },
       assemble_slices(
           model_layout(config),

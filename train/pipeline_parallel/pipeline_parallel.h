@@ -25,6 +25,7 @@
 #include "model/layer.h"
 #include "runtime/communicator.h"
 #include "train/config.h"
+#include "train/data_parallel/data_parallel.h"
 #include "train/mesh_shape.h"
 #include "train/pipeline_parallel/schedule.h"
 #include "train/result.h"
@@ -119,8 +120,9 @@ model::ParamLayout stage_layout(const TrainConfig& config, const ScheduleSpec& s
 
 // One rank's part of a run: builds the stage's chunks and runs `runner` over them, each
 // chunk's buffer in its own data-parallel wrapper (data_parallel.h) over the stage's dp
-// group with the config's ZeRO stage.
+// group with the config's ZeRO stage, taking parts[c] (the placement's, one per chunk).
 void run_pipeline_rank(const TrainConfig& config, const ScheduleSpec& spec,
-                       const PipelineGroups& groups, StepRunner& runner, const MeshShape& shape);
+                       const PipelineGroups& groups, StepRunner& runner, const MeshShape& shape,
+                       const std::vector<DpParts>& parts);
 
 }  // namespace dtsim::train::pipeline
