@@ -22,7 +22,9 @@ const std::vector<std::string> kStrategies = {"single", "accum", "ddp", "zero1",
 
 void declare_train_flags(CLI::App* app, TrainFlags& f) {
   app->add_option("--strategy", f.strategy,
-                  "tp and dp-tp need --model mlp or gpt, ep needs --model moe")
+                  "a preset is a mesh over --ranks N: ddp = --dp N, zero1|2|3 = --dp N "
+                  "--zero 1|2|3, tp = --tp N, dp-tp = --dp N/T --tp T, ep = --dp N --ep N "
+                  "(moe); single and accum: one rank (the references)")
       ->check(OneOf(kStrategies,
                     "FSDP is ZeRO-3, --strategy zero3 (zero2 shards gradients and optimizer "
                     "state but keeps whole weights)"));
