@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/param_layout.h"
+#include "train/memory_plan.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 
@@ -115,6 +116,25 @@ TEST(GptCpCounts, TheRingSendsTwoChunksNMinusOneTimesPerDirection) {
       EXPECT_EQ(rc[OpKind::kSend].calls, uint64_t(passes) * L * 3 * (n - 1)) << "cp " << n;
       EXPECT_EQ(rc[OpKind::kSend].bytes_sent, chunks * chunk_bytes) << "cp " << n;
       EXPECT_EQ(rc[OpKind::kRecv].calls, rc[OpKind::kSend].calls);
+    }
+  }
+}
+
+// The memory plan before work (memory_plan.h: the placements' model state plus the spec's
+// activation count, ring attention's scratch included) is each rank's measured peak, byte
+// for byte, on meshes without pipeline stages (where it bounds the micro-batches in flight).
+TEST(GptCpMemory, PlanEqualsEveryRanksMeasuredPeak) {
+  for (const GptCpCase& p :
+       {GptCpCase{.cp = 2}, GptCpCase{.cp = 4}, GptCpCase{.dp = 2, .tp = 2, .cp = 2, .sp = true},
+        GptCpCase{.dp = 2, .cp = 2, .zero = 3}}) {
+    const TrainConfig c = gpt_mesh(p, 2);
+    const MemoryPlan plan = plan_memory(c);
+    const RunResult run = run_training(c);
+    ASSERT_EQ(plan.rank_bytes.size(), run.ranks.size()) << p;
+    for (size_t r = 0; r < run.ranks.size(); ++r) {
+      int64_t measured = 0;
+      for (int64_t b : run.ranks[r].memory) measured += b;
+      EXPECT_EQ(plan.rank_bytes[r], measured) << p << " rank " << r;
     }
   }
 }
