@@ -58,6 +58,19 @@ TEST_P(GptCp, PassesTheCheckAgainstSingleRankTraining) {
   EXPECT_TRUE(r.passed) << r;
 }
 
+// Under the deterministic algorithms too: ring attention merges partial softmaxes in ring
+// order and each rank's loss is the mean of its own tokens, so the run is within tolerance
+// of single-rank training, not bitwise accumulation's (whose sums it does not do).
+TEST(GptCpDeterministic, PassesTheCheckWithinToleranceOfSingleRankTraining) {
+  for (const GptCpCase& p : {GptCpCase{.cp = 2}, GptCpCase{.cp = 4}, GptCpCase{.dp = 2, .cp = 2}}) {
+    TrainConfig c = gpt_mesh(p);
+    c.algo = Algo::kDeterministic;
+    const CheckResult r = run_and_check(c);
+    EXPECT_EQ(r.reference_name, "single") << p;
+    EXPECT_TRUE(r.passed) << p << ": " << r;
+  }
+}
+
 // One SGD step at lr 1 moves each parameter by minus its gradient: the context-parallel
 // run's against the single rank's, within fp32 tolerance.
 TEST_P(GptCp, OneStepGradientsEqualTheSingleRanks) {
