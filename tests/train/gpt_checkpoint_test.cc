@@ -23,9 +23,11 @@ constexpr int kK = 2;  // steps before the save, and after the resume
 struct GptMesh {
   int dp = 1, tp = 1, pp = 1, zero = 0;
   bool sp = false;
+  int cp = 1;
 };
 std::ostream& operator<<(std::ostream& os, const GptMesh& m) {
   os << "dp" << m.dp << "_tp" << m.tp << "_pp" << m.pp << "_zero" << m.zero;
+  if (m.cp > 1) os << "_cp" << m.cp;
   return os << (m.sp ? "_sp" : "");
 }
 struct Reshard {
@@ -37,23 +39,10 @@ std::ostream& operator<<(std::ostream& os, const Reshard& r) {
 
 // A small GPT (S 8, V 7, 4 heads, F 32), SGD (Adam turns round-off into steps of lr).
 TrainConfig gpt_on(const GptMesh& m, int steps) {
-  TrainConfig c = make_config({.strategy = Strategy::kMesh, .steps = steps});
-  c.model = ModelKind::kGpt;
-  c.gpt = {.vocab = 7,
-           .seq_len = 8,
-           .d_model = 16,
-           .heads = 4,
-           .head_dim = 4,
-           .num_layers = 2,
-           .mlp_hidden = 32};
-  c.global_batch = 8;
+  TrainConfig c = small_gpt(8, {.dp = m.dp, .tp = m.tp, .pp = m.pp, .cp = m.cp}, steps);
   c.micro_batches = m.pp > 1 ? 2 : 1;
-  c.widths.dp = m.dp;
-  c.widths.tp = m.tp;
-  c.widths.pp = m.pp;
   c.zero = m.zero;
   c.sequence_parallel = m.sp;
-  c.ranks = m.dp * m.tp * m.pp;
   return c;
 }
 
