@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/train/train_test_util.h"
+#include "train/checkpoint/checkpointer.h"
 #include "train/checkpoint/tools.h"
 #include "train/strategies.h"
 
@@ -141,6 +142,13 @@ INSTANTIATE_TEST_SUITE_P(Meshes, GptCpResume,
                          ::testing::Values(GptMesh{.cp = 2}, GptMesh{.dp = 2, .cp = 2},
                                            GptMesh{.tp = 2, .sp = true, .cp = 2}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
+
+// What the checkpoint says it was saved from names the cp width (its ranks count it).
+TEST(GptCpCheckpoint, SavedFromNamesTheCpWidth) {
+  const checkpoint::SavedFrom from = checkpoint::saved_from(gpt_cp_on({.dp = 2, .cp = 2}, 1));
+  EXPECT_NE(from.mesh.find("dp 2 x tp 1 x pp 1 x cp 2"), std::string::npos) << from.mesh;
+  EXPECT_EQ(from.ranks, 4);
+}
 
 class GptCpReshard : public ::testing::TestWithParam<Reshard> {};
 
