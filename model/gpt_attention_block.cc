@@ -113,6 +113,7 @@ void AttentionBlock::run_attention(LayerState& state, int batch, std::span<float
   auto& s = static_cast<AttentionState&>(state);
   const int E = heads_ * head_dim_, S = seq_;
   if (ring_) {
+    ring_->set_ledger(s.ledger);  // its scratch: activations of this stack
     ring_->forward(s.qkv.data(), batch, att.data(), s.lse.data());
     return;
   }
@@ -158,8 +159,10 @@ void AttentionBlock::backward(std::span<const float> p, std::span<const float> x
   std::fill(dqkv.begin(), dqkv.end(), 0.0f);
   std::span<float> delta = ws.take(3, S);
   const AttentionShape a{head_dim_, 1.0f / std::sqrt(float(head_dim_)), true};
-  if (ring_)
+  if (ring_) {
+    ring_->set_ledger(s.ledger);
     ring_->backward(s.qkv.data(), s.att.data(), datt.data(), s.lse.data(), batch, dqkv.data());
+  }
   for (int b = 0; !ring_ && b < batch; ++b) {
     const size_t r0 = size_t(b) * S;
     const float* qkv = s.qkv.data() + r0 * 3 * E;

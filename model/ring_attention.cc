@@ -12,10 +12,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
 }  // namespace
 
 int64_t cp_position(int rank, int size, int seq, int row) {
@@ -47,6 +43,20 @@ RingAttention::RingAttention(ContextRing ring, int seq, int heads, int head_dim)
   DTSIM_CHECK(ring_.size >= 1 && ring_.rank >= 0 && ring_.rank < ring_.size);
   DTSIM_CHECK(seq % (2 * ring_.size) == 0 && (ring_.size == 1 || ring_.shift));
   DTSIM_CHECK(head_dim > 0 && head_dim <= kMaxHeadDim && heads > 0);
+}
+
+void RingAttention::grow(TrackedBuffer<float>& v, size_t n) {
+  if (v.size() >= n) return;
+  v.release();  // before the larger one, as Workspace::take
+  v = TrackedBuffer<float>(ledger_, MemoryCategory::kActivations, n);
+}
+
+void RingAttention::set_ledger(MemoryLedger* ledger) {
+  if (ledger == ledger_) return;
+  for (TrackedBuffer<float>* v : {&kv_, &kv_in_, &dkv_, &dkv_in_, &o_tmp_, &lse_tmp_, &delta_}) {
+    v->release();
+  }
+  ledger_ = ledger;
 }
 
 void RingAttention::forward_pairs(const float* qkv, const float* kv, int owner, int batch,

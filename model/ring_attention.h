@@ -18,6 +18,11 @@
 // Layout (as AttentionBlock's): qkv (B Sl, 3E) with Sl = S / N local rows per sample, E =
 // H hs, row [q heads, k heads, v heads]; the output (B Sl, E); lse (B, H, Sl).
 //
+// Scratch (held from the first call on, recorded as activations in the ledger given by
+// set_ledger; model/gpt_memory.h counts it): the held and the incoming K/V, (B Sl, 2E) each;
+// backward's travelling dK/dV partial and its incoming copy (N > 1), the same size; one
+// block's output (c, hs) and LSE (c); delta (B, H, Sl).
+//
 // Thread safety: none; one RingAttention per layer on one rank thread. Its scratch grows
 // once to the largest batch and is reused (no allocation per shift).
 #pragma once
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/memory.h"
 
 namespace dtsim::model {
 
@@ -67,6 +73,9 @@ class RingAttention {
   // and d_att (B Sl, E). Collective over the ring.
   void backward(const float* qkv, const float* att, const float* d_att, const float* lse, int batch,
                 float* dqkv);
+  // Records the scratch in `ledger` (null: nowhere) from now on; scratch recorded in another
+  // ledger is freed first.
+  void set_ledger(MemoryLedger* ledger);
 
  private:
   // The kernel on held block `kv` (ld 2E, owner `owner`) for every query half, sample, head:
@@ -76,10 +85,14 @@ class RingAttention {
   void backward_pairs(const float* qkv, const float* kv, int owner, int batch, const float* d_att,
                       const float* lse, float* dqkv, float* dk, float* dv, int ldkv);
 
+  // v holds at least n floats (contents unspecified once it grows), recorded in ledger_.
+  void grow(TrackedBuffer<float>& v, size_t n);
+
   ContextRing ring_;
   int seq_, heads_, head_dim_, chunk_, local_;
   AttentionShape shape_;
-  std::vector<float> kv_, kv_in_, dkv_, dkv_in_, o_tmp_, lse_tmp_, delta_;
+  MemoryLedger* ledger_ = nullptr;
+  TrackedBuffer<float> kv_, kv_in_, dkv_, dkv_in_, o_tmp_, lse_tmp_, delta_;
 };
 
 }  // namespace dtsim::model

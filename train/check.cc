@@ -89,8 +89,10 @@ CheckPlan plan_references(const TrainConfig& config) {
     // dp x pp (any ZeRO stage but 3; MLP or MoE) does accumulation's float operations in
     // its order, and so does ep when its expert groups span dp (each expert's sources are
     // all of the reference's groups); tp reorders the blocks' sums, and ep over several
-    // expert groups sums an expert's groups in two levels (within, then across).
-    p.bitwise = deterministic && m.tp == 1 && (m.ep == 1 || m.ep == m.dp) && config.zero < 3;
+    // expert groups sums an expert's groups in two levels (within, then across); cp merges
+    // partial softmaxes in ring order and averages per-rank token means.
+    p.bitwise =
+        deterministic && m.tp == 1 && m.cp == 1 && (m.ep == 1 || m.ep == m.dp) && config.zero < 3;
     p.reference.strategy = p.bitwise || moe ? Strategy::kAccum : Strategy::kSingle;
     if (p.reference.strategy == Strategy::kSingle) p.reference.micro_batches = 1;
     p.description = (p.bitwise ? std::string("bitwise") : tolerance_text(p.tolerance)) + " vs " +

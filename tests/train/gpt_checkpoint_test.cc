@@ -2,6 +2,8 @@
 // qkv.w and qkv.b as three TensorShards (its q, k and v rows), so saving and resharding go
 // by name and shard as for the MLP. A save on one mesh resumed on another loads exactly the
 // saved parameters and continues as single-rank training does, within fp32 tolerance.
+// Context parallelism (cp ranks hold every parameter, as dp ranks do): a resume on the same
+// mesh is bitwise the straight run, and one on another mesh passes the lockstep check.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,8 +11,10 @@
 #include <filesystem>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "tests/train/train_test_util.h"
+#include "train/checkpoint/checkpointer.h"
 #include "train/checkpoint/tools.h"
 #include "train/strategies.h"
 
@@ -23,9 +27,11 @@ constexpr int kK = 2;  // steps before the save, and after the resume
 struct GptMesh {
   int dp = 1, tp = 1, pp = 1, zero = 0;
   bool sp = false;
+  int cp = 1;
 };
 std::ostream& operator<<(std::ostream& os, const GptMesh& m) {
   os << "dp" << m.dp << "_tp" << m.tp << "_pp" << m.pp << "_zero" << m.zero;
+  if (m.cp > 1) os << "_cp" << m.cp;
   return os << (m.sp ? "_sp" : "");
 }
 struct Reshard {
@@ -37,23 +43,10 @@ std::ostream& operator<<(std::ostream& os, const Reshard& r) {
 
 // A small GPT (S 8, V 7, 4 heads, F 32), SGD (Adam turns round-off into steps of lr).
 TrainConfig gpt_on(const GptMesh& m, int steps) {
-  TrainConfig c = make_config({.strategy = Strategy::kMesh, .steps = steps});
-  c.model = ModelKind::kGpt;
-  c.gpt = {.vocab = 7,
-           .seq_len = 8,
-           .d_model = 16,
-           .heads = 4,
-           .head_dim = 4,
-           .num_layers = 2,
-           .mlp_hidden = 32};
-  c.global_batch = 8;
+  TrainConfig c = small_gpt(8, {.dp = m.dp, .tp = m.tp, .pp = m.pp, .cp = m.cp}, steps);
   c.micro_batches = m.pp > 1 ? 2 : 1;
-  c.widths.dp = m.dp;
-  c.widths.tp = m.tp;
-  c.widths.pp = m.pp;
   c.zero = m.zero;
   c.sequence_parallel = m.sp;
-  c.ranks = m.dp * m.tp * m.pp;
   return c;
 }
 
@@ -101,6 +94,92 @@ INSTANTIATE_TEST_SUITE_P(Meshes, GptReshard,
                                            Reshard{{.tp = 4}, {.tp = 2, .pp = 2}},
                                            Reshard{{.tp = 2, .pp = 2},
                                                    {.dp = 2, .tp = 2, .zero = 3, .sp = true}}),
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
+
+// The cp tests' runs: Adam (its moments are saved too) and the deterministic algorithms,
+// whose sums do not depend on timing.
+TrainConfig gpt_cp_on(const GptMesh& m, int steps) {
+  TrainConfig c = with_adam(gpt_on(m, steps));
+  c.algo = Algo::kDeterministic;
+  return c;
+}
+
+RunResult save_run(TrainConfig c, const std::string& dir) {
+  c.checkpoint.save_dir = dir;
+  checkpoint::validate_save(c);
+  return run_training(c);
+}
+
+RunResult resume_run(TrainConfig c, const std::string& dir) {
+  c.checkpoint.resume_dir = dir;
+  if (c.steps > kK) checkpoint::validate_resume(c);  // the CLI's checks (not for 0 steps)
+  return run_training(c);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class GptCpResume : public ::testing::TestWithParam<GptMesh> {};
+
+TEST_P(GptCpResume, KStepsSaveResumeKIsBitwise2KStraight) {
+  const GptMesh m = GetParam();
+  const std::string dir = fresh_dir();
+  const RunResult straight = run_training(gpt_cp_on(m, 2 * kK));
+  const RunResult first = save_run(gpt_cp_on(m, kK), dir);
+  const RunResult resumed = resume_run(gpt_cp_on(m, 2 * kK), dir);
+  ASSERT_EQ(first.losses.size(), size_t(kK));
+  ASSERT_EQ(resumed.losses.size(), size_t(kK));
+  EXPECT_TRUE(same_bits(resumed.params, straight.params));
+  for (int s = 0; s < kK; ++s) {
+    EXPECT_EQ(first.losses[s], straight.losses[s]) << "step " << s;
+    EXPECT_EQ(resumed.losses[s], straight.losses[kK + s]) << "step " << kK + s;
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, GptCpResume,
+                         ::testing::Values(GptMesh{.cp = 2}, GptMesh{.dp = 2, .cp = 2},
+                                           GptMesh{.tp = 2, .sp = true, .cp = 2}),
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
+
+// What the checkpoint says it was saved from names the cp width (its ranks count it).
+TEST(GptCpCheckpoint, SavedFromNamesTheCpWidth) {
+  const checkpoint::SavedFrom from = checkpoint::saved_from(gpt_cp_on({.dp = 2, .cp = 2}, 1));
+  EXPECT_NE(from.mesh.find("dp 2 x tp 1 x pp 1 x cp 2"), std::string::npos) << from.mesh;
+  EXPECT_EQ(from.ranks, 4);
+}
+
+class GptCpReshard : public ::testing::TestWithParam<Reshard> {};
+
+// The resume on the new mesh starts from exactly the saved parameters (a resume of zero
+// steps returns them) and passes the lockstep check, whose references resume from the same
+// checkpoint; an error planted in one resumed step fails it.
+TEST_P(GptCpReshard, LoadsTheSavedStateAndPassesTheLockstepCheck) {
+  const Reshard r = GetParam();
+  const std::string dir = fresh_dir();
+  const RunResult saved = save_run(gpt_cp_on(r.from, kK), dir);
+  const RunResult loaded = resume_run(gpt_cp_on(r.to, kK), dir);
+  EXPECT_TRUE(same_bits(loaded.params, saved.params));
+  TrainConfig to = gpt_cp_on(r.to, 2 * kK);
+  to.record_history = true;  // for the lockstep check (what dtsim train --check sets)
+  const RunResult resumed = resume_run(to, dir);
+  ASSERT_EQ(resumed.losses.size(), size_t(kK));
+  to.checkpoint.resume_dir = dir;
+  const CheckResult ck = check(to, resumed);
+  EXPECT_TRUE(ck.passed && ck.lockstep) << ck;
+  RunResult planted = resumed;  // an error of 1e-3 in one parameter at one resumed step
+  ASSERT_GE(planted.param_history.size(), 2u);
+  planted.param_history[1][planted.param_history[1].size() / 2] += 1e-3f;
+  EXPECT_FALSE(check(to, planted).passed) << "a planted 1e-3 error passed the check";
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, GptCpReshard,
+                         ::testing::Values(Reshard{{.dp = 2, .cp = 2}, {}},
+                                           Reshard{{.dp = 2, .cp = 2}, {.tp = 2}},
+                                           Reshard{{.tp = 2, .sp = true, .cp = 2}, {.cp = 4}},
+                                           Reshard{{.dp = 2}, {.tp = 2, .sp = true, .cp = 2}}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/param_layout.h"
+#include "train/memory_plan.h"
 #include "train/strategies.h"
 #include "train_test_util.h"
 
@@ -26,22 +27,8 @@ std::ostream& operator<<(std::ostream& os, const GptCpCase& p) {
 
 // A small GPT (S 24, V 7, 4 heads, F 32) on the mesh of `p`.
 TrainConfig gpt_mesh(const GptCpCase& p, int steps = 3) {
-  TrainConfig c = with_adam(make_config({.strategy = Strategy::kMesh, .steps = steps}));
-  c.model = ModelKind::kGpt;
-  c.gpt = {.vocab = 7,
-           .seq_len = 24,
-           .d_model = 16,
-           .heads = 4,
-           .head_dim = 4,
-           .num_layers = 2,
-           .mlp_hidden = 32};
-  c.global_batch = 8;
-  c.widths.dp = p.dp;
-  c.widths.tp = p.tp;
-  c.widths.cp = p.cp;
-  c.widths.pp = p.pp;
+  TrainConfig c = with_adam(small_gpt(24, {.dp = p.dp, .tp = p.tp, .pp = p.pp, .cp = p.cp}, steps));
   c.zero = p.zero;
-  c.ranks = p.dp * p.tp * p.cp * p.pp;
   c.sequence_parallel = p.sp;
   resolve_preset(c);
   return c;
@@ -55,6 +42,19 @@ TEST_P(GptCp, PassesTheCheckAgainstSingleRankTraining) {
   std::cout << "[gpt " << GetParam() << "] " << r << "\n";
   EXPECT_EQ(r.reference_name, "single");
   EXPECT_TRUE(r.passed) << r;
+}
+
+// Under the deterministic algorithms too: ring attention merges partial softmaxes in ring
+// order and each rank's loss is the mean of its own tokens, so the run is within tolerance
+// of single-rank training, not bitwise accumulation's (whose sums it does not do).
+TEST(GptCpDeterministic, PassesTheCheckWithinToleranceOfSingleRankTraining) {
+  for (const GptCpCase& p : {GptCpCase{.cp = 2}, GptCpCase{.cp = 4}, GptCpCase{.dp = 2, .cp = 2}}) {
+    TrainConfig c = gpt_mesh(p);
+    c.algo = Algo::kDeterministic;
+    const CheckResult r = run_and_check(c);
+    EXPECT_EQ(r.reference_name, "single") << p;
+    EXPECT_TRUE(r.passed) << p << ": " << r;
+  }
 }
 
 // One SGD step at lr 1 moves each parameter by minus its gradient: the context-parallel
@@ -115,6 +115,25 @@ TEST(GptCpCounts, TheRingSendsTwoChunksNMinusOneTimesPerDirection) {
       EXPECT_EQ(rc[OpKind::kSend].calls, uint64_t(passes) * L * 3 * (n - 1)) << "cp " << n;
       EXPECT_EQ(rc[OpKind::kSend].bytes_sent, chunks * chunk_bytes) << "cp " << n;
       EXPECT_EQ(rc[OpKind::kRecv].calls, rc[OpKind::kSend].calls);
+    }
+  }
+}
+
+// The memory plan before work (memory_plan.h: the placements' model state plus the spec's
+// activation count, ring attention's scratch included) is each rank's measured peak, byte
+// for byte, on meshes without pipeline stages (where it bounds the micro-batches in flight).
+TEST(GptCpMemory, PlanEqualsEveryRanksMeasuredPeak) {
+  for (const GptCpCase& p :
+       {GptCpCase{.cp = 2}, GptCpCase{.cp = 4}, GptCpCase{.dp = 2, .tp = 2, .cp = 2, .sp = true},
+        GptCpCase{.dp = 2, .cp = 2, .zero = 3}}) {
+    const TrainConfig c = gpt_mesh(p, 2);
+    const MemoryPlan plan = plan_memory(c);
+    const RunResult run = run_training(c);
+    ASSERT_EQ(plan.rank_bytes.size(), run.ranks.size()) << p;
+    for (size_t r = 0; r < run.ranks.size(); ++r) {
+      int64_t measured = 0;
+      for (int64_t b : run.ranks[r].memory) measured += b;
+      EXPECT_EQ(plan.rank_bytes[r], measured) << p << " rank " << r;
     }
   }
 }

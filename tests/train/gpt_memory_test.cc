@@ -20,9 +20,10 @@ struct MemCase {
   int tp = 2;
   bool sp = false;
   model::Recompute recompute = model::Recompute::kNone;
+  int cp = 1;
 };
 std::ostream& operator<<(std::ostream& os, const MemCase& p) {
-  return os << "tp" << p.tp << (p.sp ? "_sp" : "")
+  return os << "tp" << p.tp << (p.cp > 1 ? "_cp" + std::to_string(p.cp) : "") << (p.sp ? "_sp" : "")
             << (p.recompute == model::Recompute::kFull        ? "_full"
                 : p.recompute == model::Recompute::kSelective ? "_selective"
                                                               : "");
@@ -41,7 +42,8 @@ TrainConfig gpt_memory_config(const MemCase& p) {
            .mlp_hidden = 128};
   c.global_batch = 8;
   c.widths.tp = p.tp;
-  c.ranks = p.tp;
+  c.widths.cp = p.cp;
+  c.ranks = p.tp * p.cp;
   c.sequence_parallel = p.sp;
   c.recompute = p.recompute;
   resolve_preset(c);
@@ -54,7 +56,7 @@ TEST_P(GptActivations, MeasuredPeakEqualsTheStatedCountWithin5Percent) {
   const TrainConfig c = gpt_memory_config(GetParam());
   const RunResult r = run_training(c);
   const int64_t stated = 4 * model_spec(c).activation_floats(c, c.global_batch, GetParam().tp, 1);
-  ASSERT_EQ(r.ranks.size(), size_t(GetParam().tp));
+  ASSERT_EQ(r.ranks.size(), size_t(GetParam().tp * GetParam().cp));
   for (const RankReport& rank : r.ranks) {
     const int64_t measured = category(rank, model::MemoryCategory::kActivations);
     std::cout << "[gpt " << GetParam() << "] activations measured " << measured << " B, stated "
@@ -74,7 +76,13 @@ INSTANTIATE_TEST_SUITE_P(Cases, GptActivations,
                                            MemCase{4, true, model::Recompute::kFull},
                                            MemCase{1, false, model::Recompute::kSelective},
                                            MemCase{2, false, model::Recompute::kSelective},
-                                           MemCase{4, true, model::Recompute::kSelective}),
+                                           MemCase{4, true, model::Recompute::kSelective},
+                                           MemCase{1, false, model::Recompute::kNone, 2},
+                                           MemCase{1, false, model::Recompute::kNone, 4},
+                                           MemCase{2, true, model::Recompute::kNone, 2},
+                                           MemCase{1, false, model::Recompute::kFull, 2},
+                                           MemCase{1, false, model::Recompute::kSelective, 4},
+                                           MemCase{2, false, model::Recompute::kFull, 4}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 // The count's per-layer term is Korthikanti et al.'s s b h (34 + 5 a s / h) redone in fp32

@@ -25,27 +25,18 @@ std::ostream& operator<<(std::ostream& os, const GptPpCase& p) {
             << "_dp" << p.dp << "_tp" << p.tp << "_zero" << p.zero << (p.sp ? "_sp" : "");
 }
 
-// A small GPT (S 8, V 7, 2 heads, F 32) on pp 2 with 4 micro-batches.
+// A small GPT (S 8, V 7, 2 heads of 8, F 32) on pp 2 with 4 micro-batches.
 TrainConfig gpt_pipeline(const GptPpCase& p) {
-  TrainConfig c = with_adam(make_config({.strategy = Strategy::kMesh, .steps = 3}));
-  c.model = ModelKind::kGpt;
-  c.gpt = {.vocab = 7,
-           .seq_len = 8,
-           .d_model = 16,
-           .heads = 2,
-           .head_dim = 8,
-           .num_layers = p.layers,
-           .mlp_hidden = 32};
+  TrainConfig c = with_adam(small_gpt(8, {.dp = p.dp, .tp = p.tp, .pp = 2}, 3));
+  c.gpt.heads = 2;
+  c.gpt.head_dim = 8;
+  c.gpt.num_layers = p.layers;
   c.global_batch = 16;
   c.micro_batches = 4;
-  c.widths.pp = 2;
   c.schedule = p.schedule;
   c.virtual_stages = p.virtual_stages;
-  c.widths.dp = p.dp;
-  c.widths.tp = p.tp;
   c.zero = p.zero;
   c.sequence_parallel = p.sp;
-  c.ranks = p.dp * p.tp * c.widths.pp;
   return c;
 }
 

@@ -26,20 +26,8 @@ std::ostream& operator<<(std::ostream& os, const GptTpCase& p) {
 
 // A small GPT (S 8, V 7, 4 heads, F 32) on the mesh of `p`.
 TrainConfig gpt_mesh(const GptTpCase& p, int steps = 3) {
-  TrainConfig c = with_adam(make_config({.strategy = Strategy::kMesh, .steps = steps}));
-  c.model = ModelKind::kGpt;
-  c.gpt = {.vocab = 7,
-           .seq_len = 8,
-           .d_model = 16,
-           .heads = 4,
-           .head_dim = 4,
-           .num_layers = 2,
-           .mlp_hidden = 32};
-  c.global_batch = 8;
-  c.widths.dp = p.dp;
-  c.widths.tp = p.tp;
+  TrainConfig c = with_adam(small_gpt(8, {.dp = p.dp, .tp = p.tp}, steps));
   c.zero = p.zero;
-  c.ranks = p.dp * p.tp;
   c.sequence_parallel = p.sp;
   resolve_preset(c);
   return c;

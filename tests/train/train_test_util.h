@@ -12,6 +12,7 @@
 #include "train/check.h"
 #include "train/config.h"
 #include "train/data_parallel/data_parallel.h"
+#include "train/mesh_shape.h"
 #include "train/result.h"
 #include "train/strategies.h"
 
@@ -95,6 +96,24 @@ inline TrainConfig make_config(const ConfigSpec& s) {
                  .capacity_factor = s.capacity,
                  .aux_alpha = 0.01f};
   }
+  return c;
+}
+
+// The small GPT of the gpt_* tests (V 7, D 16, 4 heads of 4, 2 layers, F 32) with `seq`
+// tokens per sample, global batch 8, `steps` SGD steps on the mesh `widths` (all its ranks).
+inline TrainConfig small_gpt(int seq, const MeshShape& widths, int steps) {
+  TrainConfig c = make_config({.strategy = Strategy::kMesh, .steps = steps});
+  c.model = ModelKind::kGpt;
+  c.gpt = {.vocab = 7,
+           .seq_len = seq,
+           .d_model = 16,
+           .heads = 4,
+           .head_dim = 4,
+           .num_layers = 2,
+           .mlp_hidden = 32};
+  c.global_batch = 8;
+  c.widths = widths;
+  c.ranks = widths.world();
   return c;
 }
 

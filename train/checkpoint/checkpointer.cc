@@ -155,7 +155,8 @@ std::map<std::string, TensorMeta> expected_tensors(const TrainConfig& config) {
 SavedFrom saved_from(const TrainConfig& config) {
   const MeshShape m = config.mesh();
   std::string mesh = "dp " + std::to_string(m.dp) + " x tp " + std::to_string(m.tp) + " x pp " +
-                     std::to_string(m.pp) + ", ep " + std::to_string(m.ep) + ", zero " +
+                     std::to_string(m.pp) + (m.cp > 1 ? " x cp " + std::to_string(m.cp) : "") +
+                     ", ep " + std::to_string(m.ep) + ", zero " +
                      std::to_string(config.strategy == Strategy::kZero1   ? 1
                                     : config.strategy == Strategy::kZero2 ? 2
                                     : config.strategy == Strategy::kZero3 ? 3

@@ -195,7 +195,8 @@ class GptSpec : public ModelSpec {
                                                 .tp = tp,
                                                 .sequence_parallel = c.sequence_parallel,
                                                 .recompute = c.recompute,
-                                                .layers = layers})
+                                                .layers = layers,
+                                                .cp = c.mesh().cp})
         .total();
   }
 
