@@ -391,7 +391,7 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
         "\ncheck: bitwise = equal to the bit; tol = within %s%s\n\nwhat each run held, "
         "sent and took per rank:\n",
         tolerances.c_str(),
-        drifted ? ";\n  PASS (drift): past tol, within 4 x the floor that two correct "
+        drifted ? "\nPASS (drift) = past tol, within 4 x the floor that two correct "
                   "single-rank runs drift apart"
                 : "");
     for (const auto& r : cost_rows) costs.add(r);
@@ -403,6 +403,11 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
       "step: median wall time.\nsp: sequence parallel (tp's norm regions hold 1/tp of the "
       "tokens); cp: context parallel\n(ring attention, rank r holding sequence chunks r and "
       "2cp-1-r).\n");
+  if (f.wide && drifted) {
+    std::printf(
+        "PASS (drift) = past tol, within 4 x the floor that two correct single-rank runs "
+        "drift apart\n");
+  }
   print_bytes_per_param(ddp_memory, ddp_params);
   if (!gpt_accuracy.empty()) {
     std::printf("gpt, the %s row's trained parameters:\n  %s\n", gpt_row.c_str(),
