@@ -14,7 +14,7 @@ from bad_inputs import BAD  # the bad-input table, beside this file
 
 from cli_util import DTSIM, DTSIM_WITH_MUTANTS, expect, expect_match, run
 from pipeline_cases import (case_train_ep_adam, case_train_mesh_combinations,
-                            case_train_pipeline, case_walk_pipeline)
+                            case_train_pipeline, case_walk_pipeline, case_walk_sequence)
 from checkpoint_cases import (case_checkpoint_bad_inputs, case_checkpoint_check_resume,
                               case_checkpoint_consolidate, case_checkpoint_crash,
                               case_checkpoint_crash_mpi, case_checkpoint_mpi_reshard)
