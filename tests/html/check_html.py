@@ -19,6 +19,8 @@ import sys
 import tempfile
 from html.parser import HTMLParser
 
+from mesh_tokens import check_tokens  # beside this file
+
 CATEGORIES = ["weights", "gradients", "master_weights", "adam_m", "adam_v", "activations"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -190,38 +192,6 @@ def mesh_shape(config):
     return m["dp"], m["tp"], m["pp"], m["ep"], m["cp"]
 
 
-def token_positions(text):
-    """"0–1, 6–7" -> [0, 1, 6, 7]."""
-    out = []
-    for part in [x for x in text.split(", ") if x]:
-        first, _, last = part.partition("–")
-        out += range(int(first), int(last or first) + 1)
-    return out
-
-
-def check_tokens(by_rank, config, dp, tp, pp, cp, where):
-    """A gpt's tokens between the blocks: cp rank r holds chunks r and 2cp-1-r of the 2cp
-    (computed here, not read from dtsim), under sequence parallelism tp rank t the t-th 1/tp
-    of those; so every (stage, replica) holds each position once per tp rank, or once."""
-    seq, sp = config["shape"]["seq"], config["sequence_parallel"]
-    c = seq // (2 * cp)
-    for g, a in by_rank.items():
-        r, t = int(a["data-cp"]), int(a["data-tp"])
-        mine = list(range(r * c, (r + 1) * c)) + list(range((2 * cp - 1 - r) * c, (2 * cp - r) * c))
-        if sp:
-            n = len(mine) // tp
-            mine = mine[t * n:(t + 1) * n]
-        got = token_positions(a.get("data-tokens", ""))
-        expect(got == mine, f"{where}: rank {g} holds tokens {got}, want {mine}")
-    for st in range(pp):
-        for rep in range(dp):
-            held = sorted(p for a in by_rank.values()
-                          if int(a["data-pp"]) == st and int(a["data-dp"]) == rep
-                          for p in token_positions(a["data-tokens"]))
-            want = sorted(list(range(seq)) * (1 if sp else tp))
-            expect(held == want, f"{where}: stage {st} replica {rep} tokens {held}")
-
-
 def check_mesh(elements, report, where):
     """The mesh diagram: one card per rank at its coordinates (rank = (pp dp + dp) tp + tp),
     and what each holds adding up: every tensor-parallel tensor's blocks over the tp ranks of
@@ -242,7 +212,7 @@ def check_mesh(elements, report, where):
         got = tuple(int(a[k]) for k in ["data-pp", "data-dp", "data-tp", "data-ep", "data-cp"])
         expect(got == want, f"{where}: rank {g} at (pp, dp, tp, ep, cp) {got}, want {want}")
     if report["config"]["model"] == "gpt":
-        check_tokens(by_rank, report["config"], dp, tp, pp, cp, where)
+        check_tokens(by_rank, report["config"], dp, tp, pp, cp, where, expect)
     # Tensor parallelism: "block0.w1 rows 0–31 of 64" per rank; per (stage, replica) and
     # tensor the tp ranks' blocks must tile [0, full) along the split dimension.
     tiles = {}

@@ -108,9 +108,14 @@ json mesh_diagram(const train::TrainConfig& config) {
     if (train::model_spec(config).has_sequence()) r["tokens"] = held_tokens(config, shape, at);
     ranks.push_back(std::move(r));
   }
-  json m = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp},
-            {"ep", shape.ep}, {"cp", shape.cp}, {"zero", zero},
-            {"params", train::model_layout(config).size()}, {"ranks", ranks}};
+  json m = {{"dp", shape.dp},
+            {"tp", shape.tp},
+            {"pp", shape.pp},
+            {"ep", shape.ep},
+            {"cp", shape.cp},
+            {"zero", zero},
+            {"params", train::model_layout(config).size()},
+            {"ranks", ranks}};
   if (train::model_spec(config).has_sequence()) {
     m["seq"] = config.gpt.seq_len;
     m["sequence_parallel"] = config.sequence_parallel;
