@@ -14,7 +14,7 @@ from bad_inputs import BAD  # the bad-input table, beside this file
 
 from cli_util import DTSIM, DTSIM_WITH_MUTANTS, expect, expect_match, run
 from pipeline_cases import (case_train_ep_adam, case_train_mesh_combinations,
-                            case_train_pipeline, case_walk_pipeline)
+                            case_train_pipeline, case_walk_pipeline, case_walk_sequence)
 from checkpoint_cases import (case_checkpoint_bad_inputs, case_checkpoint_check_resume,
                               case_checkpoint_consolidate, case_checkpoint_crash,
                               case_checkpoint_crash_mpi, case_checkpoint_mpi_reshard)
@@ -499,14 +499,23 @@ def case_demo():
     expect(rc == 0, f"demo exit code {rc}\n{out}\n{err}")
     expect(err == "", "--quiet: nothing on stderr")
     checks = out.split("what each run held")[0]  # the first of the two tables
-    rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe) ", checks, re.M)
+    rows = re.findall(r"^(\S+(?: \S+)*) +(mlp|moe|gpt) ", checks, re.M)
     want = [(s, "mlp") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "tp",
                                  "dp-tp", "dp 2 x tp 2 zero1", "dp 2 x pp 2 1f1b",
                                  "dp 2 x tp 2 x pp 2 1f1b zero1", "ddp forget-divide sgd"]]
     want += [(s, "moe") for s in ["single", "accum", "ddp", "zero1", "zero2", "zero3", "ep",
                                   "dp 4 ep 2"]]
+    want += [(s, "gpt") for s in ["single", "tp", "tp sp", "cp 4", "dp 2 x tp 2 sp x cp 2"]]
     expect(rows == want, f"rows {rows}")
-    expect(len(re.findall(r" PASS$", out, re.M)) == 16, "sixteen PASS verdicts:\n" + out)
+    expect(len(re.findall(r" PASS(?: \(drift\))?$", out, re.M)) == 20,
+           "twenty PASS verdicts:\n" + out)
+    expect_match(r"^dp 2 x tp 2 sp x cp 2 +gpt .* tol vs single +PASS(?: \(drift\))?$", out,
+                 "the gpt's dp x tp sp x cp row (8 rank threads)")
+    # The gpt learned its task: the mixed mesh's parameters reverse held-out sequences.
+    acc = re.search(r"^gpt, the dp 2 x tp 2 sp x cp 2 row's trained parameters:\n"
+                    r"  held-out accuracy ([\d.]+) -> ([\d.]+) .*chance ([\d.]+)\)$", out, re.M)
+    expect(acc and float(acc[2]) > 3 * float(acc[3]) > float(acc[1]) / 2,
+           f"gpt held-out accuracy {acc and acc.groups()}")
     expect_match(r"^dp 2 x tp 2 x pp 2 1f1b zero1 +mlp .* tol vs single +PASS$",
                  out, "the 3D row (8 rank threads)")
     expect_match(r"^dp 2 x pp 2 1f1b +mlp .* 0  bitwise vs accum +PASS$", out, "pipeline bitwise row")

@@ -142,3 +142,34 @@ def case_train_ep_adam():
         expect(rc == 0, f"{args}: exit code {rc}\n{out}{err}")
         expect_match(r"^check: PASS  " + verdict + "$", out, f"{args} check")
 
+
+
+def case_walk_sequence():
+    """walk --tp T --sequence-parallel: between the regions tp rank r holds tokens
+    [r S/T, (r + 1) S/T) (S = 2T here), inside them all S; each all-gather and reduce-scatter
+    sends (T-1)/T of the S x D x 4 B activations, their pair per block what plain tp's
+    all-reduce sends, 2(T-1)/T of them (worked out here, not read from dtsim)."""
+    for tp in [2, 4, 8]:
+        rc, out, err = run("walk", "--tp", str(tp), "--sequence-parallel")
+        expect(rc == 0 and err == "", f"walk --tp {tp} --sequence-parallel: exit {rc} {err}")
+        seq, dim = 2 * tp, 8
+        act = seq * dim * 4
+        local = " +".join(f"{2 * r}-{2 * r + 1}" for r in range(tp))
+        whole = " +".join([f"0-{seq - 1}"] * tp)
+        for region in ["embedding \\(this rank's tokens\\)", "attention's pre-norm LN",
+                       "MLP's pre-norm LN", "final norm"]:
+            expect_match(rf"^{region} +{local}$", out, f"tp {tp}: {region} holds 1/{tp}")
+        gathers = re.findall(rf"^  all-gather \([^)]*\) +{whole} +(\d+) B$", out, re.M)
+        scatters = re.findall(rf"^  reduce-scatter \(g\), bias, residual +{local} +(\d+) B$",
+                              out, re.M)
+        share = (tp - 1) * act // tp
+        expect(gathers == [str(share)] * 3 and scatters == [str(share)] * 2,
+               f"tp {tp}: all-gathers {gathers}, reduce-scatters {scatters}, want {share} B")
+        pair = 2 * (tp - 1) * act // tp
+        for block in ["attention", "MLP"]:
+            expect_match(rf"^  {block}: +sp all-gather \+ reduce-scatter {pair} B; plain tp "
+                         rf"all-reduce {pair} B$", out, f"tp {tp}: {block} bytes")
+        expect_match(r"^check: the sp run's logits against the plain tp run's: max \|diff\| "
+                     r"\S+ \(ok\)$", out, f"tp {tp}: sp and tp agree")
+        expect(max(len(line) for line in out.splitlines()) <= 100, f"tp {tp}: over 100 columns")
+    print("walk --tp 2, 4, 8 --sequence-parallel: tokens per region and bytes as worked out")

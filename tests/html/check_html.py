@@ -19,6 +19,8 @@ import sys
 import tempfile
 from html.parser import HTMLParser
 
+from mesh_tokens import check_tokens  # beside this file
+
 CATEGORIES = ["weights", "gradients", "master_weights", "adam_m", "adam_v", "activations"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -174,20 +176,20 @@ def check_panel(elements, report, where):
 
 
 def mesh_shape(config):
-    """(dp, tp, pp, ep) of a report's config, as train/config.cc's TrainConfig::mesh()."""
+    """(dp, tp, pp, ep, cp) of a report's config, as train/config.cc's TrainConfig::mesh()."""
     n, s = config["ranks"], config["strategy"]
     if s in ("single", "accum"):
-        return 1, 1, 1, 1
+        return 1, 1, 1, 1, 1
     if s in ("ddp", "zero1", "zero2", "zero3"):
-        return n, 1, 1, 1
+        return n, 1, 1, 1, 1
     if s == "tp":
-        return 1, n, 1, 1
+        return 1, n, 1, 1, 1
     if s == "dp-tp":
-        return n // config["tp_size"], config["tp_size"], 1, 1
+        return n // config["tp_size"], config["tp_size"], 1, 1, 1
     if s == "ep":
-        return n, 1, 1, n
+        return n, 1, 1, n, 1
     m = config["mesh"]
-    return m["dp"], m["tp"], m["pp"], m["ep"]
+    return m["dp"], m["tp"], m["pp"], m["ep"], m["cp"]
 
 
 def check_mesh(elements, report, where):
@@ -197,15 +199,20 @@ def check_mesh(elements, report, where):
     model; the experts of an ep group are disjoint and cover each MoE layer's; ZeRO shards
     over a dp group add up to what each rank holds."""
     cards = [a for t, a in elements if a.get("class") == "mesh-rank"]
-    dp, tp, pp, ep = mesh_shape(report["config"])
-    expect(len(cards) == len(report["ranks"]) == dp * tp * pp,
-           f"{where}: {len(cards)} mesh cards for {len(report['ranks'])} ranks ({dp}x{tp}x{pp})")
+    dp, tp, pp, ep, cp = mesh_shape(report["config"])
+    world = dp * tp * pp * cp
+    expect(len(cards) == len(report["ranks"]) == world,
+           f"{where}: {len(cards)} mesh cards for {len(report['ranks'])} ranks "
+           f"({dp}x{tp}x{pp}x{cp})")
     by_rank = {int(a["data-rank"]): a for a in cards}
-    expect(sorted(by_rank) == list(range(dp * tp * pp)), f"{where}: mesh ranks {sorted(by_rank)}")
-    for g, a in by_rank.items():
-        want = (g // (tp * dp), g // tp % dp, g % tp, g // tp % dp % ep)
-        got = tuple(int(a[k]) for k in ["data-pp", "data-dp", "data-tp", "data-ep"])
-        expect(got == want, f"{where}: rank {g} at (pp, dp, tp, ep) {got}, want {want}")
+    expect(sorted(by_rank) == list(range(world)), f"{where}: mesh ranks {sorted(by_rank)}")
+    for g, a in by_rank.items():  # g = ((pp dp + dp) cp + cp) tp + tp
+        want = (g // (tp * cp * dp), g // (tp * cp) % dp, g % tp, g // (tp * cp) % dp % ep,
+                g // tp % cp)
+        got = tuple(int(a[k]) for k in ["data-pp", "data-dp", "data-tp", "data-ep", "data-cp"])
+        expect(got == want, f"{where}: rank {g} at (pp, dp, tp, ep, cp) {got}, want {want}")
+    if report["config"]["model"] == "gpt":
+        check_tokens(by_rank, report["config"], dp, tp, pp, cp, where, expect)
     # Tensor parallelism: "block0.w1 rows 0–31 of 64" per rank; per (stage, replica) and
     # tensor the tp ranks' blocks must tile [0, full) along the split dimension.
     tiles = {}
@@ -217,11 +224,13 @@ def check_mesh(elements, report, where):
             for dim in dims.split(", "):
                 axis, first, last, full = re.fullmatch(r"(rows|cols) (\d+)\u2013(\d+) of (\d+)",
                                                        dim).groups()
-                key = (int(a["data-pp"]), int(a["data-dp"]), tensor, axis, int(full))
+                key = (int(a["data-pp"]), int(a["data-dp"]), int(a["data-cp"]), tensor, axis,
+                       int(full))
                 tiles.setdefault(key, []).append((int(first), int(last) + 1))
-    for (st, rep, tensor, axis, full), blocks in tiles.items():
+    for (st, rep, _, tensor, axis, full), blocks in tiles.items():
         blocks.sort()
-        expect(len(blocks) == tp and blocks[0][0] == 0 and blocks[-1][1] == full and
+        # One block per tp rank; a fused tensor (the gpt's qkv: q, k, v rows) one per part.
+        expect(len(blocks) % tp == 0 and blocks[0][0] == 0 and blocks[-1][1] == full and
                all(blocks[i][1] == blocks[i + 1][0] for i in range(len(blocks) - 1)),
                f"{where}: {tensor} {axis} over the tp ranks of stage {st} replica {rep}: {blocks}")
     if report["config"]["model"] == "mlp" and tp > 1:
@@ -358,18 +367,31 @@ def case_demo(binary, d):
     for p, elements in zip(data["panels"], panels):
         expect(p["title"].split()[0] in out, f"panel {p['title']} not in the printed table")
         check_panel(elements, p["report"], p["title"])
-    # An independent run of the demo's zero2 mlp row: memory and traffic must be the same.
-    report = os.path.join(d, "zero2.json")
-    dtsim(binary, "train", "--strategy", "zero2", "--ranks", "4", "--batch", "256",
-          "--optimizer", "adam", "--lr", "0.01", "--algo", "ring", "--steps", "3",
-          "--report", report, "--quiet")
-    alone = json.load(open(report))
-    zero2 = next(p["report"] for p in data["panels"] if p["title"] == "zero2 mlp")
-    expect([r["memory_bytes"] for r in zero2["ranks"]] == [r["memory_bytes"] for r in alone["ranks"]],
-           "demo zero2 memory differs from dtsim train's")
-    expect([(g["group"], g["bytes"], g["messages"]) for g in zero2["traffic"]] ==
-           [(g["group"], g["bytes"], g["messages"]) for g in alone["traffic"]],
-           "demo zero2 traffic differs from dtsim train's")
+    gpt = ["single gpt", "tp gpt", "tp sp gpt", "cp 4 gpt", "dp 2 x tp 2 sp x cp 2 gpt"]
+    expect([p["title"] for p in data["panels"] if p["title"].endswith(" gpt")] == gpt,
+           f"gpt panels {[p['title'] for p in data['panels']]}")
+    meshes = [a for t, a in dom.elements if a.get("data-chart") == "mesh"]
+    expect([(m["data-cp"], m.get("data-sequence-parallel")) for m in meshes[-5:]] ==
+           [("1", "0"), ("1", "0"), ("1", "1"), ("4", "0"), ("2", "1")],
+           f"gpt meshes' cp and sp: {meshes[-5:]}")
+    # Independent runs of the demo's zero2 mlp row and its gpt mixed-mesh row: memory and
+    # traffic must be the same.
+    gpt_flags = ["--model", "gpt", "--dp", "2", "--tp", "2", "--sequence-parallel", "--cp", "2",
+                 "--batch", "8", "--dim", "16", "--heads", "4", "--head-dim", "4", "--seq", "8",
+                 "--hidden", "32"]
+    for title, flags in [("zero2 mlp", ["--strategy", "zero2", "--ranks", "4", "--batch", "256"]),
+                         (gpt[-1], gpt_flags)]:
+        report = os.path.join(d, "alone.json")
+        dtsim(binary, "train", *flags, "--optimizer", "adam", "--lr", "0.01", "--algo", "ring",
+              "--steps", "3", "--report", report, "--quiet")
+        alone = json.load(open(report))
+        run = next(p["report"] for p in data["panels"] if p["title"] == title)
+        expect([r["memory_bytes"] for r in run["ranks"]] ==
+               [r["memory_bytes"] for r in alone["ranks"]],
+               f"demo {title} memory differs from dtsim train's")
+        expect([(g["group"], g["bytes"], g["messages"]) for g in run["traffic"]] ==
+               [(g["group"], g["bytes"], g["messages"]) for g in alone["traffic"]],
+               f"demo {title} traffic differs from dtsim train's")
     # The cross-strategy charts: per run the largest rank's model state by category and the
     # bytes one rank sends per step, each chart on one scale.
     state = [c for c in CATEGORIES if c != "activations"]

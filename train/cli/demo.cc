@@ -1,11 +1,12 @@
 // dtsim demo: the showcase. Trains the MLP and the MoE under every strategy that fits each
-// model on 4 rank threads (the dp x tp x pp row on 8: under mpirun with P processes it runs
-// as P x 8/P rank threads, or is skipped when P does not divide 8), checks each run against the
-// single-rank reference that tests/train use for it (train/check.h), and prints one table: final
-// loss, largest parameter difference, verdict, memory per rank by category, bytes sent per rank per
-// step, step time. A DDP run with the division by N forgotten must fail its check (the lesson's
-// first pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code 0 when
-// every real check passes and the pitfall fails as expected, 1 otherwise.
+// model on 4 rank threads, and the tiny GPT under tp, tp + sequence parallelism and context
+// parallelism (the dp x tp x pp row and the gpt's dp x tp x cp row on 8: under mpirun with P
+// processes it runs as P x 8/P rank threads, or is skipped when P does not divide 8), checks each
+// run against the single-rank reference that tests/train use for it (train/check.h), and prints one
+// table: final loss, largest parameter difference, verdict, memory per rank by category, bytes sent
+// per rank per step, step time. A DDP run with the division by N forgotten must fail its check (the
+// lesson's first pitfall). Ends with the lesson's analytical numbers from the estimator. Exit code
+// 0 when every real check passes and the pitfall fails as expected, 1 otherwise.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,7 @@
 #include "train/cli/table.h"
 #include "train/estimate.h"
 #include "train/launch.h"
+#include "train/models/model_spec.h"
 #include "train/strategies.h"
 
 namespace dtsim::cli {
@@ -44,6 +46,7 @@ using train::Strategy;
 constexpr int kRanks = 4;
 constexpr int kSteps = 200;
 constexpr int kNameWidth = 29;  // the strategy column: "dp 2 x tp 2 x pp 2 1f1b zero1"
+constexpr int kGptBatch = 8;    // sequences per step: the gpt's rows cost about the mlp's
 
 struct Row {
   Strategy strategy;
@@ -53,7 +56,8 @@ struct Row {
                          // gradient's scale, so it would hide most of an N-times-too-large step
   train::MeshShape mesh = {};  // Strategy::kMesh only
   int zero = 0;
-  int micro = 1;  // micro-batches per replica (a pipeline's m; 1F1B schedule)
+  int micro = 1;                   // micro-batches per replica (a pipeline's m; 1F1B schedule)
+  bool sequence_parallel = false;  // gpt with tp > 1
 };
 
 train::TrainConfig base_config(ModelKind model, int steps) {
@@ -74,6 +78,16 @@ train::TrainConfig base_config(ModelKind model, int steps) {
                .top_k = 2,
                .capacity_factor = 1.25f,
                .aux_alpha = 0.01f};
+  if (model == ModelKind::kGpt) {  // reversing 4 symbols; 4 heads, so tp 4 holds one each
+    c.global_batch = kGptBatch;
+    c.gpt = {.vocab = 9,
+             .seq_len = 8,
+             .d_model = 16,
+             .heads = 4,
+             .head_dim = 4,
+             .num_layers = 2,
+             .mlp_hidden = 32};
+  }
   return c;
 }
 
@@ -101,6 +115,14 @@ std::vector<Row> rows() {
       r.push_back({Strategy::kMesh, m, ring, false, {.dp = 4, .tp = 1, .pp = 1, .ep = 2}, 0});
     }
   }
+  // The gpt: heads over tp, then its norm regions' tokens too (sp), the sequence over a ring
+  // (cp, ring attention), and all three with dp on 8 ranks.
+  const ModelKind gpt = ModelKind::kGpt;
+  r.push_back({Strategy::kSingle, gpt, ring});
+  r.push_back({Strategy::kTp, gpt, ring});
+  r.push_back({Strategy::kTp, gpt, ring, false, {}, 0, 1, true});
+  r.push_back({Strategy::kMesh, gpt, ring, false, {.cp = 4}});
+  r.push_back({Strategy::kMesh, gpt, ring, false, {.dp = 2, .tp = 2, .cp = 2}, 0, 1, true});
   return r;
 }
 
@@ -116,6 +138,24 @@ std::string reference_key(const train::TrainConfig& c) {
   return fmt::format("{}/{}/{}/{}/{}/{}", train::to_string(c.strategy), train::to_string(c.model),
                      optimizer_name(c.optimizer), c.ranks, c.micro_batches,
                      int(c.reverse_accumulation));
+}
+
+// A mesh row's name: "dp 2 x tp 2 x pp 2 1f1b zero1", "dp 4 ep 2", "dp 2 x tp 2 sp x cp 2".
+std::string mesh_label(const train::TrainConfig& c) {
+  const train::MeshShape& m = c.widths;
+  std::string s;
+  const auto axis = [&s](const char* name, int width) {
+    if (width > 1) s += fmt::format("{}{} {}", s.empty() ? "" : " x ", name, width);
+  };
+  axis("dp", m.dp);
+  axis("tp", m.tp);
+  if (c.sequence_parallel) s += " sp";
+  axis("pp", m.pp);
+  if (m.pp > 1) s += " 1f1b";
+  axis("cp", m.cp);
+  if (m.ep > 1) s += fmt::format(" ep {}", m.ep);
+  if (c.zero > 0) s += fmt::format(" zero{}", c.zero);
+  return s;
 }
 
 // "8.5/8.5/17/17/17": weights/grads/master/adam_m/adam_v in KiB, the largest on any rank.
@@ -184,19 +224,24 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   const std::vector<Row> plan = rows();
   const train::TrainConfig mlp = base_config(ModelKind::kMlp, steps);
   const train::TrainConfig moe = base_config(ModelKind::kMoe, steps);
+  const train::TrainConfig gpt = base_config(ModelKind::kGpt, steps);
   if (train::holds_global_rank0()) {
     // Under mpirun the ranks are processes (x threads): the header says so.
     const std::string ranks =
         ProcessModel::launched_by_mpi()
-            ? fmt::format("{} ranks as {} MPI processes x {} rank threads (the 3D row 8)", kRanks,
+            ? fmt::format("{} ranks as {} MPI processes x {} rank threads (the 3D rows 8)", kRanks,
                           kRanks / threads_per_process_for(kRanks), threads_per_process_for(kRanks))
-            : fmt::format("{} rank threads (the 3D row 8)", kRanks);
+            : fmt::format("{} rank threads (the 3D rows 8)", kRanks);
+    const std::string gpt_shape = train::model_spec(gpt).describe(gpt);  // "gpt D 16 H 4x4 ..."
     std::printf(
         "dtsim demo: %s, %d steps, global batch %d, fp32 Adam lr "
-        "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n\n",
+        "%g\n  mlp: D %d H %d L %d (%zu params)   moe: D %d F %d E %d top-%d (%zu params)\n"
+        "  gpt: %s (%zu params), batch %d sequences, reversing %d symbols\n\n",
         ranks.c_str(), steps, mlp.global_batch, mlp.lr, mlp.mlp.input_dim, mlp.mlp.hidden_dim,
         mlp.mlp.num_blocks, train::model_layout(mlp).size(), moe.moe.moe.d_model, moe.moe.moe.d_ff,
-        moe.moe.moe.num_experts, moe.moe.moe.top_k, train::model_layout(moe).size());
+        moe.moe.moe.num_experts, moe.moe.moe.top_k, train::model_layout(moe).size(),
+        gpt_shape.substr(4).c_str(), train::model_layout(gpt).size(), gpt.global_batch,
+        gpt.gpt.seq_len / 2);
   }
   std::fflush(stdout);
 
@@ -223,27 +268,27 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   bool ok = true;
   std::array<int64_t, model::kNumMemoryCategories> ddp_memory{};
   size_t ddp_params = 1;
+  bool drifted = false;               // a row passed within float drift
+  std::string gpt_row, gpt_accuracy;  // the last gpt row's name and held-out accuracy
   {
     Progress progress(static_cast<int>(plan.size()), root && !quiet);
     if (root) progress.print_line(f.wide ? t.header_text() : checks.header_text());
     for (const Row& row : plan) {
-      train::TrainConfig c = row.model == ModelKind::kMlp ? mlp : moe;
+      train::TrainConfig c = row.model == ModelKind::kMlp   ? mlp
+                             : row.model == ModelKind::kMoe ? moe
+                                                            : gpt;
       c.strategy = row.strategy;
       c.algo = row.algo;
+      c.sequence_parallel = row.sequence_parallel;
       std::string label = train::to_string(c.strategy);
       if (row.strategy == Strategy::kMesh) {
-        c.widths.dp = row.mesh.dp;
-        c.widths.tp = row.mesh.tp;
-        c.widths.pp = row.mesh.pp;
-        c.widths.ep = row.mesh.ep;
+        c.widths = row.mesh;
         c.zero = row.zero;
         c.micro_batches = row.micro;
-        c.ranks = c.widths.dp * c.widths.tp * c.widths.pp;  // ep shards within the data axis
-        label = fmt::format("dp {}", c.widths.dp);
-        if (c.widths.tp > 1) label += fmt::format(" x tp {}", c.widths.tp);
-        if (c.widths.pp > 1) label += fmt::format(" x pp {} 1f1b", c.widths.pp);
-        if (c.widths.ep > 1) label += fmt::format(" ep {}", c.widths.ep);
-        if (c.zero > 0) label += fmt::format(" zero{}", c.zero);
+        c.ranks = c.widths.world();  // ep shards within the data axis
+        label = mesh_label(c);
+      } else if (c.sequence_parallel) {
+        label += " sp";
       }
       if (row.pitfall) {
         c.pitfall = train::Pitfall::kForgetDivide;
@@ -306,9 +351,16 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
              report_object(c, train::model_layout(c).size(), run, judging ? &judged : nullptr),
              mesh_diagram(c)});
       }
-      if (root && f.wide) progress.print_line(t.row_text(cells));  // 1-rank rows: every process
+      // The terminal's verdict of a pass past tol but within float drift (check.h): "PASS
+      // (drift)"; its numbers are in the html table and train --check's line.
+      std::vector<std::string> shown = cells;
+      if (judging && judged.verdict == train::Verdict::kWithinDrift && !row.pitfall) {
+        shown[5] = "PASS (drift)";
+        drifted = true;
+      }
+      if (root && f.wide) progress.print_line(t.row_text(shown));  // 1-rank rows: every process
       if (root && !f.wide) {
-        std::vector<std::string> narrow(cells.begin(), cells.begin() + 6);
+        std::vector<std::string> narrow(shown.begin(), shown.begin() + 6);
         if (const size_t at = narrow[4].find(" vs "); narrow[4].rfind("rtol", 0) == 0) {
           const std::string criterion = narrow[4].substr(0, at);
           if (tolerances.find(criterion) == std::string::npos) {
@@ -323,6 +375,10 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
         progress.print_line(checks.row_text(narrow));
         cost_rows.push_back({cells[0], cells[1], cells[6], cells[7], cells[8]});
       }
+      if (c.model == ModelKind::kGpt) {
+        gpt_row = name;
+        gpt_accuracy = train::model_spec(c).evaluate(c, run.params);
+      }
       if (c.strategy == Strategy::kDdp && c.model == ModelKind::kMlp && !row.pitfall) {
         ddp_memory = run.ranks[0].memory;
         ddp_params = train::model_layout(c).size();
@@ -332,17 +388,31 @@ int run_demo(const CLI::App& a, const DemoFlags& f) {
   if (!root) return 0;
   if (!f.wide) {
     std::printf(
-        "\ncheck: bitwise = equal to the bit; tol = within %s\n\nwhat each run held, sent "
-        "and took per rank:\n",
-        tolerances.c_str());
+        "\ncheck: bitwise = equal to the bit; tol = within %s%s\n\nwhat each run held, "
+        "sent and took per rank:\n",
+        tolerances.c_str(),
+        drifted ? "\nPASS (drift) = past tol, within 4 x the floor that two correct "
+                  "single-rank runs drift apart"
+                : "");
     for (const auto& r : cost_rows) costs.add(r);
     costs.print(stdout);
   }
   std::printf(
       "\nmemory: peak KiB per rank (largest over the ranks) of weights/gradients/fp32 master/"
       "Adam m/Adam v;\nsent/step: bytes one rank sends per step (largest over the ranks); "
-      "step: median wall time.\n");
+      "step: median wall time.\nsp: sequence parallel (tp's norm regions hold 1/tp of the "
+      "tokens); cp: context parallel\n(ring attention, rank r holding sequence chunks r and "
+      "2cp-1-r).\n");
+  if (f.wide && drifted) {
+    std::printf(
+        "PASS (drift) = past tol, within 4 x the floor that two correct single-rank runs "
+        "drift apart\n");
+  }
   print_bytes_per_param(ddp_memory, ddp_params);
+  if (!gpt_accuracy.empty()) {
+    std::printf("gpt, the %s row's trained parameters:\n  %s\n", gpt_row.c_str(),
+                gpt_accuracy.c_str());
+  }
   print_lesson();
   if (html.open()) {
     html.commit(html_page("dtsim demo",
@@ -367,7 +437,9 @@ Command add_demo(CLI::App& dtsim) {
   describe(
       app,
       "Trains a small MLP and a small MoE under every strategy that fits each on 4 rank\n"
-      "threads (fp32 Adam) and checks each against single-rank training with\n"
+      "threads (fp32 Adam), and a tiny GPT under tp, tp with sequence parallelism (sp),\n"
+      "context parallelism (cp, ring attention) and dp x tp sp x cp on 8, and checks each\n"
+      "against single-rank training with\n"
       "the reference and tolerance the tests use: ddp under the deterministic all-reduce\n"
       "bitwise against accumulation over the same micro-batches, the others within tolerance.\n"
       "A ddp run that forgets to divide the summed gradients by N must FAIL its check.\n"

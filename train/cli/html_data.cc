@@ -8,7 +8,9 @@
 
 #include "model/layer_stack.h"
 #include "model/param_layout.h"
+#include "model/ring_attention.h"
 #include "train/mesh_shape.h"
+#include "train/models/model_spec.h"
 #include "train/pipeline_parallel/pipeline_parallel.h"
 #include "train/placement_plan.h"
 
@@ -28,6 +30,33 @@ bool expert_of(const std::string& tensor, std::string* layer, int* id) {
   *layer = tensor.substr(0, at);
   *id = std::stoi(tensor.substr(digits, end - digits));
   return true;
+}
+
+// The sequence positions a rank holds between the blocks, as "0–1, 6–7": its cp chunks
+// (rank r: r and 2N-1-r, model/ring_attention.h), and under sequence parallelism its tp
+// rank's slice of them (gpt_layers.cc: rows [t n, (t + 1) n) of the cp-local sequence).
+std::string held_tokens(const train::TrainConfig& c, const train::MeshShape& shape,
+                        const train::MeshCoord& at) {
+  const int seq = c.gpt.seq_len, local = seq / shape.cp;
+  const int n = c.sequence_parallel ? local / shape.tp : local;
+  const int first = c.sequence_parallel ? at.tp * n : 0;
+  std::string s;
+  int64_t run_start = -1, prev = -2;
+  const auto close = [&] {
+    if (run_start < 0) return;
+    s += (s.empty() ? "" : ", ") + std::to_string(run_start) +
+         (prev > run_start ? "\u2013" + std::to_string(prev) : "");
+  };
+  for (int i = first; i < first + n; ++i) {
+    const int64_t p = model::cp_position(at.cp, shape.cp, seq, i);
+    if (p != prev + 1) {
+      close();
+      run_start = p;
+    }
+    prev = p;
+  }
+  close();
+  return s;
 }
 
 bool is_compute_phase(const train::PhaseEvent& e) {
@@ -75,11 +104,23 @@ json mesh_diagram(const train::TrainConfig& config) {
               {"layers", layers}, {"params", params}, {"tp_shards", shards},
               {"experts", held}};
     if (zero > 0) r["zero_owned"] = owned;
+    r["cp"] = at.cp;
+    if (train::model_spec(config).has_sequence()) r["tokens"] = held_tokens(config, shape, at);
     ranks.push_back(std::move(r));
   }
-  return {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp},
-          {"ep", shape.ep}, {"zero", zero},   {"params", train::model_layout(config).size()},
-          {"ranks", ranks}};
+  json m = {{"dp", shape.dp},
+            {"tp", shape.tp},
+            {"pp", shape.pp},
+            {"ep", shape.ep},
+            {"cp", shape.cp},
+            {"zero", zero},
+            {"params", train::model_layout(config).size()},
+            {"ranks", ranks}};
+  if (train::model_spec(config).has_sequence()) {
+    m["seq"] = config.gpt.seq_len;
+    m["sequence_parallel"] = config.sequence_parallel;
+  }
+  return m;
 }
 
 json pipeline_p2p(const train::TrainConfig& config, const train::RunResult& run,

@@ -13,8 +13,10 @@
 namespace dtsim::cli {
 
 // The mesh of `config`, rank by rank, from the model's layout on each rank (its ModelSpec):
-// {"dp", "tp", "pp", "ep", "zero", "params", "ranks": [...]}, each rank with its
-// coordinates ("dp", "tp", "pp", "ep", "ep_group"), "layers" (the names of the model layers
+// {"dp", "tp", "pp", "ep", "cp", "zero", "params", "ranks": [...]} (a model with a sequence
+// also "seq" and "sequence_parallel"), each rank with its coordinates ("dp", "tp", "pp",
+// "ep", "ep_group", "cp"), for a sequence model "tokens" (the positions it holds between the
+// blocks: "0–1, 6–7"), "layers" (the names of the model layers
 // it holds: its pipeline chunks'), "params" (elements it holds), "tp_shards" (every tensor
 // it holds a block of: "tensor", "row0", "rows", "full_rows", "col0", "cols", "full_cols"),
 // "experts" (per MoE layer the experts it holds: "layer", "ids") and, under ZeRO, "zero_owned"

@@ -41,8 +41,10 @@ json config_json(const train::TrainConfig& c) {
   if (c.strategy == train::Strategy::kDpTp) j["tp_size"] = c.widths.tp;
   if (c.strategy == train::Strategy::kMesh) {
     const train::MeshShape m = c.mesh();
-    j["mesh"] = {{"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"zero", c.zero}};
+    j["mesh"] = {{"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp},
+                 {"ep", m.ep}, {"cp", m.cp}, {"zero", c.zero}};
   }
+  if (train::model_spec(c).has_sequence()) j["sequence_parallel"] = c.sequence_parallel;
   nlohmann::json shape = nlohmann::json::object();
   for (const auto& [name, value] : train::model_spec(c).shape_fields(c)) {
     // Integers as integers; a float field as typed (single precision), not its binary tail.

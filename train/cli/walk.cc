@@ -22,6 +22,7 @@
 #include "train/cli/flags.h"
 #include "train/cli/walk_context.h"
 #include "train/cli/walk_pipeline.h"
+#include "train/cli/walk_sequence.h"
 
 namespace dtsim::cli {
 namespace {
@@ -342,12 +343,15 @@ Command add_walk(CLI::App& dtsim) {
       ->transform(Integer(0, 15));
   const auto pipeline = add_walk_pipeline(app);  // --pp ...: walk_pipeline.cc
   const auto context = add_walk_context(app);    // --cp: walk_context.cc
+  const auto sequence = add_walk_sequence(app);  // --tp --sequence-parallel: walk_sequence.cc
   app->footer(
       "example: dtsim walk --op all_reduce --ranks 4 --numel 8\n"
       "         dtsim walk --pp 4 --micro-batches 8 --schedule 1f1b\n"
-      "         dtsim walk --cp 4\n" +
+      "         dtsim walk --cp 4\n"
+      "         dtsim walk --tp 4 --sequence-parallel\n" +
       algorithms_help());
-  return {app, [f, pipeline, context] {
+  return {app, [f, pipeline, context, sequence] {
+            if (const std::optional<int> code = sequence()) return *code;
             if (const std::optional<int> code = context()) return *code;
             if (const std::optional<int> code = pipeline()) return *code;
             return run_walk(*f);

@@ -339,8 +339,12 @@
   // tensor-parallel tensor, its experts, and under ZeRO its shard of the optimizer state.
   function meshChart(parent, m) {
     const box = node('div', { class: 'chart mesh', 'data-chart': 'mesh', 'data-ranks': m.ranks.length }, parent);
-    const axes = ['dp ' + m.dp, 'tp ' + m.tp, 'pp ' + m.pp].concat(m.ep > 1 ? ['ep ' + m.ep] : []).join(' x ')
+    const cp = m.cp || 1;
+    const axes = ['dp ' + m.dp, 'tp ' + m.tp + (m.sequence_parallel ? ' sp' : ''), 'pp ' + m.pp]
+      .concat(cp > 1 ? ['cp ' + cp] : []).concat(m.ep > 1 ? ['ep ' + m.ep] : []).join(' x ')
       .replace(' x ep', ', ep');
+    box.setAttribute('data-cp', cp);
+    if ('seq' in m) box.setAttribute('data-sequence-parallel', m.sequence_parallel ? 1 : 0);
     node('h3', {}, box, 'Mesh: ' + m.ranks.length + (m.ranks.length === 1 ? ' rank' : ' ranks') + ' (' + axes +
       (m.zero ? ', ZeRO-' + m.zero : '') + '); what each rank holds');
     const num = (v) => v.toLocaleString('en-US');
@@ -359,13 +363,16 @@
             class: 'mesh-rank', 'data-rank': rk.rank, 'data-dp': rk.dp, 'data-tp': rk.tp, 'data-pp': rk.pp,
             'data-ep': rk.ep, 'data-layers': rk.layers.join(','), 'data-params': rk.params,
             'data-tp-shards': rk.tp_shards.map((x) => x.tensor + ' ' + dims(x)).join(';'),
-            'data-experts': rk.experts.map((e) => e.layer + ':' + e.ids.join(',')).join(';'),
+            'data-experts': rk.experts.map((e) => e.layer + ':' + e.ids.join(',')).join(';'), 'data-cp': rk.cp || 0,
             style: 'background: hsl(' + (rk.tp * 360 / m.tp + 200).toFixed(0) + ', 55%, ' + (m.tp > 1 ? 94 : 97) + '%)',
           }, rep);
           if ('zero_owned' in rk) card.setAttribute('data-zero-owned', rk.zero_owned);
+          if ('tokens' in rk) card.setAttribute('data-tokens', rk.tokens);
           node('b', {}, card, 'rank ' + rk.rank);
           node('span', { class: 'coord' }, card, ' dp ' + rk.dp + ' \u00b7 tp ' + rk.tp + ' \u00b7 pp ' + rk.pp +
-            (m.ep > 1 ? ' \u00b7 ep ' + rk.ep : ''));
+            (cp > 1 ? ' \u00b7 cp ' + rk.cp : '') + (m.ep > 1 ? ' \u00b7 ep ' + rk.ep : ''));
+          // Its tokens between the blocks: its cp chunks, under sp its tp rank's slice of them.
+          if ('tokens' in rk) node('div', { class: 'tokens' }, card, 'tokens ' + rk.tokens + ' of ' + m.seq);
           node('div', {}, card, 'layers: ' + rk.layers.join(', '));
           node('div', {}, card, num(rk.params) + ' of ' + num(m.params) + ' params');
           // The tensor-parallel blocks, one line per block shape: "rows 0-31 of 64: block0.w1, ...".
@@ -383,8 +390,13 @@
         }
       }
     }
-    node('p', { class: 'note' }, box, 'Rank = (stage x dp + replica) x tp + tp rank: tensor-parallel ranks are consecutive.' +
-      (m.ep > 1 ? ' Expert parallelism shards the experts over groups of ' + m.ep + ' consecutive replicas.' : ''));
+    node('p', { class: 'note' }, box, (cp > 1 ? 'Rank = ((stage x dp + replica) x cp + cp rank) x tp + tp rank'
+      : 'Rank = (stage x dp + replica) x tp + tp rank') + ': tensor-parallel ranks are consecutive.' +
+      (m.ep > 1 ? ' Expert parallelism shards the experts over groups of ' + m.ep + ' consecutive replicas.' : '') +
+      (cp > 1 ? ' Context parallelism: cp rank r holds sequence chunks r and ' + (2 * cp - 1) + '-r of ' + 2 * cp +
+        ' (ring attention).' : '') +
+      (m.sequence_parallel ? ' Sequence parallelism: between the blocks each tp rank holds 1/' + m.tp +
+        ' of those tokens.' : ''));
   }
 
   function panel(parent, p, index, shared) {
