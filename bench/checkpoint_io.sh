@@ -17,6 +17,8 @@
 #          (a resume makes it before any work, outside the load time above) | dd read.
 #          As root with a writable /proc/sys/vm/drop_caches both run cold (sync, echo 3 >
 #          drop_caches before each): a read from the disk; else from the page cache.
+#   start  dtsim --version, as cold as verify: the process start inside verify's time (dtsim
+#          maps MPI, OpenBLAS, TBB and a dozen more libraries; dd maps libc).
 # Prints the medians over the rounds and the host's load before and after.
 set -euo pipefail
 . "$(dirname "$0")/stats.sh"
@@ -39,7 +41,7 @@ echo "disk: $(df -h "$work" | awk 'NR == 2 {print $1 " (" $2 ", " $5 " used)"}')
 echo "uptime before: $(uptime)"
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 io_secs() { sed -n "s/^  $1 step .* in \([0-9.]*\) s$/\1/p"; }
-save=() load=() verify=() ddw=() ddr=() ddv=()
+save=() load=() verify=() ddw=() ddr=() ddv=() start=()
 for ((r = 0; r < rounds; ++r)); do
   rm -rf "$work/ck" "$work/dd.bin"
   save+=("$("$dtsim" train "${model[@]}" --steps 1 --save "$work/ck" | io_secs saved)")
@@ -51,11 +53,13 @@ for ((r = 0; r < rounds; ++r)); do
   verify+=("$(secs "$dtsim" checkpoint inspect "$work/ck")")
   drop
   ddv+=("$(secs dd if="$work/dd.bin" of=/dev/null bs=1M status=none)")
+  drop
+  start+=("$(secs "$dtsim" --version)")
 done
 mb=$(echo "$bytes / 1000000" | bc -l)
 med() { echo "$@" | median; }
 s=$(med "${save[@]}") l=$(med "${load[@]}") v=$(med "${verify[@]}")
-w=$(med "${ddw[@]}") d=$(med "${ddr[@]}") dv=$(med "${ddv[@]}")
+w=$(med "${ddw[@]}") d=$(med "${ddr[@]}") dv=$(med "${ddv[@]}") st=$(med "${start[@]}")
 rate() { echo "$mb / $1" | bc -l; }
 where=$( ((cold)) && echo "cold (caches dropped)" || echo "page cache")
 printf "checkpoint folder: %.1f MB; medians of %d rounds\n" "$mb" "$rounds"
@@ -65,4 +69,5 @@ printf "load    %.3f s  %7.1f MB/s   dd read        %.3f s  %7.1f MB/s   load/dd
   "$l" "$(rate "$l")" "$d" "$(rate "$d")" "$(echo "$d / $l" | bc -l)"
 printf "verify  %.3f s  %7.1f MB/s   dd read        %.3f s  %7.1f MB/s   verify/dd %.2f   (%s)\n" \
   "$v" "$(rate "$v")" "$dv" "$(rate "$dv")" "$(echo "$dv / $v" | bc -l)" "$where"
+printf "start   %.3f s  (dtsim --version, %s: the process start inside verify)\n" "$st" "${where%% (*}"
 echo "uptime after: $(uptime)"

@@ -19,6 +19,7 @@
 // config.reverse_accumulation the groups (and each group's micro-batches) are visited last
 // to first: the same micro-batches and routing, only the order of the sums differs.
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "model/check.h"
@@ -97,6 +98,10 @@ class SoloRank : public RankStrategy, public checkpoint::StateAccess {
     for (size_t i = 0; i < local.size(); ++i) params_[i] = narrow<T>(local[i]);
   }
   bool keeps_all_params() const override { return true; }
+  std::span<float> fp32_params(size_t begin, size_t count) override {
+    if constexpr (std::is_same_v<T, float>) return params_.subspan(begin, count);
+    return {};
+  }
 
  protected:
   Trainee& trainee_;

@@ -116,7 +116,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshSpec{.dp = 2, .tp = 2, .pp = 2}, MeshSpec{.dp = 4, .ep = 2, .moe = true},
                       MeshSpec{.dp = 2, .tp = 2, .zero = 1},
                       MeshSpec{.tp = 2, .pp = 2, .precision = model::Precision::kMixedBf16},
-                      MeshSpec{.dp = 4, .ep = 4, .zero = 3, .moe = true}),
+                      MeshSpec{.dp = 4, .ep = 4, .zero = 3, .moe = true},
+                      // ZeRO-2 of a non-contiguous dense part: its packed copy on resume
+                      MeshSpec{.dp = 4, .ep = 2, .zero = 2, .moe = true}),
     [](const auto& info) { return mesh_name(info.param); });
 
 struct ReshardCase {

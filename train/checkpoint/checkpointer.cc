@@ -201,11 +201,6 @@ int Checkpointer::restore() {
   for (const StatePart& part : state_.parts) {
     ChunkReader reader(meta, folder);
     const model::ParamLayout& layout = *part.layout;
-    // Every element load_params takes is read below (the reader checks that the chunks
-    // cover each piece); in huge pages, and a ZeRO-3 rank's pages outside its shards are
-    // never touched, so never faulted in.
-    const HugeBuffer buffer(layout.size());
-    const std::span<float> local = buffer.floats();
     const std::vector<OptimizerRun> runs = part.access->optimizer_runs();
     std::vector<Piece> wanted;  // the parameters this part keeps
     if (part.access->keeps_all_params()) {
@@ -217,10 +212,30 @@ int Checkpointer::restore() {
         }
       }
     }
+    // Straight into the buffer's own fp32 storage when it has one (pages the run has already
+    // touched); else into a scratch copy that load_params converts.
+    std::vector<std::span<float>> into;
     for (const Piece& p : wanted) {
-      reader.read("params/" + p.view->name, p.global, local.data() + piece_start(p));
+      into.push_back(
+          part.access->fp32_params(piece_start(p), static_cast<size_t>(p.global.size())));
+      if (into.back().empty()) break;
     }
-    part.access->load_params(local);
+    if (!into.empty() && !into.back().empty()) {
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        reader.read("params/" + wanted[i].view->name, wanted[i].global, into[i].data());
+      }
+      part.access->fp32_params_loaded();
+    } else {
+      // Every element load_params takes is read below (the reader checks that the chunks
+      // cover each piece); in huge pages, and a ZeRO-3 rank's pages outside its shards are
+      // never touched, so never faulted in.
+      const HugeBuffer buffer(layout.size());
+      const std::span<float> local = buffer.floats();
+      for (const Piece& p : wanted) {
+        reader.read("params/" + p.view->name, p.global, local.data() + piece_start(p));
+      }
+      part.access->load_params(local);
+    }
     for (const OptimizerRun& run : runs) {
       run.opt->set_steps(meta.step);
       for (const SliceOptimizer::NamedState& st : run.opt->state()) {
@@ -252,10 +267,10 @@ void Checkpointer::save(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   if (rank == 0) begin_save(dir, step);
   barrier();
-  std::vector<std::vector<float>> params;  // each part's, alive until written
-  std::vector<ShardEntry> entries;         // spans of `params` and of the optimizers' state
+  std::vector<std::vector<float>> copies;  // parts with no fp32 storage: alive until written
+  std::vector<ShardEntry> entries;         // spans of live state (or of `copies`)
   for (const StatePart& part : state_.parts) {
-    const std::vector<float>& values = params.emplace_back(part.access->params());
+    const float* copy = nullptr;  // the part's params(), made when first needed
     for (const OptimizerRun& run : part.access->optimizer_runs()) {
       if (!run.writer) continue;
       const std::vector<SliceOptimizer::NamedState> states = run.opt->state();
@@ -268,7 +283,10 @@ void Checkpointer::save(int64_t step) {
                              entry_shape(placement_, p),
                              {data, n}});
         };
-        add("params", values.data() + at);
+        const std::span<const float> live = part.access->fp32_params(at, n);
+        if (live.empty() && copy == nullptr)
+          copy = copies.emplace_back(part.access->params()).data();
+        add("params", live.empty() ? copy + at : live.data());
         for (const SliceOptimizer::NamedState& st : states) {
           add(st.name, st.data.data() + run.at + (at - run.local));
         }

@@ -32,7 +32,7 @@ class StateAccess {
   virtual ~StateAccess() = default;
   // Every run of the buffer whose optimizer state this rank holds, in local order.
   virtual std::vector<OptimizerRun> optimizer_runs() = 0;
-  // The buffer's parameters in fp32; under ZeRO-3 only the runs' elements are real.
+  // The buffer's parameters in fp32 (a copy); under ZeRO-3 only the runs' elements are real.
   virtual std::vector<float> params() const = 0;
   // Sets the parameters from `local` (fp32, the whole local layout): the elements this rank
   // holds are taken (all of them, or ZeRO-3's shard), stored in the buffer's type.
@@ -40,6 +40,13 @@ class StateAccess {
   // Whether load_params() takes every element (false: only the optimizer runs', ZeRO-3's
   // shard), so that a resume reads only what it keeps.
   virtual bool keeps_all_params() const = 0;
+  // Local elements [begin, begin + count) in the buffer's own fp32 storage (ZeRO-3: the
+  // shard), for a save to write from and a resume to read into with no copy and no fresh
+  // pages; empty when the buffer holds another type (bf16) or this rank does not keep them.
+  virtual std::span<float> fp32_params(size_t /*begin*/, size_t /*count*/) { return {}; }
+  // After a resume wrote every element it keeps through fp32_params(): brings the copies
+  // derived from them (ZeRO-3's full buffer, ZeRO-1/2's packed parts) up to date.
+  virtual void fp32_params_loaded() {}
 };
 
 struct StatePart {

@@ -28,8 +28,8 @@ namespace dtsim::train::checkpoint {
 // saves ends it at once (_exit(86)), as a kill there would; a no-op without the variable.
 void crash_point();
 
-// Writes `pieces` one after another to `path` (created or truncated), in a few large writev
-// calls with no copy, and fsyncs it; throws Error naming it.
+// Writes `pieces` one after another to `path` (created or truncated), in writev calls of up to
+// 8 MiB with no copy, each handed to the disk at once, and fsyncs it; throws Error naming it.
 void write_synced(const std::string& path, const std::vector<std::span<const std::byte>>& pieces);
 void write_synced(const std::string& path, std::span<const std::byte> bytes);
 // Writes `path` under "<path>.tmp", fsyncs, renames it into place and fsyncs the folder.

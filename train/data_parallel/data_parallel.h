@@ -41,6 +41,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "model/hooks.h"
@@ -112,6 +113,8 @@ class DataParallel : public checkpoint::StateAccess {
   std::vector<float> params() const override { return final_params(); }
   void load_params(std::span<const float> local) override;
   bool keeps_all_params() const override { return zero_ != 3; }
+  std::span<float> fp32_params(size_t begin, size_t count) override;
+  void fp32_params_loaded() override;
 
  private:
   class Hooks;

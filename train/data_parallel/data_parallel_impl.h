@@ -382,4 +382,36 @@ void DataParallel<T>::load_params(std::span<const float> local) {
   }
 }
 
+template <class T>
+std::span<float> DataParallel<T>::fp32_params(size_t begin, size_t count) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return {};
+  } else {
+    if (zero_ != 3) return params_.subspan(begin, count);
+    for (const Zero3Segment& s : segments_) {
+      const model::ParamRange o = zero3_owned(s, rank_in(s.part));
+      if (o.begin <= begin && begin + count <= o.end) {
+        return shard_params_.span().subspan(s.offset + (begin - o.begin), count);
+      }
+    }
+    return {};
+  }
+}
+
+template <class T>
+void DataParallel<T>::fp32_params_loaded() {
+  if (zero_ != 3) {
+    for (Part& p : parts_) {
+      if (p.size > 0 && !p.contiguous && !p.packed_params.empty()) {
+        pack(p, std::span<const T>(params_), std::span<T>(p.packed_params));
+      }
+    }
+    return;
+  }
+  for (const Zero3Segment& s : segments_) {  // as load_params leaves the full buffer
+    const model::ParamRange o = zero3_owned(s, rank_in(s.part));
+    std::copy_n(shard_params_.data() + s.offset, o.size(), params_.begin() + o.begin);
+  }
+}
+
 }  // namespace dtsim::train
