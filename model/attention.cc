@@ -22,8 +22,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #if DTSIM_GEMM_AVX2
 using avx2::kMr;
 using avx2::kNr;
-#else
-constexpr int kNr = 16;  // Packed's column alignment (row-major: any)
 #endif
 
 // The number of leading keys of a tile at positions k0.. that query position qp sees.
@@ -128,7 +126,7 @@ void run_tiles(const avx2::Operands& o, int m, int n, float* c, int ldc) {
 #endif
 
 // C (m, n) (+= if add, else =) op(A) (m, k) * B(k0 .., j0 ..) (k, n), j0 a multiple of
-// kNr; A (m, k) at row stride lda, or stored (k, m) when trans_a.
+// 16 (a panel's first column); A (m, k) at row stride lda, or stored (k, m) when trans_a.
 void product(bool trans_a, int m, int n, int k, const float* a, int lda, const Packed& b, int k0,
              int j0, bool add, float* c, int ldc) {
   if (m == 0 || n == 0) return;
