@@ -20,9 +20,10 @@
 // Conventions: rows are head_dim floats at `ld`-float strides (so Q, K, V can be one
 // head's columns of a fused QKV matrix). Forward and merge OVERWRITE their outputs; backward
 // ACCUMULATES (+=) into dq, dk, dv. Thread safety: pure functions without global state; any
-// number of threads may call concurrently on disjoint outputs. The tile products run on
-// sgemm (gemm.h); tiles live on the stack (head_dim is at most kMaxHeadDim), so nothing is
-// allocated per call beyond the GEMM's per-thread buffers, grown once.
+// number of threads may call concurrently on disjoint outputs. The tile products run on the
+// AVX2 GEMM's register tiles (gemm_avx2_tile.h; else on sgemm) with the same bits as sgemm,
+// their operands packed once per call into per-thread buffers (grown once and kept); tiles
+// live on the stack (head_dim is at most kMaxHeadDim), so nothing is allocated per call.
 #pragma once
 
 #include <cstdint>

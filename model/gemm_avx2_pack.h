@@ -1,4 +1,4 @@
-// Operand packing behind the AVX2/FMA GEMM (model/gemm_avx2.cc), internal to it: the
+// Operand packing behind the AVX2/FMA GEMM (model/gemm_avx2.cc; also model/attention.cc): the
 // micro-tile's shape, a per-thread scratch buffer, the vector operand Q copied into
 // kNr-column panels (from Q or from Q^T) and the transposed broadcast operand A^T copied
 // into kMr-row tiles. Packing copies floats and never changes them, so it has no say in

@@ -1,7 +1,7 @@
 // The register tiles behind the AVX2/FMA GEMM (model/gemm_avx2.cc and
-// gemm_avx2_transposed.cc), internal to it: the operands a tile reads, the micro-kernels
-// (6 x 16 on AVX2, 6 x 32 on AVX-512; each C element one in-order FMA chain) and the
-// prefetches around them. Thread safety: pure functions of their arguments.
+// gemm_avx2_transposed.cc; also model/attention.cc): the operands a tile reads, the
+// micro-kernels (6 x 16 on AVX2, 6 x 32 on AVX-512; each C element one in-order FMA chain)
+// and the prefetches around them. Thread safety: pure functions of their arguments.
 #pragma once
 
 #include "model/gemm_avx2_pack.h"

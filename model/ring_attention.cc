@@ -59,8 +59,8 @@ void RingAttention::set_ledger(MemoryLedger* ledger) {
   ledger_ = ledger;
 }
 
-void RingAttention::forward_pairs(const float* qkv, const float* kv, int owner, int batch,
-                                  float* att, float* lse) {
+template <class F>
+void RingAttention::each_pair(const float* qkv, const float* kv, int owner, int batch, F f) const {
   const int E = heads_ * head_dim_, c = chunk_, N = ring_.size;
   for (const RingBlock& blk : ring_step_blocks(ring_.rank, N, (ring_.rank - owner + N) % N)) {
     const int qh = blk.q_chunk == ring_.rank ? 0 : 1;
@@ -73,37 +73,31 @@ void RingAttention::forward_pairs(const float* qkv, const float* kv, int owner, 
         const QueryBlock q{qkv + qr * 3 * E + col, 3 * E, c, int64_t(blk.q_chunk) * c};
         const KvBlock k{kv + kr * 2 * E + col, kv + kr * 2 * E + E + col, 2 * E, c,
                         int64_t(blk.kv_chunk) * c};
-        attention_forward(shape_, q, k, o_tmp_.data(), head_dim_, lse_tmp_.data());
-        float* lrow = lse + (size_t(b) * heads_ + h) * local_ + size_t(qh) * c;
-        attention_merge(head_dim_, c, att + qr * E + col, E, lrow, o_tmp_.data(), head_dim_,
-                        lse_tmp_.data());
+        f(Pair{q, k, qr, kr, (size_t(b) * heads_ + h) * local_ + size_t(qh) * c, col});
       }
     }
   }
 }
 
+void RingAttention::forward_pairs(const float* qkv, const float* kv, int owner, int batch,
+                                  float* att, float* lse) {
+  const int E = heads_ * head_dim_;
+  each_pair(qkv, kv, owner, batch, [&](const Pair& p) {
+    attention_forward(shape_, p.q, p.kv, o_tmp_.data(), head_dim_, lse_tmp_.data());
+    attention_merge(head_dim_, chunk_, att + p.qr * E + p.col, E, lse + p.lr, o_tmp_.data(),
+                    head_dim_, lse_tmp_.data());
+  });
+}
+
 void RingAttention::backward_pairs(const float* qkv, const float* kv, int owner, int batch,
                                    const float* d_att, const float* lse, float* dqkv, float* dk,
                                    float* dv, int ldkv) {
-  const int E = heads_ * head_dim_, c = chunk_, N = ring_.size;
-  for (const RingBlock& blk : ring_step_blocks(ring_.rank, N, (ring_.rank - owner + N) % N)) {
-    const int qh = blk.q_chunk == ring_.rank ? 0 : 1;
-    const int kh = blk.kv_chunk == owner ? 0 : 1;
-    for (int b = 0; b < batch; ++b) {
-      const size_t qr = size_t(b) * local_ + size_t(qh) * c;
-      const size_t kr = size_t(b) * local_ + size_t(kh) * c;
-      for (int h = 0; h < heads_; ++h) {
-        const int col = h * head_dim_;
-        const QueryBlock q{qkv + qr * 3 * E + col, 3 * E, c, int64_t(blk.q_chunk) * c};
-        const KvBlock k{kv + kr * 2 * E + col, kv + kr * 2 * E + E + col, 2 * E, c,
-                        int64_t(blk.kv_chunk) * c};
-        const size_t lr = (size_t(b) * heads_ + h) * local_ + size_t(qh) * c;
-        attention_backward(shape_, q, k, d_att + qr * E + col, E, lse + lr, delta_.data() + lr,
-                           dqkv + qr * 3 * E + col, 3 * E, dk + kr * ldkv + col,
-                           dv + kr * ldkv + col, ldkv);
-      }
-    }
-  }
+  const int E = heads_ * head_dim_;
+  each_pair(qkv, kv, owner, batch, [&](const Pair& p) {
+    attention_backward(shape_, p.q, p.kv, d_att + p.qr * E + p.col, E, lse + p.lr,
+                       delta_.data() + p.lr, dqkv + p.qr * 3 * E + p.col, 3 * E,
+                       dk + p.kr * ldkv + p.col, dv + p.kr * ldkv + p.col, ldkv);
+  });
 }
 
 void RingAttention::forward(const float* qkv, int batch, float* att, float* lse) {

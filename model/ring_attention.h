@@ -27,6 +27,7 @@
 // once to the largest batch and is reused (no allocation per shift).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -78,6 +79,19 @@ class RingAttention {
   void set_ledger(MemoryLedger* ledger);
 
  private:
+  // One (query chunk, K/V chunk) pair of one batch row and head: its blocks, the rows of
+  // its queries (qr, in att and qkv) and keys (kr, in kv), its lse/delta offset (lr) and its
+  // head's first column (col).
+  struct Pair {
+    QueryBlock q;
+    KvBlock kv;
+    size_t qr, kr, lr;
+    int col;
+  };
+  // Calls f(Pair) for every pair of this rank's query halves, samples and heads with the
+  // K/V block kv (ld 2E) of rank `owner` (defined in ring_attention.cc, used only there).
+  template <class F>
+  void each_pair(const float* qkv, const float* kv, int owner, int batch, F f) const;
   // The kernel on held block `kv` (ld 2E, owner `owner`) for every query half, sample, head:
   // forward merges into att/lse; backward adds into dq (ld 3E) and dkv (ld ldkv).
   void forward_pairs(const float* qkv, const float* kv, int owner, int batch, float* att,
