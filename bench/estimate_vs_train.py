@@ -13,7 +13,7 @@ average it prints, into docs/estimate.md.
 
 --repeat R runs each held-out run R times and keeps its fastest median step: on a shared
 machine the least disturbed of R is the closest to a quiet one (the calibration keeps the
-fastest of 3 of each of its runs). --recalibrate measures
+fastest of 5 of each of its runs). --recalibrate measures
 the machine again right before every run, so that a changing load moves both together.
 """
 import json
@@ -105,7 +105,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         hw = os.path.join(tmp, "here.json")
 
-        def calibrate():  # each calibration run is the fastest of 3 (calibrate.h)
+        def calibrate():  # each calibration run is the fastest of 5 (calibrate.h)
             return run([dtsim, "estimate", "--calibrate", hw])
 
         print(calibrate())

@@ -141,7 +141,7 @@ std::array<double, 5> fit(const std::vector<std::array<double, 5>>& rows) {
   }
 }
 
-constexpr int kTrials = 3;
+constexpr int kTrials = 5;
 
 // The slowest median step of `n` copies of single-rank run `t` at once (each its own thread
 // and World, as n rank threads share the cores; their IntraOpLimits leave one core each).

@@ -3,7 +3,7 @@
 // bench/estimate_vs_train.py holds out) and a least-squares fit, non-negative and in
 // relative error, of each run's step time to
 //
-// (each the fastest of 3 runs: the least disturbed on a shared machine)
+// (each the fastest of 5 runs: the least disturbed on a shared machine)
 //
 //   step = 3 FLOPs / peak + elements e + layers l + params q + s
 //
