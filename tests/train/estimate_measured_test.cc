@@ -1,5 +1,6 @@
 // Activation bytes from the estimator against what `dtsim train` measures (the step runner's
-// peak of the activations category) on the same small shapes: within 5%.
+// peak of the activations category) on the same small shapes: within 5%. mlp and moe with
+// data and tensor parallelism; gpt with tp 1, 2, 4, sequence parallelism and recomputation.
 #include <gtest/gtest.h>
 
 #include "tests/train/train_test_util.h"
@@ -129,6 +130,58 @@ INSTANTIATE_TEST_SUITE_P(
                             .capacity = 0},
                            2}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// gpt on a tensor-parallel mesh (every rank all layers): the estimator's count of dtsim's
+// GPT against each rank's measured peak, with sequence parallelism and recomputation.
+struct GptCase {
+  const char* name;
+  int tp = 1;
+  bool sp = false;
+  estimator::Recompute recompute = estimator::Recompute::kNone;
+};
+
+class EstimateMeasuredGpt : public ::testing::TestWithParam<GptCase> {};
+
+TEST_P(EstimateMeasuredGpt, ActivationsWithinFivePercent) {
+  const GptCase& k = GetParam();
+  TrainConfig c = make_config({.strategy = Strategy::kMesh, .steps = 2});
+  c.model = ModelKind::kGpt;
+  c.gpt = {.vocab = 11,
+           .seq_len = 16,
+           .d_model = 32,
+           .heads = 4,
+           .head_dim = 8,
+           .num_layers = 3,
+           .mlp_hidden = 96};
+  c.global_batch = 6;
+  c.widths.tp = k.tp;
+  c.ranks = k.tp;
+  c.sequence_parallel = k.sp;
+  c.recompute = k.recompute == estimator::Recompute::kFull        ? model::Recompute::kFull
+                : k.recompute == estimator::Recompute::kSelective ? model::Recompute::kSelective
+                                                                  : model::Recompute::kNone;
+  resolve_preset(c);
+  const double measured = measured_activations(c);
+  const estimator::GptShape g{
+      .layers = 3, .hidden = 32, .heads = 4, .ffn = 96, .vocab = 11, .seq = 16};
+  const double estimated = estimator::dtsim_measured_gpt_activations(
+      g, {.tp = k.tp, .sequence_parallel = k.sp, .recompute = k.recompute, .micro_batch = 6});
+  ASSERT_GT(measured, 0);
+  RecordProperty("estimated_over_measured", std::to_string(estimated / measured));
+  EXPECT_NEAR(estimated / measured, 1.0, 0.05)
+      << "estimated " << estimated << " B, measured " << measured << " B";
+}
+
+using estimator::Recompute;
+INSTANTIATE_TEST_SUITE_P(
+    Gpt, EstimateMeasuredGpt,
+    ::testing::Values(GptCase{"gpt_tp1"}, GptCase{"gpt_tp2", 2}, GptCase{"gpt_tp4", 4},
+                      GptCase{"gpt_tp2_sp", 2, true}, GptCase{"gpt_tp4_sp", 4, true},
+                      GptCase{"gpt_tp1_selective", 1, false, Recompute::kSelective},
+                      GptCase{"gpt_tp2_sp_selective", 2, true, Recompute::kSelective},
+                      GptCase{"gpt_tp1_full", 1, false, Recompute::kFull},
+                      GptCase{"gpt_tp4_sp_full", 4, true, Recompute::kFull}),
+    [](const ::testing::TestParamInfo<GptCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace dtsim::train

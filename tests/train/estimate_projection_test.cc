@@ -88,6 +88,36 @@ TEST(Projection, RankThreadsShareTheCores) {
   EXPECT_NEAR(project(in).compute, flops / 8 / (1e10 * 2 / 8), 1e-15) << "eight on two";
 }
 
+// A calibrated file's terms beside the GEMMs, and its shared_slowdown: prorated up to
+// `cores` ranks, times ranks / cores beyond.
+TEST(Projection, CalibratedTermsAndSharedSlowdown) {
+  ProjectionInput in;
+  in.arch.kind = ArchKind::kMlp;
+  in.arch.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
+  in.global_batch = 64;
+  in.micro_batch = 64;
+  in.precision = model::Precision::kFp32;
+  in.hw.peak_flops = 1e10;
+  in.hw.devices_per_node = 512;
+  in.hw.intra = in.hw.inter = {0, 1e18};
+  in.hw.cores = 4;
+  in.hw.element_seconds = 1e-9, in.hw.layer_seconds = 1e-5, in.hw.param_seconds = 1e-10;
+  in.hw.step_seconds = 1e-4, in.hw.shared_slowdown = 1.6;
+  const double flops = 3 * forward_flops(in.arch, 64).total();
+  const double elements = 64.0 * (2 * (64 + 256 + 64) + 4);
+  EXPECT_DOUBLE_EQ(forward_elements(in.arch, 64, 1, 1), elements);
+  const double params = count_params(in.arch).total();
+  const double one = flops / 1e10 + elements * 1e-9 + 2 * 1e-5 + params * 1e-10 + 1e-4;
+  EXPECT_NEAR(project(in).compute, one, 1e-12) << "one rank: every term once";
+  EXPECT_NEAR(project(in).step, one, 1e-12);
+  in.dp = 2, in.micro_batch = 32;  // half the work a rank, 1 + 0.6 (2 - 1) / (4 - 1) slower
+  const double half = flops / 2 / 1e10 + elements / 2 * 1e-9 + 2 * 1e-5 + params * 1e-10 + 1e-4;
+  EXPECT_NEAR(project(in).compute, 1.2 * half, 1e-12) << "two ranks on four cores";
+  in.dp = 8, in.micro_batch = 8;
+  const double eighth = flops / 8 / 1e10 + elements / 8 * 1e-9 + 2 * 1e-5 + params * 1e-10 + 1e-4;
+  EXPECT_NEAR(project(in).compute, 1.6 * 8 / 4 * eighth, 1e-12) << "eight ranks on four cores";
+}
+
 ProjectionInput small_mlp() {  // Psi = 2 (2 x 256 x 64 + 256 + 64) + 4 x 64 + 4 = 66436
   ProjectionInput in;
   in.arch.kind = ArchKind::kMlp;

@@ -66,10 +66,18 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
   begin_work();
   const est::Calibration c = est::calibrate();
   std::printf(
-      "compute: %.4g FLOP in %.4g s a step (dtsim train single, mlp D 192 H 768 L 2, batch 256) "
-      "= %.4g GFLOP/s a rank thread, %d cores\n",
-      c.step_flops, c.step_seconds, c.hw.peak_flops / 1e9, c.hw.cores);
-  std::printf("all_reduce ring, 2 rank threads: 4 B in %s, %s in %s\n",
+      "calibration runs (dtsim train --strategy single; none held out by "
+      "bench/estimate_vs_train.py):\n");
+  for (const est::CalibrationRun& r : c.runs) {
+    std::printf("  %-34s %8.3f ms alone, %d at once %8.3f ms, fit %8.3f ms\n", r.name.c_str(),
+                r.seconds * 1e3, c.hw.cores, r.concurrent * 1e3, r.fitted * 1e3);
+  }
+  std::printf(
+      "compute: GEMM %.4g GFLOP/s, %.3g ns an activation element, %.3g us a layer, %.3g ns a "
+      "parameter, %.3g us a step; %d ranks at once %.3gx slower\n",
+      c.hw.peak_flops / 1e9, c.hw.element_seconds * 1e9, c.hw.layer_seconds * 1e6,
+      c.hw.param_seconds * 1e9, c.hw.step_seconds * 1e6, c.hw.cores, c.hw.shared_slowdown);
+  std::printf("all_reduce (auto), 2 rank threads: 4 B in %s, %s in %s\n",
               fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
               fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
               fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str());

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/gpt_memory.h"
+
 namespace dtsim::train::estimator {
 
 LayerActivations gpt_layer_activations(const GptShape& g, const ActivationInput& in) {
@@ -69,6 +71,26 @@ double dtsim_measured_activations(const Architecture& a, int micro_batch, bool b
   const double floats =
       a.kind == ArchKind::kMlp ? mlp_floats(a.mlp, b, bf16, tp) : moe_floats(a.moe, b, bf16);
   return floats * sizeof(float);
+}
+
+double dtsim_measured_gpt_activations(const GptShape& g, const ActivationInput& in) {
+  const model::GptConfig c{.vocab = g.vocab,
+                           .seq_len = g.seq,
+                           .d_model = g.hidden,
+                           .heads = g.heads,
+                           .head_dim = g.hidden / g.heads,
+                           .num_layers = g.layers,
+                           .mlp_hidden = g.ffn_width()};
+  const model::Recompute r = in.recompute == Recompute::kFull        ? model::Recompute::kFull
+                             : in.recompute == Recompute::kSelective ? model::Recompute::kSelective
+                                                                     : model::Recompute::kNone;
+  return static_cast<double>(sizeof(float)) *
+         static_cast<double>(
+             model::gpt_activation_floats(c, {.batch = in.micro_batch,
+                                              .tp = in.tp,
+                                              .sequence_parallel = in.sequence_parallel,
+                                              .recompute = r})
+                 .total());
 }
 
 double micro_batch_activations(const Architecture& a, const ActivationInput& in) {

@@ -55,4 +55,10 @@ double micro_batch_activations(const Architecture& a, const ActivationInput& in)
 // and gradients. MoE assumes no token is dropped at capacity (an upper bound when some are).
 double dtsim_measured_activations(const Architecture& a, int micro_batch, bool bf16, int tp = 1);
 
+// gpt: the activation bytes `dtsim train --model gpt` measures on one tensor-parallel rank
+// holding every layer (its own fp32 count, model/gpt_memory.h, with heads of h / a), for
+// sequence parallelism and recomputation as `in` asks. No context parallelism (that count
+// has none).
+double dtsim_measured_gpt_activations(const GptShape& g, const ActivationInput& in);
+
 }  // namespace dtsim::train::estimator

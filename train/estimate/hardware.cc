@@ -49,6 +49,11 @@ double* field(Hardware& h, const std::string& name) {
   if (name == "inter_bandwidth") return &h.inter.bandwidth;
   if (name == "memory_bytes") return &h.memory_bytes;
   if (name == "memory_bandwidth") return &h.memory_bandwidth;
+  if (name == "step_seconds") return &h.step_seconds;
+  if (name == "layer_seconds") return &h.layer_seconds;
+  if (name == "element_seconds") return &h.element_seconds;
+  if (name == "param_seconds") return &h.param_seconds;
+  if (name == "shared_slowdown") return &h.shared_slowdown;
   return nullptr;
 }
 
@@ -82,7 +87,8 @@ const std::vector<HardwareField>& hardware_fields() {
   static const std::vector<HardwareField> kFields = {
       {"peak_flops"},       {"efficiency"},    {"devices_per_node"}, {"intra_latency"},
       {"intra_bandwidth"},  {"inter_latency"}, {"inter_bandwidth"},  {"memory_bytes"},
-      {"memory_bandwidth"}, {"cores"}};
+      {"memory_bandwidth"}, {"cores"},         {"step_seconds"},     {"layer_seconds"},
+      {"element_seconds"},  {"param_seconds"}, {"shared_slowdown"}};
   return kFields;
 }
 

@@ -29,6 +29,14 @@ struct Hardware {
   // runs at peak_flops (one core's rate) while devices <= cores, at peak_flops x cores /
   // devices beyond; 0: not shared.
   int cores = 0;
+  // A calibrated file's per-rank costs beside the GEMMs (0 in the presets): seconds per step,
+  // per layer of a micro-batch (forward and backward), per activation element a forward
+  // writes (its element-wise work, both passes), per parameter held (gradient zeroing, the
+  // optimizer). shared_slowdown > 0: a rank's compute, these included, is that many times
+  // slower when `cores` ranks share the cores than alone (one rank, intra-op threads on
+  // every core); between 1 and `cores` devices in proportion, devices / cores times it beyond.
+  double step_seconds = 0, layer_seconds = 0, element_seconds = 0, param_seconds = 0;
+  double shared_slowdown = 0;
 };
 
 const std::vector<Hardware>& hardware_presets();

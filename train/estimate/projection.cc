@@ -71,6 +71,30 @@ StateElements largest_device(const ProjectionInput& in, int micro_batches) {
 
 }  // namespace
 
+double forward_elements(const Architecture& a, int samples, int tp, int cp) {
+  const double b = samples;
+  if (a.kind == ArchKind::kMlp) {
+    const double d = a.mlp.input_dim, h = a.mlp.hidden_dim;
+    return b * (a.mlp.num_blocks * (2 * d + h / tp) + a.mlp.output_dim);
+  }
+  if (a.kind == ArchKind::kMoe) {
+    const model::MoeConfig& m = a.moe.moe;
+    const double d = m.d_model;
+    return b * (a.moe.num_blocks * (d + m.num_experts + m.top_k * (2 * d + m.d_ff)) +
+                a.moe.num_classes);
+  }
+  const GptShape& g = a.gpt;
+  const double layer =
+      gpt_layer_activations(g, {tp, false, Recompute::kNone, samples, false}).total() / 2;
+  return (g.layers * layer + b * g.seq * double(g.vocab) / tp) / cp;
+}
+
+int layer_count(const Architecture& a) {
+  return a.kind == ArchKind::kGpt   ? a.gpt.layers
+         : a.kind == ArchKind::kMoe ? a.moe.num_blocks
+                                    : a.mlp.num_blocks;
+}
+
 std::string validate(const ProjectionInput& in) {
   const Architecture& a = in.arch;
   const bool gpt = a.kind == ArchKind::kGpt, moe = a.kind == ArchKind::kMoe;
@@ -172,8 +196,20 @@ Projection project(const ProjectionInput& in) {
   if (in.recompute == Recompute::kFull) recomputed = f.layers;
   if (in.recompute == Recompute::kSelective) recomputed = f.attention_scores;
   const double model_parallel = double(in.tp) * in.pp * in.cp;
-  const double share = in.hw.cores > 0 ? std::min(1.0, double(in.hw.cores) / p.devices) : 1;
-  const double rate = in.hw.peak_flops * in.hw.efficiency * share;
+  // Devices sharing `cores` (Hardware::shared_slowdown), time-sliced beyond the cores.
+  double slow = 1;
+  if (in.hw.cores > 0 && p.devices > 1) {
+    const double shared = in.hw.shared_slowdown > 0 ? in.hw.shared_slowdown : 1;
+    slow = p.devices >= in.hw.cores
+               ? shared * p.devices / in.hw.cores
+               : 1 + (shared - 1) * (p.devices - 1) / std::max(1, in.hw.cores - 1);
+  }
+  const double rate = in.hw.peak_flops * in.hw.efficiency / slow;
+  const int stage_layers = layer_count(a) / in.pp;
+  // A calibrated file's element-wise and per-layer costs of one micro-batch on this stage.
+  const double t_overhead =
+      slow * (in.hw.element_seconds * forward_elements(a, in.micro_batch, in.tp, in.cp) / in.pp +
+              in.hw.layer_seconds * stage_layers);
   double t_memory = 0;
   if (gpt && in.hw.memory_bandwidth > 0) {
     const double layer =
@@ -184,10 +220,10 @@ Projection project(const ProjectionInput& in) {
         kActivationTraffic + (in.recompute == Recompute::kFull ? kRecomputeTraffic : 0);
     t_memory = traffic * layer / in.cp * (double(a.gpt.layers) / in.pp) / in.hw.memory_bandwidth;
   }
-  const double t_compute = (3 * f.total() + recomputed) / model_parallel / rate + t_memory;
+  const double t_compute =
+      (3 * f.total() + recomputed) / model_parallel / rate + t_memory + t_overhead;
 
   // Per micro-batch collectives (on the pipeline's critical path).
-  const int stage_layers = (gpt ? a.gpt.layers : moe ? a.moe.num_blocks : a.mlp.num_blocks) / in.pp;
   const double act_elem = gpt ? 2 : 4;  // bf16 activations on a GPU; dtsim's are fp32
   const double hidden = gpt ? a.gpt.hidden : moe ? a.moe.moe.d_model : a.mlp.input_dim;
   const double tokens = in.micro_batch * seq / in.cp;
@@ -237,7 +273,9 @@ Projection project(const ProjectionInput& in) {
   const double busy = m * (t_compute + t_comm_micro);
   const double bubble = p.mesh.bubble.value();
   const double t_pipe = busy / (1 - bubble);
-  p.compute = m * t_compute;
+  // Once a step: the parameter pass (gradients, optimizer) and the step's fixed cost.
+  const double t_once = slow * (in.hw.param_seconds * p.params_per_device + in.hw.step_seconds);
+  p.compute = m * t_compute + t_once;
   p.memory_bound = m * t_memory;
   p.bubble = t_pipe - busy;
 
@@ -253,7 +291,7 @@ Projection project(const ProjectionInput& in) {
           in.zero == 3 ? 2 : 1, w);
     }
   }
-  p.step = t_pipe + p.exposed_seconds("dp");
+  p.step = t_pipe + t_once + p.exposed_seconds("dp");
 
   const Flops step_flops = forward_flops(a, double(in.global_batch) * seq);
   p.model_flops = 3 * step_flops.total();

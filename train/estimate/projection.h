@@ -92,6 +92,15 @@ struct Projection {
   double exposed_seconds(const std::string& axis) const;
 };
 
+// Activation elements one forward of `samples` samples (gpt: sequences, their tokens split
+// over `cp`) writes on one tp rank: the element-wise work a calibrated file prices per
+// element (Hardware::element_seconds). mlp: each block's D + H / tp + D; moe: each layer's
+// D + E + k (2 D + F) a token; gpt: Korthikanti et al.'s saved elements a layer
+// (activations.h, no dropout) and the logits.
+double forward_elements(const Architecture& a, int samples, int tp, int cp);
+// Transformer layers (gpt), blocks (mlp) or MoE layers (moe).
+int layer_count(const Architecture& a);
+
 // The projection of `in` (validate(in) must be "").
 Projection project(const ProjectionInput& in);
 
