@@ -104,7 +104,8 @@ class EarlyRelease final : public ExchangeTap {
   void on_took(Exchange& ex, int peer, Message& m) override {
     if (!m.writable) return;  // not a shared lend (the deterministic fallback)
     if (!before_sum_) {
-      ex.release(peer, m);
+      Message released = m;  // release() may clear it; the algorithm still reads m
+      ex.release(peer, released);
       released_[peer] = true;
       return;
     }
