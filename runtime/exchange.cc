@@ -56,6 +56,15 @@ void Exchange::settle_lends(bool unwinding) {
 bool Exchange::shares_memory() const { return comm_.shares_memory_; }
 
 void Exchange::post(int peer, int step, const void* data, size_t count, int chunk, Post how) {
+  if (tap_) [[unlikely]] {
+    ExchangeTap::Post p{peer, step, data, count, chunk};
+    tap_->on_post(*this, p);
+    peer = p.peer;
+    data = p.data;
+    count = p.count;
+    chunk = p.chunk;
+  }
+  if (how == Post::kSendOrLend) how = lends(count) ? Post::kLend : Post::kSend;
   note_step(step);
   const size_t bytes = count * esize_;
   const MessageKey key{comm_.id_, site_.seq, static_cast<uint32_t>(base_ + step)};
@@ -116,6 +125,12 @@ void Exchange::count_shared(int peer, size_t moved, size_t moved_in) {
 }
 
 Message Exchange::recv(int peer, int step, size_t count) {
+  if (tap_) [[unlikely]]
+    tap_->on_recv(*this, peer, step, nullptr, &count);
+  return take(peer, step, count);
+}
+
+Message Exchange::take(int peer, int step, size_t count) {
   note_step(step);
   const MessageKey key{comm_.id_, site_.seq, static_cast<uint32_t>(base_ + step)};
   Message m = ctx_.transport->recv(comm_.ranks_[peer], key, site_);
@@ -148,21 +163,35 @@ Message Exchange::recv(int peer, int step, size_t count) {
                                            sig_.dtype,
                                            {}});
   }
+  if (tap_) [[unlikely]]
+    tap_->on_took(*this, peer, m);
   return m;
 }
 
-void Exchange::release(int peer, Message& m) { ctx_.transport->release(comm_.ranks_[peer], m); }
+void Exchange::release(int peer, Message& m) {
+  if (tap_ && !tap_->on_release(*this, peer, m)) [[unlikely]]
+    return;
+  ctx_.transport->release(comm_.ranks_[peer], m);
+}
 
 void Exchange::recv_copy(int peer, int step, void* dst, size_t count) {
-  Message m = recv(peer, step, count);
+  if (tap_) [[unlikely]]
+    tap_->on_recv(*this, peer, step, dst, &count);
+  Message m = take(peer, step, count);
   if (m.size) std::memcpy(dst, m.data, m.size);
   release(peer, m);
+  if (tap_) [[unlikely]]
+    tap_->on_done(*this, peer, step);
 }
 
 void Exchange::recv_reduce(int peer, int step, void* acc, size_t count, ReduceFn reduce) {
-  Message m = recv(peer, step, count);
+  if (tap_) [[unlikely]]
+    tap_->on_recv(*this, peer, step, acc, &count);
+  Message m = take(peer, step, count);
   reduce(acc, m.data, count);
   release(peer, m);
+  if (tap_) [[unlikely]]
+    tap_->on_done(*this, peer, step);
 }
 
 void Exchange::snapshot(const void* buf, size_t count) {

@@ -13,6 +13,39 @@
 
 namespace dtsim {
 
+class Exchange;
+
+// A decorator of one call's Exchange, for a bug planted by a test (planted.h): each hook sees
+// an operation of the algorithm before (or after) the Exchange does it and may change it, so a
+// planted bug perturbs one thing of a release algorithm instead of copying its body. The
+// release runtime installs none (one untaken branch per operation).
+//
+// Thread safety: used only by the thread of the call it is installed on.
+class ExchangeTap {
+ public:
+  struct Post {
+    int peer;
+    int step;
+    const void* data;
+    size_t count;
+    int chunk;
+  };
+  virtual ~ExchangeTap() = default;
+  // Before a send or lend; may change any field but the step.
+  virtual void on_post(Exchange&, Post&) {}
+  // Before a receive of `*count` elements (into `dst`; nullptr for recv()); may change the count.
+  virtual void on_recv(Exchange&, int /*peer*/, int /*step*/, const void* /*dst*/,
+                       size_t* /*count*/) {}
+  // When recv() has taken `m` from `peer`, before the algorithm sees it.
+  virtual void on_took(Exchange&, int /*peer*/, Message& /*m*/) {}
+  // When recv_copy() or recv_reduce() of `step` is done (message used and released).
+  virtual void on_done(Exchange&, int /*peer*/, int /*step*/) {}
+  // Before release(); false skips it.
+  virtual bool on_release(Exchange&, int /*peer*/, Message&) { return true; }
+  // Before settle(); false skips it (the Exchange's destructor still withdraws the lends).
+  virtual bool on_settle(Exchange&) { return true; }
+};
+
 class Exchange {
  public:
   Exchange(Communicator& comm, const Signature& sig);
@@ -43,7 +76,7 @@ class Exchange {
   // elements until settle(), and the receiver must only read them (recv_copy, recv_reduce).
   // The single copy that halves the memory traffic of large ring collectives.
   void send_or_lend(int peer, int step, const void* data, size_t count, int chunk = -1) {
-    post(peer, step, data, count, chunk, lends(count) ? Post::kLend : Post::kSend);
+    post(peer, step, data, count, chunk, Post::kSendOrLend);
   }
   // Whether every peer of this communicator shares memory with this rank
   // (Transport::shares_memory): then lend_shared() lets peers write this rank's buffer.
@@ -62,7 +95,11 @@ class Exchange {
   void count_shared(int peer, size_t moved, size_t moved_in);
   // Waits until every peer released what this call lent it. Algorithms that lend call it
   // before they write a lent element again and before they return.
-  void settle() { settle_lends(/*unwinding=*/false); }
+  void settle() {
+    if (tap_ && !tap_->on_settle(*this)) [[unlikely]]
+      return;
+    settle_lends(/*unwinding=*/false);
+  }
   // Receives step `step` from `peer`, which must hold exactly `count` elements. The caller
   // may modify the payload in place (unless Message::lent), then must release() it.
   Message recv(int peer, int step, size_t count);
@@ -91,13 +128,18 @@ class Exchange {
   // count the bytes of a bandwidth-optimal schedule, (N-1)/N of the data per rank and
   // phase (all_reduce: two phases), as the ring's counts do.
   void run_native(const void* in, void* data, size_t count);
+  // Installs `tap` (nullptr: none) for the rest of this call; the caller keeps it alive
+  // until it is replaced or the call ends.
+  void set_tap(ExchangeTap* tap) { tap_ = tap; }
+  // The phase (begin_phase() calls so far).
+  int phase() const { return base_ / kPhaseTagStride; }
 
  private:
   void note_step(int step);
-  enum class Post { kSend, kLend, kLendShared };
+  Message take(int peer, int step, size_t count);  // recv() without the tap's on_recv
+  enum class Post { kSend, kLend, kLendShared, kSendOrLend };
   void post(int peer, int step, const void* data, size_t count, int chunk, Post how);
   void settle_lends(bool unwinding);
-  int phase() const { return base_ / kPhaseTagStride; }
 
   Communicator& comm_;
   RankContext& ctx_;
@@ -111,8 +153,9 @@ class Exchange {
   PeerTraffic* peers_;  // this communicator's per-peer counters (RankCounters::groups)
   int64_t start_ns_ = 0;
   uint64_t bytes_sent_ = 0;
-  int uncaught_ = 0;   // std::uncaught_exceptions() at entry: did the call fail?
-  bool lent_ = false;  // lent anything not yet settled (which peers: comm_.lent_)
+  int uncaught_ = 0;            // std::uncaught_exceptions() at entry: did the call fail?
+  bool lent_ = false;           // lent anything not yet settled (which peers: comm_.lent_)
+  ExchangeTap* tap_ = nullptr;  // a planted bug's decorator, or none
 };
 
 }  // namespace dtsim

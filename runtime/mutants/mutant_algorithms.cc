@@ -1,12 +1,10 @@
-// The planted algorithm bugs: copies of all_reduce_ring, all_gather_ring (and the
-// deterministic all-reduce that ends in it) and all_reduce_shared, each with one bug, as
-// registry rows that replace the release rows in a World (planted.h). The release files
-// (runtime/algorithms/) carry none of this.
-#include <algorithm>
-#include <cstdint>
+// The planted algorithm bugs: each runs the release row of its (collective, algorithm) from
+// the registry with an ExchangeTap (exchange.h) that perturbs one thing: a chunk index, a
+// settle, a chunk's length, when the own chunk is written, when a peer's buffer is
+// released. No algorithm body is copied; the release files (runtime/algorithms/) carry
+// none of this.
 #include <cstring>
-#include <new>
-#include <stdexcept>
+#include <vector>
 
 #include "runtime/algorithms/algorithms.h"
 #include "runtime/algorithms/ring_chunks.h"
@@ -15,164 +13,158 @@
 namespace dtsim::mutants {
 namespace {
 
-// all_reduce_ring.cc, with kRingWrongChunk (`wrong_chunk`: the last all-gather step sends
-// chunk s + 1) or kMissingSettle (`skip_settle`: no settle() before returning).
-void ring(Exchange& ex, void* data, size_t count, bool wrong_chunk, bool skip_settle,
-          const Reducer& red) {
-  const int n = ex.size();
-  const int r = ex.rank();
-  const int right = mod(r + 1, n);
-  const int left = mod(r - 1, n);
-  const Chunks ch{count, static_cast<size_t>(n)};
-  for (int t = 0; t < n - 1; ++t) {
-    const int s = mod(r - t, n);
-    ex.send_or_lend(right, t, ex.at(data, ch.offset(s)), ch.size(s), s);
-    const int c = mod(r - 1 - t, n);
-    ex.recv_reduce(left, t, ex.at(data, ch.offset(c)), ch.size(c), red.reduce);
-    ex.snapshot(data, count);
-  }
-  ex.settle();
-  for (int t = 0; t < n - 1; ++t) {
-    const int step = n - 1 + t;
-    int s = mod(r + 1 - t, n);
-    if (wrong_chunk && t == n - 2 && n > 2) s = mod(s + 1, n);  // planted
-    ex.send_or_lend(right, step, ex.at(data, ch.offset(s)), ch.size(s), s);
-    const int c = mod(r - t, n);
-    ex.recv_copy(left, step, ex.at(data, ch.offset(c)), ch.size(c));
-    ex.snapshot(data, count);
-  }
-  if (!skip_settle) ex.settle();  // planted when skipped
+// Runs the release row of (op, algo) on `args` with `tap` installed.
+void run_tapped(OpKind op, Algo algo, Exchange& ex, const CollArgs& args, ExchangeTap& tap) {
+  struct Installed {
+    Exchange& ex;
+    ~Installed() { ex.set_tap(nullptr); }
+  } installed{ex};
+  ex.set_tap(&tap);
+  find_algorithm(op, algo)->run(ex, args);
 }
 
-// ring_chunks.h's Chunks with kSplitOffByOne: chunk n % parts of an uneven split gets an
-// extra element too, which overlaps the next chunk (never past the end of the buffer).
-struct OffByOneChunks {
-  size_t count;
-  size_t parts;
-  size_t size(int i) const {
-    const size_t k = static_cast<size_t>(i);
-    if (count % parts && k == count % parts && k + 1 < parts && count >= parts)
-      return count / parts + 1;
-    return split_size(count, parts, k);
+// kRingWrongChunk: the ring all-reduce's last all-gather step (step 2N - 3, N > 2) sends
+// chunk s + 1 in place of chunk s.
+class WrongChunk final : public ExchangeTap {
+ public:
+  explicit WrongChunk(const CollArgs& a) : base_(a.data), count_(a.count) {}
+  void on_post(Exchange& ex, Post& p) override {
+    const int n = ex.size();
+    if (n <= 2 || p.step != 2 * n - 3) return;
+    const Chunks ch{count_, static_cast<size_t>(n)};
+    p.chunk = mod(p.chunk + 1, n);
+    p.data = ex.at(base_, ch.offset(p.chunk));
+    p.count = ch.size(p.chunk);
   }
-  size_t offset(int i) const { return split_offset(count, parts, static_cast<size_t>(i)); }
+
+ private:
+  void* base_;
+  size_t count_;
 };
 
-// all_gather_ring.cc with kSplitOffByOne (`off_by_one`) or kLendOverwrite (`late`: the own
-// chunk is put in place only after it was lent, when it is lent).
-void gather(Exchange& ex, const void* in, void* out, size_t total, bool off_by_one, bool late_own) {
-  const int n = ex.size();
-  const int r = ex.rank();
-  const Chunks even{total, static_cast<size_t>(n)};
-  const OffByOneChunks odd{total, static_cast<size_t>(n)};
-  auto size = [&](int i) { return off_by_one ? odd.size(i) : even.size(i); };
-  std::byte* mine = ex.at(out, even.offset(r));
-  const size_t own = split_size(total, n, r);
-  const bool late = late_own && ex.lends(own);
-  if (mine != in && own && !late) std::memmove(mine, in, own * ex.esize());
-  const int right = mod(r + 1, n);
-  const int left = mod(r - 1, n);
-  for (int t = 0; t < n - 1; ++t) {
-    const int s = mod(r - t, n);
-    ex.send_or_lend(right, t, ex.at(out, even.offset(s)), size(s), s);
-    const int c = mod(r - 1 - t, n);
-    ex.recv_copy(left, t, ex.at(out, even.offset(c)), size(c));
-    if (late && t == 0 && mine != in) std::memmove(mine, in, own * ex.esize());  // planted
-    ex.snapshot(out, total);
-  }
-  ex.settle();
-}
+// kMissingSettle: the ring all-reduce returns without its final (second) settle().
+class MissingSettle final : public ExchangeTap {
+ public:
+  bool on_settle(Exchange&) override { return ++settles_ < 2; }
 
-// all_reduce_deterministic.cc, ending in the planted gather.
-void deterministic(Exchange& ex, void* data, size_t count, const Reducer& red, bool off_by_one,
-                   bool late_own) {
-  const Chunks ch{count, static_cast<size_t>(ex.size())};
-  const int r = ex.rank();
-  reduce_scatter_ordered(ex, data, count, ex.at(data, ch.offset(r)), red);
-  ex.begin_phase();
-  gather(ex, ex.at(data, ch.offset(r)), data, count, off_by_one, late_own);
-}
+ private:
+  int settles_ = 0;
+};
 
-// all_reduce_shared.cc with kSharedEarlyRelease (`early`: each peer's buffer released as
-// soon as its pointer is taken) or kSharedReleaseBeforeSum (`before_sum`).
-void shared(Exchange& ex, void* data, size_t count, const Reducer& red, bool early,
-            bool before_sum) {
-  const int n = ex.size();
-  if (n == 1) return;
-  if (!ex.lends(count) || !ex.shares_memory()) {
-    all_reduce_deterministic(ex, data, count, red);
-    return;
+// kSplitOffByOne: in the ring all-gather (phase `phase` of the call), chunk k = count % N of
+// an uneven split is sent and received with one element too many, which overlaps chunk
+// k + 1 (never past the end of the buffer); offsets stay right.
+class SplitOffByOne final : public ExchangeTap {
+ public:
+  SplitOffByOne(const void* out, size_t total, int phase)
+      : out_(out), total_(total), phase_(phase) {}
+  void on_post(Exchange& ex, Post& p) override {
+    if (affected(ex) == p.chunk && p.chunk >= 0) p.count += 1;
   }
-  const int r = ex.rank();
-  for (int p = 0; p < n; ++p) {
-    if (p != r) ex.lend_shared(p, 0, data, count, p);
+  void on_recv(Exchange& ex, int, int, const void* dst, size_t* count) override {
+    const int k = affected(ex);
+    if (k >= 0 && dst == ex.at(out_, split_offset(total_, ex.size(), k))) *count += 1;
   }
-  const size_t un = static_cast<size_t>(n);
-  const size_t msgs_bytes = (un * sizeof(Message) + 63) / 64 * 64;
-  const size_t ptrs_bytes = (un * sizeof(void*) + 63) / 64 * 64;
-  std::byte* s = ex.scratch(msgs_bytes + ptrs_bytes + un + 64);
-  s = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(s) + 63) / 64 * 64);
-  auto* msgs = reinterpret_cast<Message*>(s);
-  auto* bufs = reinterpret_cast<void**>(s + msgs_bytes);
-  auto* taken = reinterpret_cast<bool*>(s + msgs_bytes + ptrs_bytes);
-  std::fill(taken, taken + n, false);
-  auto release_all = [&] {
-    for (int p = 0; p < n; ++p) {
-      if (taken[p]) ex.release(p, msgs[p]);
-      taken[p] = false;
-    }
-  };
-  try {
-    for (int p = 0; p < n; ++p) {
-      if (p == r) {
-        bufs[p] = data;
-        continue;
-      }
-      new (&msgs[p]) Message(ex.recv(p, 0, count));
-      if (!msgs[p].writable)
-        throw std::logic_error("all_reduce shared: a peer's lend came read-only");
-      bufs[p] = msgs[p].data;
-      taken[p] = !early;
-      if (early) ex.release(p, msgs[p]);  // planted
-    }
-    if (before_sum) release_all();  // planted
-    const Chunks ch{count, un};
-    red.reduce_all(bufs, n, ch.offset(r), ch.size(r));
-    for (int p = 0; p < n; ++p) {
-      if (p != r) ex.count_shared(p, 2 * ch.size(r), 2 * ch.size(p));
-    }
-  } catch (...) {
-    release_all();
-    throw;
+
+ private:
+  // The chunk that gets an extra element in this phase, or -1.
+  int affected(const Exchange& ex) const {
+    const size_t parts = static_cast<size_t>(ex.size());
+    const size_t k = total_ % parts;
+    if (ex.phase() != phase_ || k == 0 || k + 1 >= parts || total_ < parts) return -1;
+    return static_cast<int>(k);
   }
-  release_all();
-  ex.settle();
-  ex.snapshot(data, count);
-}
+  const void* out_;
+  size_t total_;
+  int phase_;
+};
+
+// kLendOverwrite: the ring all-gather puts its own chunk in place only after its first
+// receive, although it lent that chunk in step 0 (when the chunk is large enough to lend).
+// The release algorithm gets the chunk's place as its input, so it copies nothing itself.
+class LateOwnChunk final : public ExchangeTap {
+ public:
+  LateOwnChunk(void* mine, const void* in, size_t bytes) : mine_(mine), in_(in), bytes_(bytes) {}
+  void on_done(Exchange&, int, int step) override {
+    if (step == 0) std::memmove(mine_, in_, bytes_);
+  }
+
+ private:
+  void* mine_;
+  const void* in_;
+  size_t bytes_;
+};
+
+// kSharedEarlyRelease (`before_sum` false): the shared all-reduce releases each peer's
+// buffer as soon as it holds the pointer. kSharedReleaseBeforeSum: it releases every
+// peer's buffer once it holds them all, then sums. Later releases of those are skipped.
+class EarlyRelease final : public ExchangeTap {
+ public:
+  EarlyRelease(int n, bool before_sum) : held_(n), released_(n, false), before_sum_(before_sum) {}
+  void on_took(Exchange& ex, int peer, Message& m) override {
+    if (!m.writable) return;  // not a shared lend (the deterministic fallback)
+    if (!before_sum_) {
+      Message released = m;  // release() may clear it; the algorithm still reads m
+      ex.release(peer, released);
+      released_[peer] = true;
+      return;
+    }
+    held_[peer] = m;
+    if (++taken_ < ex.size() - 1) return;
+    for (int p = 0; p < ex.size(); ++p) {
+      if (p == ex.rank()) continue;
+      ex.release(p, held_[p]);
+      released_[p] = true;
+    }
+  }
+  bool on_release(Exchange&, int peer, Message& m) override {
+    return !(m.writable && released_[peer]);
+  }
+
+ private:
+  std::vector<Message> held_;
+  std::vector<bool> released_;
+  bool before_sum_;
+  int taken_ = 0;
+};
 
 void ring_wrong_chunk(Exchange& ex, const CollArgs& a) {
-  ring(ex, a.data, a.count, true, false, *a.red);
+  WrongChunk tap(a);
+  run_tapped(OpKind::kAllReduce, Algo::kRing, ex, a, tap);
 }
 void ring_missing_settle(Exchange& ex, const CollArgs& a) {
-  ring(ex, a.data, a.count, false, true, *a.red);
+  MissingSettle tap;
+  run_tapped(OpKind::kAllReduce, Algo::kRing, ex, a, tap);
 }
 void gather_off_by_one(Exchange& ex, const CollArgs& a) {
-  gather(ex, a.in, a.data, a.count, true, false);
+  SplitOffByOne tap(a.data, a.count, 0);
+  run_tapped(OpKind::kAllGather, Algo::kRing, ex, a, tap);
+}
+// The deterministic all-reduce ends in the ring all-gather (its phase 1).
+void det_off_by_one(Exchange& ex, const CollArgs& a) {
+  SplitOffByOne tap(a.data, a.count, 1);
+  run_tapped(OpKind::kAllReduce, Algo::kDeterministic, ex, a, tap);
 }
 void gather_late_own(Exchange& ex, const CollArgs& a) {
-  gather(ex, a.in, a.data, a.count, false, true);
-}
-void det_off_by_one(Exchange& ex, const CollArgs& a) {
-  deterministic(ex, a.data, a.count, *a.red, true, false);
-}
-void det_late_own(Exchange& ex, const CollArgs& a) {
-  deterministic(ex, a.data, a.count, *a.red, false, true);
+  const int r = ex.rank();
+  const size_t own = split_size(a.count, ex.size(), r);
+  std::byte* mine = ex.at(a.data, split_offset(a.count, ex.size(), r));
+  if (mine == a.in || own == 0 || !ex.lends(own)) {
+    find_algorithm(OpKind::kAllGather, Algo::kRing)->run(ex, a);
+    return;
+  }
+  LateOwnChunk tap(mine, a.in, own * ex.esize());
+  CollArgs own_in_place = a;
+  own_in_place.in = mine;
+  run_tapped(OpKind::kAllGather, Algo::kRing, ex, own_in_place, tap);
 }
 void shared_early(Exchange& ex, const CollArgs& a) {
-  shared(ex, a.data, a.count, *a.red, true, false);
+  EarlyRelease tap(ex.size(), false);
+  run_tapped(OpKind::kAllReduce, Algo::kShared, ex, a, tap);
 }
 void shared_before_sum(Exchange& ex, const CollArgs& a) {
-  shared(ex, a.data, a.count, *a.red, false, true);
+  EarlyRelease tap(ex.size(), true);
+  run_tapped(OpKind::kAllReduce, Algo::kShared, ex, a, tap);
 }
 
 // The release rows' collective, algorithm and flags, with a planted function.
@@ -189,7 +181,9 @@ constexpr AlgoRow ag_ring(AlgoFn f) {
   return {OpKind::kAllGather, Algo::kRing, f, true, kWorldBasic, "planted"};
 }
 
-constexpr AlgoRow kLendOverwrite[] = {ag_ring(gather_late_own), ar_det(det_late_own)};
+// lend-overwrite plants nothing in the deterministic all-reduce: its all-gather's own
+// chunk is already in place (input == output), so the old copy ran the release schedule.
+constexpr AlgoRow kLendOverwrite[] = {ag_ring(gather_late_own)};
 constexpr AlgoRow kMissingSettle[] = {ar_ring(ring_missing_settle)};
 constexpr AlgoRow kRingWrongChunk[] = {ar_ring(ring_wrong_chunk)};
 constexpr AlgoRow kSplitOffByOne[] = {ag_ring(gather_off_by_one), ar_det(det_off_by_one)};

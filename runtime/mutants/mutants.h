@@ -1,7 +1,8 @@
 // Mutants: bugs planted on purpose (planted.h), so that the stress tester's power to find a
-// race is measured instead of assumed. Each is a copy of one algorithm or transport step
-// with one bug in it, put in place of the release code for one World through the seams of
-// planted.h. Library dtsim_mutants, linked into test and stress binaries only (the test
+// race is measured instead of assumed. Each decorates release code and perturbs one thing:
+// an algorithm's row runs the release row with an ExchangeTap (exchange.h), a transport bug
+// overrides one seam of the thread transport. Put in place for one World through planted.h.
+// Library dtsim_mutants, linked into test and stress binaries only (the test
 // release_has_no_mutants checks that dtsim holds none of it).
 //
 // Thread safety: everything here is immutable.
