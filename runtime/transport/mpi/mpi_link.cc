@@ -17,6 +17,8 @@ namespace {
 // After a failure the live processes see the abort within milliseconds; one that has not
 // reported after this long is gone.
 constexpr std::chrono::milliseconds kFailedRunGrace{3000};
+// Waits this long or longer (milliseconds::max() is "never") are endless: no overflow.
+constexpr std::chrono::milliseconds kEndless = std::chrono::hours(24 * 365 * 100);
 }  // namespace
 
 WireBuf allocate_wire(size_t payload_bytes) {
@@ -74,7 +76,7 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
   progress_bell_->ring_always();
   // A live process still in the run fails at its deadline at the latest, then reports.
   const auto wait = failed ? std::min<std::chrono::milliseconds>(timeout_, kFailedRunGrace)
-                           : timeout_ + kFailedRunGrace;
+                           : std::min(timeout_, kEndless) + kFailedRunGrace;
   return wait_for_all(done_epoch_.get(), e, wait, lost_rank, "no end-of-run message");
 }
 
@@ -82,7 +84,8 @@ std::string MpiLink::wait_for_all(const std::atomic<uint64_t>* seen, uint64_t e,
                                   std::chrono::milliseconds wait, int* lost_rank,
                                   const char* what) {
   MpiProcess& process = MpiProcess::instance();
-  const int64_t wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+  const int64_t wait_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(wait, kEndless)).count();
   const int64_t deadline = MpiProcess::steady_ns() + wait_ns;
   if (process.terminating()) return "";  // the job is ending: nobody reports
   // This thread's polling is no progress of its program's: its beats pause meanwhile.
