@@ -206,7 +206,16 @@ void World::run(const std::function<void(Communicator&)>& fn) {
   // deadlocks, so that the outcome of a schedule does not depend on time (watchdog.h).
   watchdog_->set_active(sched == nullptr);
   if (sched) sched->begin_run(state_.get(), state_->options().timeout);
-  for (auto& d : domains_) d->begin_run();
+  for (auto& d : domains_) {
+    int lost_rank = -1;
+    const std::string gone = d->begin_run(&lost_rank);
+    if (gone.empty()) continue;
+    // A process never reached the run: no rank starts it.
+    watchdog_->set_active(false);
+    for (auto& e : domains_) e->end_run();
+    state_->reset();
+    throw RankFailure(lost_rank, std::make_exception_ptr(TimeoutError(gone)), gone);
+  }
   job_ = &fn;
   pending_.store(model_.threads, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_release);

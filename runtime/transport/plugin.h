@@ -41,8 +41,12 @@ class TransportDomain {
     (void)rank;
     return nullptr;
   }
-  // Before the rank threads start a run.
-  virtual void begin_run() {}
+  // Before the rank threads start a run: "" or a one-line error naming a process that was
+  // lost before the run began (its first rank in *lost_rank); then the run does not start.
+  virtual std::string begin_run(int* lost_rank) {
+    (void)lost_rank;
+    return "";
+  }
   // After every local rank left the run (failed: the run failed here): "" or a one-line
   // error naming a process that was lost, with its first rank in *lost_rank.
   virtual std::string finish_run(bool failed, int* lost_rank) {

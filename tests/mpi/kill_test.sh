@@ -18,15 +18,19 @@ trap 'rm -rf "$out" "$dir"' EXIT
 cd "$dir" || exit 1
 job=(stress --iterations 1000000 --timeout-ms 5000)
 [ "$mode" = stress ] || job=(train --steps 100000 --report out.json --trace trace.json)
-"$mpiexec" "$@" -np 4 "$dtsim" "${job[@]}" >"$out" 2>&1 &
+# Line-buffered, so that the lead's first line shows when it is printed.
+"$mpiexec" "$@" -np 4 stdbuf -oL "$dtsim" "${job[@]}" >"$out" 2>&1 &
 launcher=$!
-# Wait until all four processes run, then kill the third.
-for _ in $(seq 100); do
+# Wait until all four processes run and have passed the job's start (MPI_Init and the
+# agreement, up to 30 s under load; the lead prints its first line after it), so that the
+# signal lands in the work; then a second more, and signal the third.
+for _ in $(seq 600); do
   mapfile -t pids < <(pgrep -P "$launcher" -f "${job[*]:0:2}")
-  [ "${#pids[@]}" -eq 4 ] && break
+  [ "${#pids[@]}" -eq 4 ] && grep -q "^dtsim $mode:" "$out" && break
   sleep 0.1
 done
 [ "${#pids[@]}" -eq 4 ] || { echo "FAIL: 4 processes did not start"; cat "$out"; exit 1; }
+grep -q "^dtsim $mode:" "$out" || { echo "FAIL: the job did not start within 60 s"; cat "$out"; exit 1; }
 sleep 1
 victim=${pids[2]}
 rank=$(tr '\0' '\n' </proc/"$victim"/environ | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
@@ -45,8 +49,10 @@ else
   # rank; the end-of-run check that follows names the stopped one, on the same line. When
   # the stop lands between an iteration's last collective and the stopped process's
   # end-of-run message, the others are in no collective and that check's line alone names
-  # it ("rank R: lost process R (rank R): no end-of-run message within 8.0 s").
-  grep -qE "lost process $rank \(rank $rank\): no end-of-run message" "$out" ||
+  # it ("rank R: lost process R (rank R): no end-of-run message ... within 8.0 s"); when it
+  # lands before a run begins, the others' start-of-run wait names it ("... did not begin
+  # the run ...").
+  grep -qE "lost process $rank \(rank $rank\): (no end-of-run message|did not begin the run)" "$out" ||
     { echo "FAIL: no line names the lost rank"; exit 1; }
 fi
 for p in "${pids[@]}"; do

@@ -17,14 +17,8 @@ namespace {
 // After a failure the live processes see the abort within milliseconds; one that has not
 // reported after this long is gone.
 constexpr std::chrono::milliseconds kFailedRunGrace{3000};
-// While its ranks are in a run, a process says so this often (kAlive).
-constexpr std::chrono::milliseconds kAliveEvery{500};
-
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// Waits this long or longer (milliseconds::max() is "never") are endless: no overflow.
+constexpr std::chrono::milliseconds kEndless = std::chrono::hours(24 * 365 * 100);
 }  // namespace
 
 WireBuf allocate_wire(size_t payload_bytes) {
@@ -42,11 +36,11 @@ MpiLink::MpiLink(RunState* state, const ProcessModel& model, std::chrono::millis
       queues_(new RankQueues[model.threads]),
       progress_bell_(&MpiProcess::instance().bell()),
       done_epoch_(new std::atomic<uint64_t>[model.processes]),
-      alive_ns_(new std::atomic<int64_t>[model.processes]),
+      begin_epoch_(new std::atomic<uint64_t>[model.processes]),
       overflow_(model.threads) {
   for (int p = 0; p < model.processes; ++p) {
     done_epoch_[p].store(0);
-    alive_ns_[p].store(0);
+    begin_epoch_[p].store(0);
   }
   epoch_.store(world_number_ << 32, std::memory_order_release);
   MpiProcess::instance().attach(this);
@@ -68,9 +62,12 @@ MpiLink::~MpiLink() {
   }
 }
 
-void MpiLink::begin_run() {
+std::string MpiLink::begin_run(int* lost_rank) {
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   progress_bell_->ring_always();
+  if (model_.processes == 1) return "";
+  return wait_for_all(begin_epoch_.get(), epoch(), timeout_, lost_rank,
+                      "did not begin the run (no start-of-run message)");
 }
 
 std::string MpiLink::finish_run(bool failed, int* lost_rank) {
@@ -79,29 +76,40 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
   progress_bell_->ring_always();
   // A live process still in the run fails at its deadline at the latest, then reports.
   const auto wait = failed ? std::min<std::chrono::milliseconds>(timeout_, kFailedRunGrace)
-                           : timeout_ + kFailedRunGrace;
-  const int64_t wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
-  const int64_t deadline = steady_ns() + wait_ns;
-  if (MpiProcess::instance().terminating()) return "";  // the job is ending: nobody reports
+                           : std::min(timeout_, kEndless) + kFailedRunGrace;
+  return wait_for_all(done_epoch_.get(), e, wait, lost_rank, "no end-of-run message");
+}
+
+std::string MpiLink::wait_for_all(const std::atomic<uint64_t>* seen, uint64_t e,
+                                  std::chrono::milliseconds wait, int* lost_rank,
+                                  const char* what) {
+  MpiProcess& process = MpiProcess::instance();
+  const int64_t wait_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(wait, kEndless)).count();
+  const int64_t deadline = MpiProcess::steady_ns() + wait_ns;
+  if (process.terminating()) return "";  // the job is ending: nobody reports
+  // This thread's polling is no progress of its program's: its beats pause meanwhile.
+  const MpiProcess::OwnerWaiting waiting(process);
   auto nap = std::chrono::microseconds(2);
   for (;;) {
     // Our own kDone must be out too: the next run's epoch would make it unsendable.
-    bool all = done_sent_epoch_.load(std::memory_order_acquire) == e;
-    int64_t until = deadline;  // a missing peer that reported progress lately gets longer
+    bool all = seen != done_epoch_.get() || done_sent_epoch_.load(std::memory_order_acquire) == e;
+    int64_t until = deadline;  // a missing peer that made progress lately gets longer
     for (int p = 0; p < model_.processes; ++p) {
-      if (p == model_.process || done_epoch_[p].load(std::memory_order_acquire) == e) continue;
+      if (p == model_.process || seen[p].load(std::memory_order_acquire) == e) continue;
       all = false;
-      const int64_t alive = alive_ns_[p].load(std::memory_order_acquire);
+      const int64_t alive = process.alive_ns(p);
       if (alive != 0) until = std::max(until, alive + wait_ns);
     }
     if (all) return "";
-    if (steady_ns() >= until) break;
+    if (process.terminating()) return "";
+    if (MpiProcess::steady_ns() >= until) break;
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(500));
   }
   std::string missing;
   for (int p = 0; p < model_.processes; ++p) {
-    if (p == model_.process || done_epoch_[p].load() == e) continue;
+    if (p == model_.process || seen[p].load() == e) continue;
     if (!missing.empty()) missing += ", ";
     const int first = p * model_.threads;
     if (missing.empty()) *lost_rank = first;
@@ -111,11 +119,20 @@ std::string MpiLink::finish_run(bool failed, int* lost_rank) {
                                           std::to_string(first + model_.threads - 1)) +
                ")";
   }
-  MpiProcess::instance().mark_peer_lost();
+  process.mark_peer_lost();
   char waited[32];
   std::snprintf(waited, sizeof waited, "%.1f s", wait.count() / 1000.0);
-  return "lost " + missing + ": no end-of-run message, and no sign of life, within " + waited +
-         "; that process was killed, crashed or is stuck";
+  return "lost " + missing + ": " + what + ", and no sign of progress, within " + waited +
+         "; that process was killed, crashed, stopped or is stuck";
+}
+
+uint64_t MpiLink::local_progress() const {
+  uint64_t progress = 0;
+  for (int r = model_.first_rank(); r < model_.first_rank() + model_.threads; ++r) {
+    const FlightRecorder& rec = state_->recorder(r);
+    progress += rec.calls() + (rec.phase() == RankPhase::kRunning ? 0 : 1);
+  }
+  return progress;
 }
 
 void MpiLink::post_send(MPI_Comm comm, WireBuf b, int owner) {
@@ -188,8 +205,8 @@ void MpiLink::dispatch(WireBuf b) {
       done_epoch_[model_.process_of(h.src)].store(h.epoch, std::memory_order_release);
       recv_pool->put(b);
       break;
-    case WireKind::kAlive:
-      alive_ns_[model_.process_of(h.src)].store(steady_ns(), std::memory_order_release);
+    case WireKind::kBegin:
+      begin_epoch_[model_.process_of(h.src)].store(h.epoch, std::memory_order_release);
       recv_pool->put(b);
       break;
     default:  // a kind this build does not know: from another program
@@ -311,7 +328,10 @@ bool MpiLink::progress(MPI_Comm comm) {
   const uint64_t now = epoch();
   if (now != seen_epoch_) {  // a new run: messages that arrived early are due now
     seen_epoch_ = now;
-    for (int p = 0; p < model_.processes; ++p) alive_ns_[p].store(0, std::memory_order_relaxed);
+    // Run 0 is a World's state before its first run: nothing to begin.
+    if ((now & 0xffffffffu) != 0 && model_.processes > 1) {
+      send_control(comm, WireKind::kBegin, model_.first_rank(), "");
+    }
     std::vector<WireBuf> early;
     early.swap(*future);
     for (WireBuf b : early) dispatch(b);
@@ -371,17 +391,6 @@ bool MpiLink::progress(MPI_Comm comm) {
       send_control(comm, WireKind::kAbort, failed, reason.substr(prefix.size()));
     }
     busy = true;
-  }
-  // Liveness: while this process's ranks are in the run, it says so every kAliveEvery. Every
-  // wait of a rank has a deadline, so a process that is alive and in the run will report its
-  // end; one that is killed, crashed or stopped (SIGSTOP) falls silent.
-  if (finish != now && model_.processes > 1) {
-    const auto t = std::chrono::steady_clock::now();
-    if (t - alive_sent_ >= kAliveEvery) {
-      alive_sent_ = t;
-      send_control(comm, WireKind::kAlive, model_.first_rank(), "");
-      busy = true;
-    }
   }
   if (finish == now && done_sent_epoch_.load(std::memory_order_relaxed) != now) {
     send_control(comm, WireKind::kDone, model_.first_rank(), "");

@@ -11,9 +11,13 @@
 // `returned`.
 //
 // Runs: every message carries the epoch (world number, run number); a message of an
-// earlier run is dropped, one of a later run waits until this process gets there. At the
-// end of a run every process tells every other (kDone) and waits for them, with the
-// World's deadline: a process that never reports (killed, stuck) is named in the error.
+// earlier run is dropped, one of a later run waits until this process gets there. A run
+// begins on every process together: each tells every other (kBegin) and waits for them, so
+// no rank waits on a process that is still getting ready (building its World, its data).
+// At the end of a run every process tells every other (kDone) and waits for them. Both
+// waits have the World's deadline, counted from the missing process's latest sign of
+// progress (MpiProcess's beats): a process that never reports and makes no progress
+// (killed, stopped, blocked) is named in the error.
 // A rank that fails makes the progress thread send kAbort with its error to every process,
 // whose ranks then throw AbortedError and whose World::run names the failed rank.
 //
@@ -71,13 +75,15 @@ class MpiLink {
   // Rank threads ring it after pushing a send, so an idle progress thread wakes at once.
   Doorbell& progress_bell() { return *progress_bell_; }
 
-  // World's owner, before the rank threads start a run.
-  void begin_run();
+  // World's owner, before the rank threads start a run: tells every other process and
+  // waits for all of them, up to the deadline after a missing one's latest beat. Returns ""
+  // or a one-line error naming the processes that did not begin (*lost_rank as below).
+  std::string begin_run(int* lost_rank);
   // World's owner, after every local rank left the run: tells every other process and
   // waits for all of them: up to the deadline plus a few seconds (a peer blocked on a
   // missing message fails at its deadline, then reports), or a few seconds when this run
-  // already failed (the others then only have to see the abort). A peer that reported it
-  // is alive and in the run (kAlive) is waited for until that long after its latest report,
+  // already failed (the others then only have to see the abort). A peer that made progress
+  // (a beat, MpiProcess::alive_ns) is waited for until that long after its latest beat,
   // so a slow (oversubscribed) process is not taken for a lost one. Returns "" or a one-line error
   // naming the processes (and their ranks) that did not report; *lost_rank: the first
   // rank of the first of them.
@@ -96,6 +102,9 @@ class MpiLink {
   bool progress(MPI_Comm comm);
   // Delivers a received message (or keeps it for a later run). Takes ownership of `b`.
   void dispatch(WireBuf b);
+  // What this process's ranks did in the run so far (calls begun, ranks that left it): the
+  // beats count a change as progress.
+  uint64_t local_progress() const;
   // True when every send of this World has completed.
   bool drained() const { return sends_.empty(); }
   // Buffers of runs not yet begun, shared across Worlds: owned by MpiProcess.
@@ -105,6 +114,10 @@ class MpiLink {
  private:
   void post_send(MPI_Comm comm, WireBuf b, int owner);
   void send_control(MPI_Comm comm, WireKind kind, int src, const std::string& text);
+  // Waits until every other process's kBegin/kDone (`seen`) reached epoch `e`, or the
+  // deadline `wait` after the later of now and its latest beat; "" or the missing ones.
+  std::string wait_for_all(const std::atomic<uint64_t>* seen, uint64_t e,
+                           std::chrono::milliseconds wait, int* lost_rank, const char* what);
   bool progress_native(MPI_Comm comm);
 
   RunState* state_;
@@ -120,9 +133,8 @@ class MpiLink {
   std::unique_ptr<std::atomic<uint64_t>[]> done_epoch_;
   // Progress thread -> World owner: the epoch whose kDone this process has sent.
   std::atomic<uint64_t> done_sent_epoch_{0};
-  // Progress thread -> World owner: when each process last reported it is alive (steady clock
-  // nanoseconds; kAlive of the current run).
-  std::unique_ptr<std::atomic<int64_t>[]> alive_ns_;
+  // Progress thread -> World owner: kBegin received, per process.
+  std::unique_ptr<std::atomic<uint64_t>[]> begin_epoch_;
 
   // progress thread only
   struct PendingSend {
@@ -135,7 +147,6 @@ class MpiLink {
   std::vector<std::vector<WireBuf>> overflow_;  // per local rank, when its `in` is full
   uint64_t seen_epoch_ = 0;
   uint64_t abort_sent_epoch_ = 0;
-  std::chrono::steady_clock::time_point alive_sent_{};
   WirePool control_pool_;
   std::atomic<const NativeCall*> native_call_{nullptr};
   std::atomic<int> native_state_{kIdle};

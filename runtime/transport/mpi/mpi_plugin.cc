@@ -25,7 +25,7 @@ class MpiDomain final : public TransportDomain {
     if (link_.model().threads != 1) return nullptr;
     return std::make_unique<MpiCollectives>(&link_, rank);
   }
-  void begin_run() override { link_.begin_run(); }
+  std::string begin_run(int* lost_rank) override { return link_.begin_run(lost_rank); }
   std::string finish_run(bool failed, int* lost_rank) override {
     return link_.finish_run(failed, lost_rank);
   }

@@ -1,5 +1,6 @@
 #include "runtime/transport/mpi/mpi_process.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -24,6 +25,8 @@ namespace {
 constexpr int kSpinRounds = 200;
 constexpr auto kYieldFor = std::chrono::microseconds(200);
 constexpr auto kIdleNap = std::chrono::microseconds(50);
+// How often the progress thread looks whether this process made progress, and beats if so.
+constexpr auto kBeatEvery = std::chrono::milliseconds(500);
 // How much longer than the start's deadline instance() waits for MPI_Init to return.
 constexpr auto kStartGrace = std::chrono::seconds(2);
 
@@ -59,6 +62,7 @@ MpiProcess::MpiProcess()
       start_alone_(g_start_alone),
       start_config_(g_start_config) {
   Doorbell::enable_asymmetric_fences();
+  set_owner();
   sem_init(&g_signal_sem, 0, 0);
   signal_thread_ = std::thread([this] { watch_signals(); });
   struct sigaction sa = {};
@@ -105,7 +109,54 @@ MpiProcess::~MpiProcess() {
   }
 }
 
+void MpiProcess::set_owner() {
+  clockid_t clock;
+  if (pthread_getcpuclockid(pthread_self(), &clock) != 0) return;
+  owner_clock_.store(clock, std::memory_order_relaxed);
+  owner_known_.store(true, std::memory_order_release);
+}
+
+bool MpiProcess::beat(MpiLink* link) {
+  if (size_ < 2) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - beat_checked_ < kBeatEvery) return false;
+  beat_checked_ = now;
+  bool progressed = false;
+  if (owner_known_.load(std::memory_order_acquire) &&
+      owner_waiting_.load(std::memory_order_acquire) == 0) {
+    timespec ts;
+    // Fails once the thread has exited: no progress of it then.
+    if (clock_gettime(owner_clock_.load(std::memory_order_relaxed), &ts) == 0) {
+      const int64_t cpu = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+      progressed |= cpu != owner_cpu_;
+      owner_cpu_ = cpu;
+    }
+  }
+  if (link != nullptr) {
+    const uint64_t p = link->local_progress();
+    progressed |= p != link_progress_;
+    link_progress_ = p;
+  }
+  if (!progressed) return false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (beat_requests_[p] != MPI_REQUEST_NULL) {  // the last beat to p is still in flight
+      int done = 0;
+      MPI_Test(&beat_requests_[p], &done, MPI_STATUS_IGNORE);
+      if (!done) continue;
+    }
+    WireHeader& h = *reinterpret_cast<WireHeader*>(beat_buffers_.data() + p * kHeaderBytes);
+    h = WireHeader{};
+    h.kind = WireKind::kAlive;
+    h.src = -1;
+    h.dst = p;
+    MPI_Isend(&h, static_cast<int>(kHeaderBytes), MPI_BYTE, p, 0, comm_, &beat_requests_[p]);
+  }
+  return true;
+}
+
 void MpiProcess::attach(MpiLink* link) {
+  set_owner();  // the thread that builds a World runs it
   link->future = &future_;
   link->recv_pool = &recv_pool_;
   link_.store(link, std::memory_order_release);
@@ -119,6 +170,7 @@ bool MpiProcess::detach(MpiLink* link, std::chrono::milliseconds timeout) {
   bell_.ring_always();
   const auto deadline = deadline_after(std::chrono::steady_clock::now(), timeout);  // saturating
   bool drained = true;
+  const OwnerWaiting waiting(*this);
   // Bounded: after the deadline the progress thread lets go of the link within one round of
   // its loop, whose MPI calls never block.
   while (!detached_.load(std::memory_order_acquire) && !stop_.load()) {
@@ -267,6 +319,10 @@ void MpiProcess::main() {
     provided_ = provided;
     rank_ = rank;
     size_ = size;
+    alive_ns_.reset(new std::atomic<int64_t>[size]);
+    for (int p = 0; p < size; ++p) alive_ns_[p].store(0);
+    beat_buffers_.assign(static_cast<size_t>(size) * kHeaderBytes, std::byte{0});
+    beat_requests_.assign(size, MPI_REQUEST_NULL);
     start_ = std::move(start);
     ending_.store(start_.first_failed() >= 0, std::memory_order_release);
     start_done_.store(true, std::memory_order_release);
@@ -279,6 +335,7 @@ void MpiProcess::main() {
     MpiLink* link = link_.load(std::memory_order_acquire);
     bool busy = false;
     if (link != nullptr) busy |= link->progress(comm_);
+    busy |= beat(link);
     // Receive everything that has arrived: one matched probe and receive per message.
     for (;;) {
       int flag = 0;
@@ -291,7 +348,11 @@ void MpiProcess::main() {
       MPI_Get_count(&status, MPI_BYTE, &bytes);
       WireBuf b = recv_pool_.take(static_cast<size_t>(bytes) - kHeaderBytes);
       MPI_Mrecv(b.data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-      if (link != nullptr) {
+      if (b.header().kind == WireKind::kAlive && status.MPI_SOURCE >= 0 &&
+          status.MPI_SOURCE < size_) {  // a beat, of whatever run: the sender made progress
+        alive_ns_[status.MPI_SOURCE].store(steady_ns(), std::memory_order_release);
+        recv_pool_.put(b);
+      } else if (link != nullptr) {
         link->dispatch(b);
       } else {
         future_.push_back(b);
@@ -318,6 +379,16 @@ void MpiProcess::main() {
   }
   for (WireBuf b : future_) free_wire(b);
   future_.clear();
+  // A beat to a live process completes at once; one to a lost process never does.
+  const auto beats_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (MPI_Request& r : beat_requests_) {
+    int done = r == MPI_REQUEST_NULL;
+    while (!done && MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+           std::chrono::steady_clock::now() < beats_deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (!done) peer_lost_.store(true);  // finalizing could hang
+  }
   if (!peer_lost_.load()) {
     MPI_Comm_free(&comm_);
     MPI_Finalize();

@@ -13,6 +13,15 @@
 // kStartDeadline of the first instance() call; MPI_Init waits for every process too, so when
 // it has not returned by then instance() returns with job_start().agreed false.
 //
+// Beats: every kBeatEvery, whether or not a World is attached, the progress thread sends a
+// header-only kAlive to every other process if this one made progress since the last beat:
+// its program's thread (the one that built the latest World, or started MPI) used CPU time,
+// or its ranks began calls or left a run (MpiLink::local_progress). The progress thread's
+// own work never counts, nor the program thread's polling in a runtime wait (OwnerWaiting),
+// so a process that is stopped (SIGSTOP), blocked or stuck in a wait falls silent, while a
+// slow one (oversubscribed, still building its World or its data) keeps beating. Every
+// received kAlive stamps alive_ns(process), which the start and end of a run wait on.
+//
 // Termination: mpirun ends a job whose process died by sending SIGTERM to the others
 // (then SIGKILL about a second later). In an MPI process a handler turns SIGTERM and
 // SIGINT into a failure of the running World, naming where each local rank was and whom
@@ -28,9 +37,12 @@
 
 #include <mpi.h>
 
+#include <time.h>
 #include <atomic>
+
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -76,6 +88,27 @@ class MpiProcess {
   bool terminating() const { return terminating_.load(std::memory_order_acquire); }
   // Rank threads ring it after queueing work for the progress thread.
   Doorbell& bell() { return bell_; }
+  // When `process`'s latest beat arrived (steady_ns), or 0 if none has. Any thread.
+  int64_t alive_ns(int process) const {
+    return alive_ns_ ? alive_ns_[process].load(std::memory_order_acquire) : 0;
+  }
+  static int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // While alive, the program's thread is polling in a runtime wait: its CPU time is not
+  // progress. For that thread (the World's owner) only.
+  class OwnerWaiting {
+   public:
+    explicit OwnerWaiting(MpiProcess& p) : p_(p) { p_.owner_waiting_.fetch_add(1); }
+    ~OwnerWaiting() { p_.owner_waiting_.fetch_sub(1); }
+    OwnerWaiting(const OwnerWaiting&) = delete;
+    OwnerWaiting& operator=(const OwnerWaiting&) = delete;
+
+   private:
+    MpiProcess& p_;
+  };
 
  private:
   MpiProcess();
@@ -87,6 +120,10 @@ class MpiProcess {
   bool wait_for_start(MPI_Request* req);
   // Waits for SIGTERM / SIGINT (posted by the handler) and fails the running World.
   void watch_signals();
+  // Progress thread: sends a beat if this process made progress since the last one.
+  bool beat(MpiLink* link);
+  // The calling thread becomes the one whose CPU time counts as progress.
+  void set_owner();
 
   std::thread thread_;
   std::mutex mu_;
@@ -113,7 +150,16 @@ class MpiProcess {
   int provided_ = 0;
   uint64_t worlds_ = 0;
   Doorbell bell_;
+  std::atomic<clockid_t> owner_clock_{0};
+  std::atomic<bool> owner_known_{false};
+  std::atomic<int> owner_waiting_{0};
+  std::unique_ptr<std::atomic<int64_t>[]> alive_ns_;  // per process; set before started_
   // progress thread only
+  std::chrono::steady_clock::time_point beat_checked_{};
+  int64_t owner_cpu_ = -1;
+  uint64_t link_progress_ = 0;
+  std::vector<std::byte> beat_buffers_;  // kHeaderBytes per process, alive while its send is
+  std::vector<MPI_Request> beat_requests_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<WireBuf> future_;
   // The start's buffers, alive as long as its requests may be.

@@ -13,7 +13,8 @@ enum class WireKind : uint32_t {
   kData,   // a rank's message to a rank in another process
   kAbort,  // payload: the failed rank's error (src = that rank)
   kDone,   // this process's rank threads all left the run (src = first rank of it)
-  kAlive,  // this process is alive and its ranks are in the run (sent every kAliveEvery)
+  kAlive,  // a beat: this process made progress lately (MpiProcess; any epoch, header only)
+  kBegin,  // this process began the run (src = first rank of it)
 };
 
 struct WireHeader {
