@@ -76,24 +76,6 @@ class CheckpointDir {
   std::string path_;
 };
 
-RunResult save_run(TrainConfig c, const std::string& dir) {
-  c.checkpoint.save_dir = dir;
-  checkpoint::validate_save(c);
-  return run_training(c);
-}
-
-RunResult resume_run(TrainConfig c, const std::string& dir) {
-  c.checkpoint.resume_dir = dir;
-  if (c.steps > kK)
-    checkpoint::validate_resume(c);  // the CLI's checks (a resume of 0 steps
-                                     // is the test's own)
-  return run_training(c);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 class SameMeshResume : public ::testing::TestWithParam<MeshSpec> {};
 
 TEST_P(SameMeshResume, KStepsSaveResumeKIsBitwise2KStraight) {
@@ -101,7 +83,7 @@ TEST_P(SameMeshResume, KStepsSaveResumeKIsBitwise2KStraight) {
   CheckpointDir dir;
   const RunResult straight = run_training(mesh_config(m, 2 * kK));
   const RunResult first = save_run(mesh_config(m, kK), dir.path());
-  const RunResult resumed = resume_run(mesh_config(m, 2 * kK), dir.path());
+  const RunResult resumed = resume_run(mesh_config(m, 2 * kK), dir.path(), kK);
   ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kK));
   EXPECT_TRUE(same_bits(resumed.params, straight.params));
   for (int s = 0; s < kK; ++s) {
@@ -138,11 +120,11 @@ TEST_P(Resharding, LoadsTheSavedStateAndContinuesAsTheNewMesh) {
   const ReshardCase r = GetParam();
   CheckpointDir dir;
   const RunResult saved = save_run(mesh_config(r.from, kK), dir.path());
-  const RunResult loaded = resume_run(mesh_config(r.to, kK), dir.path());
+  const RunResult loaded = resume_run(mesh_config(r.to, kK), dir.path(), kK);
   EXPECT_TRUE(same_bits(loaded.params, saved.params));
   TrainConfig to = mesh_config(r.to, 2 * kK);
   to.record_history = true;  // for the lockstep check (what dtsim train --check sets)
-  const RunResult resumed = resume_run(to, dir.path());
+  const RunResult resumed = resume_run(to, dir.path(), kK);
   // --check across the resume: the references resume from the same checkpoint.
   to.checkpoint.resume_dir = dir.path();
   const CheckResult ck = check(to, resumed);
@@ -180,7 +162,7 @@ TEST(CheckpointSingleRank, SingleAndAccumSaveAndResumeBitwise) {
     };
     const RunResult straight = run_training(config(2 * kK));
     save_run(config(kK), dir.path());
-    const RunResult resumed = resume_run(config(2 * kK), dir.path());
+    const RunResult resumed = resume_run(config(2 * kK), dir.path(), kK);
     EXPECT_TRUE(same_bits(resumed.params, straight.params)) << to_string(strategy);
   }
 }

@@ -104,22 +104,6 @@ TrainConfig gpt_cp_on(const GptMesh& m, int steps) {
   return c;
 }
 
-RunResult save_run(TrainConfig c, const std::string& dir) {
-  c.checkpoint.save_dir = dir;
-  checkpoint::validate_save(c);
-  return run_training(c);
-}
-
-RunResult resume_run(TrainConfig c, const std::string& dir) {
-  c.checkpoint.resume_dir = dir;
-  if (c.steps > kK) checkpoint::validate_resume(c);  // the CLI's checks (not for 0 steps)
-  return run_training(c);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 class GptCpResume : public ::testing::TestWithParam<GptMesh> {};
 
 TEST_P(GptCpResume, KStepsSaveResumeKIsBitwise2KStraight) {
@@ -127,7 +111,7 @@ TEST_P(GptCpResume, KStepsSaveResumeKIsBitwise2KStraight) {
   const std::string dir = fresh_dir();
   const RunResult straight = run_training(gpt_cp_on(m, 2 * kK));
   const RunResult first = save_run(gpt_cp_on(m, kK), dir);
-  const RunResult resumed = resume_run(gpt_cp_on(m, 2 * kK), dir);
+  const RunResult resumed = resume_run(gpt_cp_on(m, 2 * kK), dir, kK);
   ASSERT_EQ(first.losses.size(), size_t(kK));
   ASSERT_EQ(resumed.losses.size(), size_t(kK));
   EXPECT_TRUE(same_bits(resumed.params, straight.params));
@@ -159,11 +143,11 @@ TEST_P(GptCpReshard, LoadsTheSavedStateAndPassesTheLockstepCheck) {
   const Reshard r = GetParam();
   const std::string dir = fresh_dir();
   const RunResult saved = save_run(gpt_cp_on(r.from, kK), dir);
-  const RunResult loaded = resume_run(gpt_cp_on(r.to, kK), dir);
+  const RunResult loaded = resume_run(gpt_cp_on(r.to, kK), dir, kK);
   EXPECT_TRUE(same_bits(loaded.params, saved.params));
   TrainConfig to = gpt_cp_on(r.to, 2 * kK);
   to.record_history = true;  // for the lockstep check (what dtsim train --check sets)
-  const RunResult resumed = resume_run(to, dir);
+  const RunResult resumed = resume_run(to, dir, kK);
   ASSERT_EQ(resumed.losses.size(), size_t(kK));
   to.checkpoint.resume_dir = dir;
   const CheckResult ck = check(to, resumed);

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "model/memory.h"
 #include "train/check.h"
+#include "train/checkpoint/tools.h"
 #include "train/config.h"
 #include "train/data_parallel/data_parallel.h"
 #include "train/mesh_shape.h"
@@ -181,6 +184,25 @@ inline CheckResult run_and_check(TrainConfig config, RunResult* run_out = nullpt
 // Calls of one collective kind per step on rank `rank`.
 inline double calls_per_step(const RunResult& r, OpKind op, int rank = 0) {
   return static_cast<double>(r.ranks[rank].counters[op].calls) / r.steps;
+}
+
+// Runs `c` saving its checkpoint into `dir`, after the CLI's checks of --save.
+inline RunResult save_run(TrainConfig c, const std::string& dir) {
+  c.checkpoint.save_dir = dir;
+  checkpoint::validate_save(c);
+  return run_training(c);
+}
+
+// Runs `c` resumed from `dir`, which holds step `saved`: the CLI's checks of --resume first,
+// unless the resume runs no step (a test's own way to load the saved parameters).
+inline RunResult resume_run(TrainConfig c, const std::string& dir, int saved) {
+  c.checkpoint.resume_dir = dir;
+  if (c.steps > saved) checkpoint::validate_resume(c);
+  return run_training(c);
+}
+
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace dtsim::train
