@@ -2,12 +2,14 @@
 """Predicted against measured step time on this machine (issue 35).
 
 Calibrates with `dtsim estimate --calibrate FILE` (single-rank `dtsim train` runs of mlp, moe
-and gpt shapes none of the runs below uses, fitted to GEMM FLOPs, activation elements, layers,
-parameters and a fixed cost; a 2-rank ring all_reduce's alpha and beta: calibrate.h), then for
-each held-out `dtsim train` run prints `dtsim estimate --hardware FILE`'s step time beside
-the run's measured median step (`--report`'s seconds_per_step), and the median and worst
-|error|. Speed is measured here, never asserted in tests: paste the output, with the load
-average it prints, into docs/estimate.md.
+and gpt shapes none of the runs below uses, on one core and on all, fitted to GEMM FLOPs,
+activation elements, layers, parameters and a fixed cost; the all_reduce's alpha and beta on 2
+rank threads: calibrate.h) and, when mpirun is here, `mpirun -np 2 dtsim estimate --calibrate
+MPI_FILE --hardware FILE` (the links of a 2-process job). Then for each held-out `dtsim
+train` run (threads, or under mpirun) prints `dtsim estimate --hardware FILE`'s step time
+beside the run's measured median step (`--report`'s seconds_per_step), and the median and
+worst |error|. Speed is measured here, never asserted in tests: paste the output, with the
+load average it prints, into docs/estimate.md.
 
   python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R] [--recalibrate]
 
@@ -19,50 +21,81 @@ the machine again right before every run, so that a changing load moves both tog
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 
-# (model flags, mesh flags as dtsim train and dtsim estimate spell them, batch)
+# (model flags, strategy, ranks, batch, processes): processes > 1 runs under mpirun, ranks /
+# processes rank threads in each. Strategies as dtsim train spells them, plus pp N (4
+# micro-batches), cp N and tp-sp N (gpt: --tp N --sequence-parallel).
+MLP = "--model mlp --dim {} --hidden {} --layers {}"
+GPT = "--model gpt --dim {} --heads {} --hidden {} --layers {} --seq {} --vocab {}"
 RUNS = [
-    ("--model mlp --dim 128 --hidden 512 --layers 4", "single", 1, 256),
-    ("--model mlp --dim 256 --hidden 1024 --layers 2", "single", 1, 128),
-    ("--model mlp --dim 256 --hidden 1024 --layers 2", "ddp", 2, 256),
-    ("--model mlp --dim 128 --hidden 512 --layers 4", "ddp", 4, 256),
-    ("--model mlp --dim 128 --hidden 512 --layers 2", "ddp", 8, 512),
-    ("--model mlp --dim 192 --hidden 384 --layers 3", "ddp", 3, 384),
-    ("--model mlp --dim 256 --hidden 1024 --layers 2", "zero1", 4, 256),
-    ("--model mlp --dim 256 --hidden 1024 --layers 2", "zero3", 2, 256),
-    ("--model mlp --dim 256 --hidden 1024 --layers 2", "tp", 2, 256),
-    ("--model mlp --dim 128 --hidden 1024 --layers 4", "tp", 4, 128),
-    ("--model moe --dim 128 --hidden 512 --experts 4", "single", 1, 256),
-    ("--model moe --dim 128 --hidden 512 --experts 4", "ddp", 2, 256),
-    ("--model moe --dim 128 --hidden 256 --experts 8", "ep", 4, 512),
-    ("--model moe --dim 64 --hidden 512 --experts 4", "ddp", 4, 256),
-    ("--model gpt --dim 64 --heads 4 --hidden 256 --layers 2 --seq 32 --vocab 32", "single", 1, 32),
-    ("--model gpt --dim 64 --heads 4 --hidden 256 --layers 2 --seq 32 --vocab 32", "ddp", 2, 32),
-    ("--model gpt --dim 64 --heads 4 --hidden 256 --layers 2 --seq 32 --vocab 32", "tp", 2, 32),
-    ("--model gpt --dim 32 --heads 2 --hidden 128 --layers 3 --seq 24 --vocab 16", "ddp", 4, 64),
-    ("--model gpt --dim 128 --heads 4 --hidden 512 --layers 1 --seq 16 --vocab 16", "zero1", 2, 16),
-    ("--model mlp --dim 128 --hidden 512 --layers 2", "ddp", 6, 384),
+    (MLP.format(128, 512, 4), "single", 1, 256, 1),
+    (MLP.format(256, 1024, 2), "single", 1, 128, 1),
+    (MLP.format(256, 1024, 2), "ddp", 2, 256, 1),
+    (MLP.format(128, 512, 4), "ddp", 4, 256, 1),
+    (MLP.format(128, 512, 2), "ddp", 8, 512, 1),
+    (MLP.format(192, 384, 3), "ddp", 3, 384, 1),
+    (MLP.format(256, 1024, 2), "zero1", 4, 256, 1),
+    (MLP.format(256, 1024, 2), "zero3", 2, 256, 1),
+    (MLP.format(256, 1024, 2), "tp", 2, 256, 1),
+    (MLP.format(128, 1024, 4), "tp", 4, 128, 1),
+    (MLP.format(256, 1024, 4), "pp", 2, 256, 1),
+    ("--model moe --dim 128 --hidden 512 --experts 4", "single", 1, 256, 1),
+    ("--model moe --dim 128 --hidden 512 --experts 4", "ddp", 2, 256, 1),
+    ("--model moe --dim 128 --hidden 256 --experts 8", "ep", 4, 512, 1),
+    ("--model moe --dim 64 --hidden 512 --experts 4", "ddp", 4, 256, 1),
+    (GPT.format(64, 4, 256, 2, 32, 32), "single", 1, 32, 1),
+    (GPT.format(64, 4, 256, 2, 32, 32), "ddp", 2, 32, 1),
+    (GPT.format(64, 4, 256, 2, 32, 32), "tp", 2, 32, 1),
+    (GPT.format(64, 4, 256, 2, 32, 32), "tp-sp", 2, 32, 1),
+    (GPT.format(64, 4, 256, 2, 32, 32), "cp", 2, 32, 1),
+    (GPT.format(32, 2, 128, 3, 24, 16), "ddp", 4, 64, 1),
+    (GPT.format(128, 4, 512, 1, 16, 16), "zero1", 2, 16, 1),
+    (MLP.format(128, 512, 2), "ddp", 6, 384, 1),
+    (MLP.format(256, 1024, 2), "ddp", 2, 256, 2),
+    (MLP.format(128, 1024, 4), "tp", 2, 128, 2),
+    (GPT.format(128, 4, 512, 1, 16, 16), "zero1", 2, 16, 2),
+    (MLP.format(128, 512, 4), "ddp", 4, 256, 2),
 ]
+MICRO_BATCHES = 4  # pp runs
 
 # The calibration's shapes (train/estimate/calibrate.cc) are none of these: keep them disjoint.
 
 
-def mesh_flags(strategy, ranks):
-    """dtsim estimate's mesh for a dtsim train strategy on `ranks` ranks."""
-    if strategy == "single":
-        return []
+def train_flags(strategy, ranks):
+    """dtsim train's flags for a strategy on `ranks` ranks."""
+    if strategy == "pp":
+        return ["--pp", str(ranks), "--micro-batches", str(MICRO_BATCHES)]
+    if strategy == "cp":
+        return ["--cp", str(ranks)]
+    if strategy == "tp-sp":
+        return ["--tp", str(ranks), "--sequence-parallel"]
+    return ["--strategy", strategy, "--ranks", str(ranks)]
+
+
+def mesh_flags(strategy, ranks, batch):
+    """dtsim estimate's mesh and batch flags for a dtsim train strategy on `ranks` ranks."""
+    data = ranks if strategy in ("ddp", "ep") or strategy.startswith("zero") else 1
+    micro = batch // data // (MICRO_BATCHES if strategy == "pp" else 1)
+    out = ["--global-batch", str(batch), "--micro-batch", str(micro)]
+    if strategy in ("single",):
+        return out
     if strategy == "ddp":
-        return ["--dp", str(ranks)]
+        return out + ["--dp", str(ranks)]
     if strategy.startswith("zero"):
-        return ["--dp", str(ranks), "--zero", strategy[-1]]
+        return out + ["--dp", str(ranks), "--zero", strategy[-1]]
     if strategy == "tp":
-        return ["--tp", str(ranks)]
+        return out + ["--tp", str(ranks)]
+    if strategy == "tp-sp":
+        return out + ["--tp", str(ranks), "--sequence-parallel"]
+    if strategy in ("pp", "cp"):
+        return out + [f"--{strategy}", str(ranks)]
     if strategy == "ep":
-        return ["--dp", str(ranks), "--ep", str(ranks)]
+        return out + ["--dp", str(ranks), "--ep", str(ranks)]
     raise ValueError(strategy)
 
 
@@ -102,35 +135,50 @@ def main():
             recalibrate = True
         else:
             sys.exit(__doc__)
+    mpirun = shutil.which("mpirun")
     with tempfile.TemporaryDirectory() as tmp:
-        hw = os.path.join(tmp, "here.json")
+        hw, mpi_hw = os.path.join(tmp, "here.json"), os.path.join(tmp, "mpi.json")
+        mpi = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np"] if mpirun else None
 
         def calibrate():  # each calibration run is the fastest of 5 (calibrate.h)
-            return run([dtsim, "estimate", "--calibrate", hw])
+            out = run([dtsim, "estimate", "--calibrate", hw])
+            if mpi:  # the links of a 2-process job; compute from the thread calibration
+                out += run(mpi + ["2", dtsim, "estimate", "--calibrate", mpi_hw, "--hardware", hw])
+            return out
 
         print(calibrate())
         print(f"repeat {repeat}, {steps} steps a run")
         print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
-        print(f"{'held-out dtsim train run':58} {'predicted':>10} {'measured':>10} {'error':>8}")
+        print(f"{'held-out dtsim train run':64} {'predicted':>10} {'measured':>10} {'error':>8}")
         errors = []
-        for model, strategy, ranks, batch in RUNS:
+        report = os.path.join(tmp, "report.json")
+        for model, strategy, ranks, batch, processes in RUNS:
+            if processes > 1 and not mpi:
+                continue
             if recalibrate:
                 calibrate()
-            train = [dtsim, "train", *model.split(), "--strategy", strategy, "--ranks", str(ranks),
-                     "--batch", str(batch), "--steps", str(steps), "--quiet", "--report", "-"]
-            measured = min(json.loads(run(train))["seconds_per_step"] for _ in range(repeat))
-            data = 1 if strategy in ("single", "tp") else ranks
-            est = [dtsim, "estimate", *estimate_model(model), *mesh_flags(strategy, ranks),
-                   "--global-batch", str(batch), "--micro-batch", str(batch // data),
-                   "--precision", "fp32", "--optimizer", "sgd", "--hardware", hw]
+            train = [dtsim, "train", *model.split(), *train_flags(strategy, ranks), "--batch",
+                     str(batch), "--steps", str(steps), "--quiet", "--report", report]
+            if processes > 1:
+                train = mpi + [str(processes), *train, "--threads-per-process",
+                               str(ranks // processes)]
+            measured = 1e30
+            for _ in range(repeat):
+                run(train)
+                with open(report) as f:
+                    measured = min(measured, json.load(f)["seconds_per_step"])
+            est = [dtsim, "estimate", *estimate_model(model), *mesh_flags(strategy, ranks, batch),
+                   "--precision", "fp32", "--optimizer", "sgd", "--hardware",
+                   mpi_hw if processes > 1 else hw]
             if "--model gpt" in model:
                 est.append("--no-dropout")
             out = run(est)
             predicted = seconds(re.search(r"^step time: (.*)$", out, re.M).group(1))
             err = predicted / measured - 1
             errors.append(abs(err))
-            name = f"{strategy} x{ranks} {model.replace('--', '')} B{batch}"
-            print(f"{name:58} {predicted * 1e3:7.2f} ms {measured * 1e3:7.2f} ms {100 * err:+7.1f}%",
+            where = f"mpirun -np {processes} x {ranks // processes}" if processes > 1 else "threads"
+            name = f"{strategy} x{ranks} {where} {model.replace('--model ', '').replace('--', '')} B{batch}"
+            print(f"{name:64} {predicted * 1e3:7.2f} ms {measured * 1e3:7.2f} ms {100 * err:+7.1f}%",
                   flush=True)
         print(f"\n{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
               f"worst {100 * max(errors):.1f}%; load average at end {os.getloadavg()[0]:.1f}")

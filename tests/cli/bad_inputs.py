@@ -129,6 +129,7 @@ BAD = [  # (arguments, what the one-line error must contain[, {"env": ..., "file
     (["estimate", "--model", "mlp", "--seq", "128"], "--seq applies to --model gpt"),
     (["estimate", "--preset", "llama-7b", "--hardware", "tpu"], "--hardware tpu is neither a100, h100 nor a readable hardware file"),
     (["estimate", "--calibrate", "-"], "--calibrate - is standard output, where the measurements go; give a FILE"),
+    (["estimate", "--calibrate", "x.json", "--hardware", "a100"], "--hardware does not apply to --calibrate outside mpirun"),
     (["walk"], "--op is required"),
     (["walk", "--pp", "0"], "--pp must be between 1 and 64 (got 0)"),
     (["walk", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved",

@@ -88,6 +88,8 @@ TEST(Projection, RankThreadsShareTheCores) {
   EXPECT_NEAR(project(in).compute, flops / 8 / (1e10 * 2 / 8), 1e-15) << "eight on two";
 }
 
+ProjectionInput small_mlp();
+
 // A calibrated file's terms beside the GEMMs, and its shared_slowdown: prorated up to
 // `cores` ranks, times ranks / cores beyond.
 TEST(Projection, CalibratedTermsAndSharedSlowdown) {
@@ -116,6 +118,53 @@ TEST(Projection, CalibratedTermsAndSharedSlowdown) {
   in.dp = 8, in.micro_batch = 8;
   const double eighth = flops / 8 / 1e10 + elements / 8 * 1e-9 + 2 * 1e-5 + params * 1e-10 + 1e-4;
   EXPECT_NEAR(project(in).compute, 1.6 * 8 / 4 * eighth, 1e-12) << "eight ranks on four cores";
+  in.hw.parallel_speedup = 2.5;  // only a lone rank runs its kernels on every core
+  EXPECT_NEAR(project(in).compute, 1.6 * 8 / 4 * eighth, 1e-12) << "eight ranks, any speedup";
+  in.dp = 1, in.micro_batch = 64;
+  EXPECT_NEAR(project(in).compute, one / 2.5, 1e-12) << "one rank on all four cores";
+}
+
+// On shared cores, collectives among more devices than cores are time-sliced: the link's
+// bandwidth split cores / devices ways and every message at least oversubscribed_latency.
+TEST(Projection, OversubscribedCollectivesOnSharedCores) {
+  ProjectionInput in;
+  in.arch.kind = ArchKind::kMlp;
+  in.arch.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
+  in.global_batch = 64;
+  in.precision = model::Precision::kFp32;
+  in.hw.peak_flops = 1e10;
+  in.hw.devices_per_node = 512;
+  in.hw.intra = in.hw.inter = {1e-6, 1e9};
+  in.hw.oversubscribed_latency = 1e-4;
+  const double g = 4.0 * count_params(in.arch).total();
+  for (int dp : {2, 4, 8}) {
+    in.dp = dp, in.micro_batch = 64 / dp;
+    in.hw.cores = 0;
+    const double alone = project(in).exposed_seconds("dp");
+    EXPECT_NEAR(
+        alone, collective_seconds(CollectiveKind::kAllReduce, Algorithm::kRing, dp, g, {1e-6, 1e9}),
+        1e-15);
+    in.hw.cores = 2;
+    const Link shared = dp > 2 ? Link{1e-4, 1e9 * 2 / dp} : Link{1e-6, 1e9};
+    EXPECT_NEAR(project(in).exposed_seconds("dp"),
+                collective_seconds(CollectiveKind::kAllReduce, Algorithm::kRing, dp, g, shared),
+                1e-15)
+        << dp << " devices on 2 cores";
+  }
+}
+
+// ZeRO-3 gathers each layer before its forward and its backward and reduce-scatters it after
+// the backward, every micro-batch (dtsim's DataParallel does): 3 (L + 1) m calls a step, and
+// the bytes of 1 all-reduce's worth of gradients and 2 of parameters.
+TEST(Projection, ZeroThreeCollectivesPerLayerPerMicroBatch) {
+  ProjectionInput in = small_mlp();
+  in.dp = 2, in.zero = 3, in.micro_batch = 8;  // m = 64 / (2 x 8) = 4
+  const Projection p = project(in);
+  double calls = 0;
+  for (const AxisTraffic& t : p.traffic) {
+    if (t.axis == "dp") calls += t.calls;
+  }
+  EXPECT_EQ(calls, 3 * (2 + 1) * 4);
 }
 
 ProjectionInput small_mlp() {  // Psi = 2 (2 x 256 x 64 + 256 + 64) + 4 x 64 + 4 = 66436

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "runtime/job_start.h"
+#include "runtime/process_model.h"
 #include "train/cli/estimate_flags.h"
 #include "train/cli/flags.h"
 #include "train/cli/output_file.h"
@@ -55,32 +56,72 @@ est::Hardware hardware_from_flags(const CLI::App& app, const EstimateFlags& f) {
   return hw;
 }
 
+// Under mpirun, only the links are measured (on the job's world, one rank a process) and
+// compute comes from --hardware, a thread-world calibration: processes calibrating compute
+// at once would share the cores they measure.
+static int write_calibration(OutputFile& out, const est::Calibration& c);
+
 int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
-  for (const char* flag : {"--model", "--preset", "--params", "--hardware", "--published"}) {
+  const ProcessModel job = ProcessModel::from_environment(0, 1);
+  for (const char* flag : {"--model", "--preset", "--params", "--published"}) {
     if (given(app, flag)) fail("estimate", std::string(flag) + " does not apply to --calibrate");
+  }
+  if (!job.mpi && given(app, "--hardware")) {
+    fail("estimate",
+         "--hardware does not apply to --calibrate outside mpirun (it measures "
+         "compute itself)");
+  }
+  if (job.mpi && (!given(app, "--hardware") || est::find_hardware(f.hardware) != nullptr)) {
+    fail("estimate",
+         "--calibrate under mpirun measures the links only: give --hardware FILE, the file "
+         "`dtsim estimate --calibrate FILE` wrote without mpirun, for compute");
+  }
+  if (job.mpi && job.processes < 2) {
+    fail("estimate", "--calibrate under mpirun needs 2 or more processes (mpirun -np 2)");
   }
   if (f.calibrate == "-") {
     fail("estimate", "--calibrate - is standard output, where the measurements go; give a FILE");
   }
-  OutputFile out("estimate", "--calibrate", f.calibrate);  // checked before any work
+  const bool root = job.process == 0;
+  const est::Hardware base = job.mpi ? hardware_from_flags(app, f) : est::Hardware{};
+  OutputFile out("estimate", "--calibrate", f.calibrate, root);  // checked before any work
   begin_work();
+  if (job.mpi) {
+    const est::Calibration c = est::calibrate_links(base, job);
+    if (!root) return 0;
+    std::printf("compute: from %s\n", f.hardware.c_str());
+    std::printf("all_reduce (auto), %d processes (%s): 4 B in %s, %s in %s\n", c.link_ranks,
+                job.describe().c_str(), fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
+                fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
+                fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str());
+    return write_calibration(out, c);
+  }
   const est::Calibration c = est::calibrate();
   std::printf(
       "calibration runs (dtsim train --strategy single; none held out by "
       "bench/estimate_vs_train.py):\n");
   for (const est::CalibrationRun& r : c.runs) {
-    std::printf("  %-34s %8.3f ms alone, %d at once %8.3f ms, fit %8.3f ms\n", r.name.c_str(),
-                r.seconds * 1e3, c.hw.cores, r.concurrent * 1e3, r.fitted * 1e3);
+    std::printf("  %-34s %8.3f ms on 1 core, %8.3f on %d, %d at once %8.3f, fit %8.3f ms\n",
+                r.name.c_str(), r.seconds * 1e3, r.all_cores * 1e3, c.hw.cores, c.hw.cores,
+                r.concurrent * 1e3, r.fitted * 1e3);
   }
   std::printf(
-      "compute: GEMM %.4g GFLOP/s, %.3g ns an activation element, %.3g us a layer, %.3g ns a "
-      "parameter, %.3g us a step; %d ranks at once %.3gx slower\n",
+      "compute on 1 core: GEMM %.4g GFLOP/s, %.3g ns an activation element, %.3g us a layer, "
+      "%.3g ns a parameter, %.3g us a step; one rank on %d cores %.3gx faster, %d at once "
+      "%.3gx slower\n",
       c.hw.peak_flops / 1e9, c.hw.element_seconds * 1e9, c.hw.layer_seconds * 1e6,
-      c.hw.param_seconds * 1e9, c.hw.step_seconds * 1e6, c.hw.cores, c.hw.shared_slowdown);
-  std::printf("all_reduce (auto), 2 rank threads: 4 B in %s, %s in %s\n",
-              fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
-              fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
-              fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str());
+      c.hw.param_seconds * 1e9, c.hw.step_seconds * 1e6, c.hw.cores, c.hw.parallel_speedup,
+      c.hw.cores, c.hw.shared_slowdown);
+  std::printf(
+      "all_reduce (auto), 2 rank threads: 4 B in %s, %s in %s; %d rank threads: 4 B in %s\n",
+      fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
+      fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
+      fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str(), c.oversubscribed_ranks,
+      fmt::format("{:.4g} us", c.oversubscribed_seconds * 1e6).c_str());
+  return write_calibration(out, c);
+}
+
+static int write_calibration(OutputFile& out, const est::Calibration& c) {
   std::printf("alpha %s, beta 1 / (%.4g GB/s)\n",
               fmt::format("{:.4g} us", c.hw.intra.latency * 1e6).c_str(),
               c.hw.intra.bandwidth / 1e9);

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include <oneapi/tbb/global_control.h>
+
 #include "runtime/communicator.h"
 #include "runtime/world.h"
 #include "train/config.h"
@@ -19,27 +21,52 @@
 namespace dtsim::train::estimator {
 namespace {
 
-// Median seconds of one all_reduce (the algorithm dtsim train runs: Algo::kAuto) of `floats` floats
-// on 2 rank threads, over `iters` calls per trial, 5 trials.
-double all_reduce_seconds(size_t floats, int iters) {
-  World world(2);
+// Median seconds of one all_reduce (the algorithm dtsim train runs: Algo::kAuto) of `floats`
+// floats on `world`'s ranks, over `iters` calls per trial, 5 trials; under MPI every process
+// gets global rank 0's median.
+double all_reduce_seconds(World& world, size_t floats, int iters) {
   std::vector<double> trials;
+  double median = 0;
   world.run([&](Communicator& comm) {
     std::vector<float> buf(floats, 1.0f);
     comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kAuto);  // warm-up
+    std::vector<double> mine;
     for (int t = 0; t < 5; ++t) {
       comm.barrier();
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) {
         comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kAuto);
       }
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
-      if (comm.rank() == 0) trials.push_back(s);
+      mine.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters);
     }
+    std::sort(mine.begin(), mine.end());
+    double m = mine[mine.size() / 2];
+    comm.broadcast(std::span<double>(&m, 1), 0);
+    if (comm.rank() == world.first_rank()) median = m;
   });
-  std::sort(trials.begin(), trials.end());
-  return trials[trials.size() / 2];
+  return median;
+}
+
+double all_reduce_seconds(size_t floats, int iters, int ranks = 2) {
+  World world(ranks);
+  return all_reduce_seconds(world, floats, iters);
+}
+
+// The links of `world` (2 or more ranks) into `c`: alpha and beta priced as a ring on its
+// ranks, 2 (n - 1) alpha + 2 (n - 1) / n bytes beta, from a 4-byte and a 16 MiB all_reduce.
+void measure_links(World& world, Calibration& c) {
+  const int n = world.size();
+  c.link_ranks = n;
+  c.small_seconds = all_reduce_seconds(world, 1, 2000);
+  const size_t large = size_t{4} << 20;  // floats: 16 MiB
+  c.large_seconds = all_reduce_seconds(world, large, 5);
+  c.large_bytes = large * sizeof(float);
+  c.hw.intra.latency = c.small_seconds / (2.0 * (n - 1));
+  const double beta =
+      std::max(1e-15, (c.large_seconds - c.small_seconds) / (2.0 * (n - 1) / n * c.large_bytes));
+  c.hw.intra.bandwidth = 1 / beta;
+  c.hw.inter = c.hw.intra;
 }
 
 // The calibration shapes: single-rank runs of shapes bench/estimate_vs_train.py does not
@@ -143,21 +170,29 @@ std::array<double, 5> fit(const std::vector<std::array<double, 5>>& rows) {
 
 constexpr int kTrials = 5;
 
-// The slowest median step of `n` copies of single-rank run `t` at once (each its own thread
-// and World, as n rank threads share the cores; their IntraOpLimits leave one core each).
+// The median step of single-rank run `t`, its kernels on one thread.
+double one_core_seconds(const TrainConfig& t) {
+  const tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+  return run_training(t).seconds_per_step;
+}
+
+// The slowest median step of `n` copies of single-rank run `t` at once, each its own thread
+// and World with its kernels on one thread (n ranks of a mesh on n cores).
 double concurrent_seconds(const TrainConfig& t, int n) {
+  const tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
   std::vector<double> s(n);
   {
     std::vector<std::jthread> runs;
     for (int i = 0; i < n; ++i) {
-      runs.emplace_back([&, i] {
-        TrainConfig c = t;
-        c.ranks = 1;
-        s[i] = run_training(c).seconds_per_step;
-      });
+      runs.emplace_back([&, i] { s[i] = run_training(t).seconds_per_step; });
     }
   }
   return *std::max_element(s.begin(), s.end());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -166,7 +201,7 @@ Calibration calibrate() {
   Calibration c;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::array<double, 5>> rows;
-  std::vector<double> slowdowns;
+  std::vector<double> slowdowns, speedups;
   for (auto& [name, t] : calibration_configs()) {
     const Architecture a = architecture(t);
     CalibrationRun r;
@@ -177,43 +212,56 @@ Calibration calibrate() {
     r.elements = forward_elements(a, t.global_batch, 1, 1);
     r.layers = layer_count(a);
     r.params = count_params(a).total();
-    r.seconds = r.concurrent = 1e30;
+    r.seconds = r.all_cores = r.concurrent = 1e30;
     for (int trial = 0; trial < kTrials; ++trial) {  // the least disturbed of a few, interleaved
-      r.seconds = std::min(r.seconds, run_training(t).seconds_per_step);
+      r.seconds = std::min(r.seconds, one_core_seconds(t));
+      r.all_cores = std::min(r.all_cores, run_training(t).seconds_per_step);
       r.concurrent = std::min(r.concurrent, concurrent_seconds(t, cores));
     }
+    speedups.push_back(r.seconds / r.all_cores);
     slowdowns.push_back(r.concurrent / r.seconds);
     rows.push_back({r.flops / r.seconds, r.elements / r.seconds, r.layers / r.seconds,
                     r.params / r.seconds, 1 / r.seconds});
     c.runs.push_back(r);
   }
   const std::array<double, 5> k = fit(rows);
-  std::sort(slowdowns.begin(), slowdowns.end());
 
   Hardware& hw = c.hw;
   hw.name = "calibrated";
   hw.source = "dtsim estimate --calibrate on this machine";
-  hw.peak_flops = k[0] > 0 ? 1 / k[0] : 1e30;  // one rank's GEMM rate on every core
+  hw.peak_flops = k[0] > 0 ? 1 / k[0] : 1e30;  // one rank's GEMM rate on one core
   hw.efficiency = 1;
   hw.element_seconds = k[1], hw.layer_seconds = k[2], hw.param_seconds = k[3];
   hw.step_seconds = k[4];
-  hw.shared_slowdown = slowdowns[slowdowns.size() / 2];
+  hw.parallel_speedup = std::max(1.0, median(speedups));
+  hw.shared_slowdown = std::max(1.0, median(slowdowns));
   for (CalibrationRun& r : c.runs) {
     r.fitted = r.flops * k[0] + r.elements * k[1] + r.layers * k[2] + r.params * k[3] + k[4];
   }
 
-  c.small_seconds = all_reduce_seconds(1, 2000);
-  const size_t large = size_t{4} << 20;  // floats: 16 MiB
-  c.large_seconds = all_reduce_seconds(large, 5);
-  c.large_bytes = large * sizeof(float);
   hw.devices_per_node = World::kMaxRanks;  // one machine: every group is "intra"
-  // Priced as a ring on 2 ranks (the projection's all_reduce): 2 alpha + 2 (1/2) n beta.
-  hw.intra.latency = c.small_seconds / 2;
-  const double beta = std::max(1e-15, (c.large_seconds - c.small_seconds) / c.large_bytes);
-  hw.intra.bandwidth = 1 / beta;
-  hw.inter = hw.intra;
+  {
+    World two(2);
+    measure_links(two, c);
+  }
+  // Twice as many ranks as cores: a message waits for its peer's turn on a core.
+  c.oversubscribed_ranks = std::min(World::kMaxRanks, 2 * std::max(2, cores));
+  c.oversubscribed_seconds = all_reduce_seconds(1, 200, c.oversubscribed_ranks);
+  hw.oversubscribed_latency = c.oversubscribed_seconds / (2.0 * (c.oversubscribed_ranks - 1));
   hw.memory_bytes = 0;
   hw.cores = cores;
+  return c;
+}
+
+Calibration calibrate_links(const Hardware& base, const ProcessModel& model) {
+  Calibration c;
+  c.hw = base;
+  c.hw.name = "calibrated";
+  c.hw.source = fmt::format("dtsim estimate --calibrate under mpirun ({}), compute from {}",
+                            model.describe(), base.source);
+  World world(model);
+  if (world.size() < 2) throw UsageError("--calibrate under mpirun needs 2 or more ranks");
+  measure_links(world, c);
   return c;
 }
 

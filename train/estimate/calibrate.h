@@ -7,13 +7,14 @@
 //   step = 3 FLOPs / peak + elements e + layers l + params q + s
 //
 // (a forward's activation elements and the layers: projection.h's forward_elements and
-// layer_count; the parameters), whose terms become the file's peak_flops, element_seconds,
-// layer_seconds, param_seconds and step_seconds. One rank runs its kernels on the intra-op
-// threads of every core; `cores` ranks share them (train/intra_op.h): the same shapes,
-// `cores` copies at once, give shared_slowdown (the median ratio of the slowest copy's step
-// to the lone run's). Links: the alpha and beta of a 2-rank thread world's all_reduce as
-// dtsim train runs it (Algo::kAuto), priced as a ring: a 4-byte call is 2 alpha, a 16 MiB
-// call 2 alpha + n beta.
+// layer_count; the parameters), each run's kernels on one core, whose terms become the
+// file's one-core peak_flops, element_seconds, layer_seconds, param_seconds and
+// step_seconds. How ranks share the cores (train/intra_op.h): the same runs with the kernels
+// on every core give parallel_speedup, and `cores` one-core copies at once shared_slowdown
+// (medians of the ratios over the shapes). Links: the alpha and beta of a 2-rank thread
+// world's all_reduce as dtsim train runs it (Algo::kAuto), priced as a ring: a 4-byte call is
+// 2 alpha, a 16 MiB call 2 alpha + n beta; a 4-byte call on twice as many rank threads as
+// cores gives oversubscribed_latency (its 2 (n - 1) messages).
 //
 // Thread safety: runs Worlds; call from one (non-rank) thread.
 #pragma once
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/process_model.h"
 #include "train/estimate/hardware.h"
 
 namespace dtsim::train::estimator {
@@ -28,8 +30,9 @@ namespace dtsim::train::estimator {
 struct CalibrationRun {
   std::string name;
   double flops = 0, elements = 0, layers = 0, params = 0;  // of one step
-  double seconds = 0;                                      // measured median step, all cores
-  double concurrent = 0;  // the slowest of `cores` copies run at once
+  double seconds = 0;     // measured median step, kernels on one core
+  double all_cores = 0;   // the same, kernels on every core
+  double concurrent = 0;  // the slowest of `cores` one-core copies run at once
   double fitted = 0;      // the fit's step time
 };
 
@@ -37,9 +40,18 @@ struct Calibration {
   Hardware hw;
   std::vector<CalibrationRun> runs;
   double small_seconds = 0, large_seconds = 0, large_bytes = 0;  // the all_reduce timings
+  int link_ranks = 2;                 // the world the links were measured on
+  int oversubscribed_ranks = 0;       // twice the cores
+  double oversubscribed_seconds = 0;  // a 4-byte all_reduce on that many rank threads
 };
 
 // Takes some seconds.
 Calibration calibrate();
+
+// Under mpirun: `base` (a thread-world calibration's file) with its links measured on the
+// job's world laid out as `model` (every process of the job calls it, as calibrate() measures
+// a thread world's; processes > cores: what an oversubscribed job pays). Compute and
+// oversubscribed_latency stay `base`'s. Throws UsageError for a world of one rank.
+Calibration calibrate_links(const Hardware& base, const ProcessModel& model);
 
 }  // namespace dtsim::train::estimator

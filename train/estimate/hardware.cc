@@ -54,6 +54,8 @@ double* field(Hardware& h, const std::string& name) {
   if (name == "element_seconds") return &h.element_seconds;
   if (name == "param_seconds") return &h.param_seconds;
   if (name == "shared_slowdown") return &h.shared_slowdown;
+  if (name == "parallel_speedup") return &h.parallel_speedup;
+  if (name == "oversubscribed_latency") return &h.oversubscribed_latency;
   return nullptr;
 }
 
@@ -84,11 +86,23 @@ bool HardwareField::set(Hardware& h, double v) const {
 }
 
 const std::vector<HardwareField>& hardware_fields() {
-  static const std::vector<HardwareField> kFields = {
-      {"peak_flops"},       {"efficiency"},    {"devices_per_node"}, {"intra_latency"},
-      {"intra_bandwidth"},  {"inter_latency"}, {"inter_bandwidth"},  {"memory_bytes"},
-      {"memory_bandwidth"}, {"cores"},         {"step_seconds"},     {"layer_seconds"},
-      {"element_seconds"},  {"param_seconds"}, {"shared_slowdown"}};
+  static const std::vector<HardwareField> kFields = {{"peak_flops"},
+                                                     {"efficiency"},
+                                                     {"devices_per_node"},
+                                                     {"intra_latency"},
+                                                     {"intra_bandwidth"},
+                                                     {"inter_latency"},
+                                                     {"inter_bandwidth"},
+                                                     {"memory_bytes"},
+                                                     {"memory_bandwidth"},
+                                                     {"cores"},
+                                                     {"step_seconds"},
+                                                     {"layer_seconds"},
+                                                     {"element_seconds"},
+                                                     {"param_seconds"},
+                                                     {"shared_slowdown"},
+                                                     {"parallel_speedup"},
+                                                     {"oversubscribed_latency"}};
   return kFields;
 }
 

@@ -25,18 +25,21 @@ struct Hardware {
   // Bytes per second of device memory, for the element-wise work around the GEMMs (norms,
   // softmax, dropout, activation functions: memory-bound); 0: in the compute rate.
   double memory_bandwidth = 0;
-  // Cores the devices share (ranks as threads on one machine, a calibrated file): a device
-  // runs at peak_flops (one core's rate) while devices <= cores, at peak_flops x cores /
-  // devices beyond; 0: not shared.
+  // Cores the devices share (ranks as threads on one machine, a calibrated file): the rates
+  // below and peak_flops are one device's on one core; 0: not shared.
   int cores = 0;
   // A calibrated file's per-rank costs beside the GEMMs (0 in the presets): seconds per step,
   // per layer of a micro-batch (forward and backward), per activation element a forward
   // writes (its element-wise work, both passes), per parameter held (gradient zeroing, the
-  // optimizer). shared_slowdown > 0: a rank's compute, these included, is that many times
-  // slower when `cores` ranks share the cores than alone (one rank, intra-op threads on
-  // every core); between 1 and `cores` devices in proportion, devices / cores times it beyond.
+  // optimizer), all on one core.
   double step_seconds = 0, layer_seconds = 0, element_seconds = 0, param_seconds = 0;
-  double shared_slowdown = 0;
+  // How a device's one-core time changes with the devices sharing the cores: one device alone
+  // runs its kernels on every core, parallel_speedup times faster (0: 1); `cores` devices at
+  // once are each shared_slowdown times slower than one alone on one core (memory bandwidth,
+  // caches; 0: 1), prorated between 1 and `cores` devices; beyond, devices / cores times
+  // that (time-sliced). Collectives among more devices than cores pay
+  // oversubscribed_latency a message (a peer must be scheduled) instead of the link's.
+  double parallel_speedup = 0, shared_slowdown = 0, oversubscribed_latency = 0;
 };
 
 const std::vector<Hardware>& hardware_presets();

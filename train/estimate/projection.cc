@@ -13,10 +13,28 @@
 namespace dtsim::train::estimator {
 namespace {
 
+// How many times a device's one-core time it takes when `devices` share `hw.cores` cores
+// (Hardware::parallel_speedup, shared_slowdown); 1 when they do not share.
+double shared_cores_factor(const Hardware& hw, int devices) {
+  if (hw.cores <= 0) return 1;
+  const double shared = hw.shared_slowdown > 0 ? hw.shared_slowdown : 1;
+  if (devices == 1) return 1 / (hw.parallel_speedup > 0 ? hw.parallel_speedup : 1);
+  if (devices >= hw.cores) return shared * devices / hw.cores;
+  return 1 + (shared - 1) * (devices - 1) / std::max(1, hw.cores - 1);
+}
+
 struct Ctx {
   const ProjectionInput& in;
-  const Link& link(int span) const {
-    return span <= in.hw.devices_per_node ? in.hw.intra : in.hw.inter;
+  int devices = 1;
+  // The link a group spanning `span` ranks uses; on shared cores, beyond them, its copies are
+  // time-sliced (bandwidth cores / devices) and each message waits for a peer's turn.
+  Link link(int span) const {
+    Link l = span <= in.hw.devices_per_node ? in.hw.intra : in.hw.inter;
+    if (in.hw.cores > 0 && devices > in.hw.cores) {
+      l.bandwidth *= double(in.hw.cores) / devices;
+      l.latency = std::max(l.latency, in.hw.oversubscribed_latency);
+    }
+    return l;
   }
 };
 
@@ -158,7 +176,6 @@ double Projection::exposed_seconds(const std::string& axis) const {
 Projection project(const ProjectionInput& in) {
   const Architecture& a = in.arch;
   const bool gpt = a.kind == ArchKind::kGpt, moe = a.kind == ArchKind::kMoe;
-  const Ctx c{in};
   Projection p;
   p.params = count_params(a);
   p.micro_batches = in.global_batch / (in.dp * in.micro_batch);
@@ -189,6 +206,7 @@ Projection project(const ProjectionInput& in) {
   p.activation_peak =
       *std::max_element(p.mesh.activation_bytes.begin(), p.mesh.activation_bytes.end());
   p.device_bytes = p.mesh.state.static_bytes + p.activation_peak;
+  const Ctx c{in, p.devices};
 
   // Compute of one micro-batch on one device.
   const Flops f = forward_flops(a, in.micro_batch * seq);
@@ -196,14 +214,7 @@ Projection project(const ProjectionInput& in) {
   if (in.recompute == Recompute::kFull) recomputed = f.layers;
   if (in.recompute == Recompute::kSelective) recomputed = f.attention_scores;
   const double model_parallel = double(in.tp) * in.pp * in.cp;
-  // Devices sharing `cores` (Hardware::shared_slowdown), time-sliced beyond the cores.
-  double slow = 1;
-  if (in.hw.cores > 0 && p.devices > 1) {
-    const double shared = in.hw.shared_slowdown > 0 ? in.hw.shared_slowdown : 1;
-    slow = p.devices >= in.hw.cores
-               ? shared * p.devices / in.hw.cores
-               : 1 + (shared - 1) * (p.devices - 1) / std::max(1, in.hw.cores - 1);
-  }
+  const double slow = shared_cores_factor(in.hw, p.devices);
   const double rate = in.hw.peak_flops * in.hw.efficiency / slow;
   const int stage_layers = layer_count(a) / in.pp;
   // A calibrated file's element-wise and per-layer costs of one micro-batch on this stage.
@@ -286,9 +297,13 @@ Projection project(const ProjectionInput& in) {
     if (in.zero == 0) {
       add(p, c, "dp", CollectiveKind::kAllReduce, in.all_reduce, in.dp, span, 1, g);
     } else {
-      add(p, c, "dp", CollectiveKind::kReduceScatter, Algorithm::kRing, in.dp, span, 1, g);
+      // ZeRO-3 gathers each layer before its forward and its backward and reduce-scatters
+      // its gradients after the backward, every micro-batch; stages 1 and 2 once a step.
+      const double segments = in.zero == 3 ? double(m) * (layer_count(a) + 1) : 1;
+      add(p, c, "dp", CollectiveKind::kReduceScatter, Algorithm::kRing, in.dp, span, segments,
+          g / (in.zero == 3 ? layer_count(a) + 1 : 1));
       add(p, c, "dp", CollectiveKind::kAllGather, Algorithm::kRing, in.dp, span,
-          in.zero == 3 ? 2 : 1, w);
+          (in.zero == 3 ? 2 : 1) * segments, w / (in.zero == 3 ? layer_count(a) + 1 : 1));
     }
   }
   p.step = t_pipe + t_once + p.exposed_seconds("dp");

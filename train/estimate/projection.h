@@ -13,7 +13,13 @@
 //              dtsim's MLP: 1 and 1), context-parallel K/V all-gathers, expert all-to-alls
 //              and the stage boundary's two sends, none of them overlapped
 //   t_pipe   = m t_micro / (1 - bubble), the bubble from the schedule's dry run
-//   t_step   = t_pipe + the data-parallel gradient sync (by ZeRO stage, not overlapped)
+//   t_step   = t_pipe + the data-parallel gradient sync (by ZeRO stage, not overlapped;
+//              ZeRO-3 gathers and reduce-scatters each layer every micro-batch)
+//
+// On a calibrated file (Hardware::cores > 0: ranks as threads or processes on one machine's
+// cores) the compute terms are one core's, scaled by how the devices share the cores
+// (parallel_speedup alone, shared_slowdown up to the cores, time-sliced beyond), and a
+// collective among more devices than cores pays oversubscribed_latency a message.
 //
 // Each collective's time is its algorithm's alpha-beta cost (collective_cost.h) on the link
 // its group needs: within a node when the group's span of ranks fits one node.
