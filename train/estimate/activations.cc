@@ -85,18 +85,18 @@ GptFp32Activations dtsim_gpt_activations(const GptShape& g, const ActivationInpu
   const double qkv = (h + 2 * kvd) / t, e = h / t, heads = a / t, ff = f / t;
   const double act = g.llama ? 3 : 2;  // GELU: gelu(pre) and gelu'(pre); SwiGLU: gate, up, both
 
-  // One layer, Korthikanti et al.'s tensors in floats, as dtsim's blocks save them:
-  //   the two norms' inputs (each block's input: the previous block's output)   2 h  on nl
-  //   the QKV and fc1 inputs (the norms' outputs, kept gathered under sp)       2 h  on n
-  //   Q, K, V                                                                    qkv on n
+  // One layer, Korthikanti et al.'s tensors in floats a token row, as dtsim's blocks save them:
+  //   the two norms' inputs (each block's input: the previous block's output)  2 h    on nl
+  //   the QKV and fc1 inputs (the norms' outputs; kept gathered under sp)      2 h    on n
+  //   Q, K, V                                                                  qkv    on n
   //   softmax, its mask and output (5 a s / h): the kernel keeps each row's
-  //     log-sum-exp per head instead (no s x s matrix)                          a/t  on n
-  //   the attention output (the output projection's input; selective: redone)  h/t  on n
-  //   the GELU's input and output: dtsim keeps gelu(pre) and gelu'(pre)
-  //     (selective: the pre-activation only)                                   2f/t  on n
-  //   dropout masks (dtsim has none): after the output projection and the MLP  2 h  on nl,
-  //     and the attention probabilities' (not under selective)               a s/t  on n
-  // plus what the paper leaves out: each norm's statistics (mean, rstd)        2x2  on nl
+  //     log-sum-exp per head instead (no s x s matrix)                         a/t    on n
+  //   the attention output (the output projection's input; selective: redone) h/t    on n
+  //   the GELU's input and output: gelu(pre) and gelu'(pre) (selective: pre)   2 f/t  on n
+  //   dropout masks, 1 byte (dtsim has none): after the output projection
+  //     and the MLP                                                            2 h    on nl
+  //     and on the attention probabilities (not under selective)               a seq/t on n
+  // plus what the paper leaves out: the two norms' statistics (mean, rstd)     2 x 2  on nl
   const double attn_state = n * h + stats * nl + n * (qkv + heads + e);
   const double mlp_state = n * h + stats * nl + act * n * ff;
   const double redone = selective ? n * (e + ff) : 0;
@@ -132,8 +132,8 @@ GptFp32Activations dtsim_gpt_activations(const GptShape& g, const ActivationInpu
 
   // Context parallel, each layer's ring attention scratch, whatever is recomputed: K and V
   // held and incoming, dK and dV travelling and incoming (4 x 2 kv d / t), the softmax delta
-  // (a / t) on n, and one (query chunk, key chunk) block's output and LSE, c = s / 2n rows.
-  const double chunk = double(g.seq) / (2 * in.cp);
+  // (a / t) on n, and one (query chunk, key chunk) block's output and LSE of c rows.
+  const double chunk = double(g.seq) / (2 * in.cp);  // c: a sequence cut in 2 cp chunks
   if (in.cp > 1) r.ring = g.layers * (n * (8 * kvd / t + heads) + chunk * (hs + 1));
 
   constexpr double kFloat = sizeof(float);

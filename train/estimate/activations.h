@@ -24,6 +24,8 @@
 //
 // mlp and moe: the buffers dtsim's own layers allocate (model/layer_stack.cc, mlp_layers.h,
 // moe_layer.cc), which `dtsim train --report` measures as the activations category.
+//
+// Thread safety: pure functions.
 #pragma once
 
 #include "model/memory.h"
