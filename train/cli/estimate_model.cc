@@ -262,14 +262,24 @@ int run_model_estimate(const CLI::App& app, const EstimateFlags& f) {
   const char* recompute = in.recompute == est::Recompute::kFull        ? "full recomputation"
                           : in.recompute == est::Recompute::kSelective ? "selective recomputation"
                                                                        : "no recomputation";
+  const bool gpt = in.arch.kind == est::ArchKind::kGpt;
+  const bool fp32_gpt = gpt && in.precision == model::Precision::kFp32;
   std::printf("\nactivations: %s per micro-batch through the model on one tp rank (%s; %s%s)\n",
               bytes_str(p.micro_batch_activations).c_str(),
-              in.arch.kind == est::ArchKind::kGpt ? "Korthikanti et al. 2022"
-                                                  : "the buffers dtsim's layers allocate",
+              fp32_gpt ? "dtsim's fp32 GPT"
+              : gpt    ? "Korthikanti et al. 2022"
+                       : "the buffers dtsim's layers allocate",
               recompute, in.sequence_parallel ? ", sequence parallel" : "");
-  if (in.arch.kind == est::ArchKind::kGpt) {
-    const est::LayerActivations l = est::gpt_layer_activations(
-        in.arch.gpt, {in.tp, in.sequence_parallel, in.recompute, in.micro_batch, in.dropout});
+  const est::ActivationInput ai{
+      in.tp, in.sequence_parallel, in.recompute, in.micro_batch, in.dropout, in.cp, in.precision};
+  if (fp32_gpt) {  // activations.h: Korthikanti et al.'s tensors in fp32, as dtsim saves them
+    const est::GptFp32Activations d = est::dtsim_gpt_activations(in.arch.gpt, ai);
+    std::printf("  %d layers x %s; once %s (ids, logits, loss); scratch %s%s\n", in.arch.gpt.layers,
+                bytes_str(d.layer).c_str(), bytes_str(d.once).c_str(),
+                bytes_str(d.workspace).c_str(),
+                in.cp > 1 ? fmt::format(", ring {}", bytes_str(d.ring)).c_str() : "");
+  } else if (gpt) {
+    const est::LayerActivations l = est::gpt_layer_activations(in.arch.gpt, ai);
     std::printf("  one layer: %s (tp-sharded %s, replicated %s, attention scores %s)\n",
                 bytes_str(l.total()).c_str(), bytes_str(l.tp_sharded).c_str(),
                 bytes_str(l.replicated).c_str(), bytes_str(l.scores).c_str());

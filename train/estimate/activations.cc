@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "model/gpt_memory.h"
-
 namespace dtsim::train::estimator {
 
 LayerActivations gpt_layer_activations(const GptShape& g, const ActivationInput& in) {
@@ -73,37 +71,87 @@ double dtsim_measured_activations(const Architecture& a, int micro_batch, bool b
   return floats * sizeof(float);
 }
 
-double dtsim_measured_gpt_activations(const GptShape& g, const ActivationInput& in) {
-  const model::GptConfig c{.vocab = g.vocab,
-                           .seq_len = g.seq,
-                           .d_model = g.hidden,
-                           .heads = g.heads,
-                           .head_dim = g.hidden / g.heads,
-                           .num_layers = g.layers,
-                           .mlp_hidden = g.ffn_width()};
-  const model::Recompute r = in.recompute == Recompute::kFull        ? model::Recompute::kFull
-                             : in.recompute == Recompute::kSelective ? model::Recompute::kSelective
-                                                                     : model::Recompute::kNone;
-  return static_cast<double>(sizeof(float)) *
-         static_cast<double>(
-             model::gpt_activation_floats(c, {.batch = in.micro_batch,
-                                              .tp = in.tp,
-                                              .sequence_parallel = in.sequence_parallel,
-                                              .recompute = r})
-                 .total());
+GptFp32Activations dtsim_gpt_activations(const GptShape& g, const ActivationInput& in) {
+  const double t = in.tp, h = g.hidden, a = g.heads, hs = h / a, V = g.vocab;
+  const double kvd = g.kv() * hs, f = g.ffn_width();
+  const double s = double(g.seq) / in.cp;  // a sequence's tokens on this cp rank
+  const bool sp = in.sequence_parallel && in.tp > 1;
+  const double n = in.micro_batch * s;  // token rows inside the blocks
+  const double nl = sp ? n / t : n;     // token rows between them (sequence parallel: / t)
+  const bool full = in.recompute == Recompute::kFull;
+  const bool selective = in.recompute == Recompute::kSelective;
+  const double mask = in.dropout ? 0.25 : 0;  // a 1-byte dropout mask, in floats
+  const double stats = g.llama ? 1 : 2;       // LayerNorm's mean and rstd; RMSNorm's rstd
+  const double qkv = (h + 2 * kvd) / t, e = h / t, heads = a / t, ff = f / t;
+  const double act = g.llama ? 3 : 2;  // GELU: gelu(pre) and gelu'(pre); SwiGLU: gate, up, both
+
+  // One layer, Korthikanti et al.'s tensors in floats a token row, as dtsim's blocks save them:
+  //   the two norms' inputs (each block's input: the previous block's output)  2 h    on nl
+  //   the QKV and fc1 inputs (the norms' outputs; kept gathered under sp)      2 h    on n
+  //   Q, K, V                                                                  qkv    on n
+  //   softmax, its mask and output (5 a s / h): the kernel keeps each row's
+  //     log-sum-exp per head instead (no s x s matrix)                         a/t    on n
+  //   the attention output (the output projection's input; selective: redone) h/t    on n
+  //   the GELU's input and output: gelu(pre) and gelu'(pre) (selective: pre)   2 f/t  on n
+  //   dropout masks, 1 byte (dtsim has none): after the output projection
+  //     and the MLP                                                            2 h    on nl
+  //     and on the attention probabilities (not under selective)               a seq/t on n
+  // plus what the paper leaves out: the two norms' statistics (mean, rstd)     2 x 2  on nl
+  const double attn_state = n * h + stats * nl + n * (qkv + heads + e);
+  const double mlp_state = n * h + stats * nl + act * n * ff;
+  const double redone = selective ? n * (e + ff) : 0;
+  const double masks = mask * (2 * h * nl + (selective ? 0 : n * heads * g.seq));
+  const double outputs = 2 * h * nl;  // the attention and MLP blocks' outputs
+  GptFp32Activations r;
+  // Full recomputation keeps each block's output (attention and MLP are separate layers of
+  // the stack: two a transformer layer, where the paper keeps one layer input).
+  r.layer = full ? outputs : outputs + attn_state + mlp_state - redone + masks;
+  r.layers = g.layers * r.layer;
+
+  // Once a rank: the token ids (whole sequences: every cp rank gets all s), the embedding's
+  // output (and its dropout mask), the final norm's output and, unless recomputed, its
+  // statistics (on all rows) and gathered input (sp), the logits, the loss's probabilities
+  // and gradient, and backward's two alternating input-gradient buffers (the head's, the
+  // final norm's).
+  const double final_norm = stats * n + (sp ? n * h : 0);
+  r.once = in.micro_batch * double(g.seq) + nl * h * (1 + mask) + n * h + (full ? 0 : final_norm) +
+           3 * n * V + n * h + nl * h;
+
+  // Scratch shared by every layer, each slot as large as its largest use: the core's output
+  // gradient (attention n h/t, MLP n f/t, sp: the embedding's summed gradients (V + s) h),
+  // dQKV or the MLP's norm-output gradient, attention's norm-output gradient, one row set's
+  // softmax delta (s); sequence parallel: the gathered dy or partial output, the sequence
+  // permutation (n h each), this rank's normalised rows (nl h) and the norm gradients (2 h).
+  r.workspace =
+      std::max({n * e, n * ff, sp ? (V + g.seq) * h : 0}) + std::max(n * qkv, n * h) + n * h + s;
+  if (sp) r.workspace += 2 * n * h + nl * h + 2 * h;
+  // Full recomputation: the redone forward's discarded output (logits or a block's) and the
+  // largest state rebuilt for one layer's backward; selective: the larger rebuilt tensor.
+  if (full) r.workspace += std::max(n * V, n * h) + std::max({attn_state, mlp_state, final_norm});
+  if (selective) r.workspace += std::max(n * e, n * ff);
+
+  // Context parallel, each layer's ring attention scratch, whatever is recomputed: K and V
+  // held and incoming, dK and dV travelling and incoming (4 x 2 kv d / t), the softmax delta
+  // (a / t) on n, and one (query chunk, key chunk) block's output and LSE of c rows.
+  const double chunk = double(g.seq) / (2 * in.cp);  // c: a sequence cut in 2 cp chunks
+  if (in.cp > 1) r.ring = g.layers * (n * (8 * kvd / t + heads) + chunk * (hs + 1));
+
+  constexpr double kFloat = sizeof(float);
+  r.layer *= kFloat, r.layers *= kFloat, r.once *= kFloat, r.workspace *= kFloat, r.ring *= kFloat;
+  return r;
 }
 
 double micro_batch_activations(const Architecture& a, const ActivationInput& in) {
-  if (a.kind != ArchKind::kGpt) {
-    return dtsim_measured_activations(a, in.micro_batch, false, in.tp);
-  }
+  const bool bf16 = in.precision == model::Precision::kMixedBf16;
+  if (a.kind != ArchKind::kGpt) return dtsim_measured_activations(a, in.micro_batch, bf16, in.tp);
   const GptShape& g = a.gpt;
+  if (!bf16) return dtsim_gpt_activations(g, in).total();
   const double layer = gpt_layer_activations(g, in).total();
   // The embedding's dropout mask (Korthikanti et al. section 4.3), 1 byte per element.
   const double embed =
       in.dropout ? double(g.seq) * in.micro_batch * g.hidden / (in.sequence_parallel ? in.tp : 1)
                  : 0;
-  return g.layers * layer + embed;
+  return (g.layers * layer + embed) / in.cp;  // a cp rank holds s / cp tokens of each
 }
 
 }  // namespace dtsim::train::estimator

@@ -192,8 +192,9 @@ Projection project(const ProjectionInput& in) {
   mi.precision = in.precision;
   mi.optimizer = in.optimizer;
   mi.schedule = {in.schedule, in.pp, m, in.virtual_stages};
-  ActivationInput ai{in.tp, in.sequence_parallel, in.recompute, in.micro_batch, in.dropout};
-  p.micro_batch_activations = micro_batch_activations(a, ai) / in.cp;
+  ActivationInput ai{in.tp, in.sequence_parallel, in.recompute, in.micro_batch, in.dropout,
+                     in.cp, in.precision};
+  p.micro_batch_activations = micro_batch_activations(a, ai);
   mi.activation_bytes = p.micro_batch_activations;
   p.mesh = estimate_mesh(mi);
   if (!gpt) {
