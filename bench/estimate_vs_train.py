@@ -11,12 +11,11 @@ beside the run's measured median step (`--report`'s seconds_per_step), and the m
 worst |error|. Speed is measured here, never asserted in tests: paste the output, with the
 load average it prints, into docs/estimate.md.
 
-  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R] [--recalibrate]
+  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R]
 
---repeat R runs each held-out run R times and keeps its fastest median step: on a shared
-machine the least disturbed of R is the closest to a quiet one (the calibration keeps the
-fastest of 5 of each of its runs). --recalibrate measures
-the machine again right before every run, so that a changing load moves both together.
+--repeat R runs the held-out runs in R rounds and keeps each one's fastest median step: on a
+shared machine the least disturbed of R is the closest to a quiet one (the calibration keeps
+the fastest of 5 of each of its runs).
 """
 import json
 import os
@@ -124,15 +123,13 @@ def main():
     dtsim = "build/dtsim"
     if args and not args[0].startswith("--"):
         dtsim = args.pop(0)
-    steps, repeat, recalibrate = 10, 1, False
+    steps, repeat = 20, 1
     while args:
         a = args.pop(0)
         if a == "--steps" and args:
             steps = int(args.pop(0))
         elif a == "--repeat" and args:
             repeat = int(args.pop(0))
-        elif a == "--recalibrate":
-            recalibrate = True
         else:
             sys.exit(__doc__)
     mpirun = shutil.which("mpirun")
@@ -152,21 +149,19 @@ def main():
         print(f"{'held-out dtsim train run':64} {'predicted':>10} {'measured':>10} {'error':>8}")
         errors = []
         report = os.path.join(tmp, "report.json")
-        for model, strategy, ranks, batch, processes in RUNS:
-            if processes > 1 and not mpi:
-                continue
-            if recalibrate:
-                calibrate()
-            train = [dtsim, "train", *model.split(), *train_flags(strategy, ranks), "--batch",
-                     str(batch), "--steps", str(steps), "--quiet", "--report", report]
-            if processes > 1:
-                train = mpi + [str(processes), *train, "--threads-per-process",
-                               str(ranks // processes)]
-            measured = 1e30
-            for _ in range(repeat):
+        runs = [r for r in RUNS if r[4] == 1 or mpi]
+        measured = [1e30] * len(runs)
+        for _ in range(repeat):  # rounds: a burst of other load spoils one round, not R runs
+            for i, (model, strategy, ranks, batch, processes) in enumerate(runs):
+                train = [dtsim, "train", *model.split(), *train_flags(strategy, ranks), "--batch",
+                         str(batch), "--steps", str(steps), "--quiet", "--report", report]
+                if processes > 1:
+                    train = mpi + [str(processes), *train, "--threads-per-process",
+                                   str(ranks // processes)]
                 run(train)
                 with open(report) as f:
-                    measured = min(measured, json.load(f)["seconds_per_step"])
+                    measured[i] = min(measured[i], json.load(f)["seconds_per_step"])
+        for i, (model, strategy, ranks, batch, processes) in enumerate(runs):
             est = [dtsim, "estimate", *estimate_model(model), *mesh_flags(strategy, ranks, batch),
                    "--precision", "fp32", "--optimizer", "sgd", "--hardware",
                    mpi_hw if processes > 1 else hw]
@@ -174,12 +169,13 @@ def main():
                 est.append("--no-dropout")
             out = run(est)
             predicted = seconds(re.search(r"^step time: (.*)$", out, re.M).group(1))
-            err = predicted / measured - 1
+            err = predicted / measured[i] - 1
             errors.append(abs(err))
             where = f"mpirun -np {processes} x {ranks // processes}" if processes > 1 else "threads"
-            name = f"{strategy} x{ranks} {where} {model.replace('--model ', '').replace('--', '')} B{batch}"
-            print(f"{name:64} {predicted * 1e3:7.2f} ms {measured * 1e3:7.2f} ms {100 * err:+7.1f}%",
-                  flush=True)
+            name = (f"{strategy} x{ranks} {where} "
+                    f"{model.replace('--model ', '').replace('--', '')} B{batch}")
+            print(f"{name:64} {predicted * 1e3:7.2f} ms {measured[i] * 1e3:7.2f} ms "
+                  f"{100 * err:+7.1f}%", flush=True)
         print(f"\n{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
               f"worst {100 * max(errors):.1f}%; load average at end {os.getloadavg()[0]:.1f}")
 
