@@ -1,6 +1,61 @@
 #include "model/memory.h"
 
+#include <mutex>
+
 namespace dtsim::model {
+
+namespace {
+
+struct HugeBlockCache {
+  std::mutex mu;
+  std::vector<std::pair<size_t, void*>> blocks;  // (bytes, block), oldest first
+  size_t bytes = 0;
+};
+
+HugeBlockCache& huge_blocks() {
+  static auto* cache = new HugeBlockCache;  // never destroyed: frees may come at exit
+  return *cache;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kKeepHugeBlocks = false;
+#else
+constexpr bool kKeepHugeBlocks = true;
+#endif
+
+}  // namespace
+
+void* take_huge_block(size_t bytes) {
+  if (!kKeepHugeBlocks) return nullptr;
+  HugeBlockCache& c = huge_blocks();
+  const std::lock_guard lock(c.mu);
+  for (size_t i = c.blocks.size(); i-- > 0;) {  // the most recently kept: warm in cache
+    if (c.blocks[i].first != bytes) continue;
+    void* p = c.blocks[i].second;
+    c.blocks.erase(c.blocks.begin() + static_cast<std::ptrdiff_t>(i));
+    c.bytes -= bytes;
+    return p;
+  }
+  return nullptr;
+}
+
+void keep_huge_block(void* p, size_t bytes) {
+  if (!kKeepHugeBlocks || bytes > kHugeBlockCacheBytes) return std::free(p);
+  std::vector<void*> evicted;  // the oldest blocks, to make room
+  {
+    HugeBlockCache& c = huge_blocks();
+    const std::lock_guard lock(c.mu);
+    size_t drop = 0;
+    while (c.bytes + bytes > kHugeBlockCacheBytes) {
+      evicted.push_back(c.blocks[drop].second);
+      c.bytes -= c.blocks[drop++].first;
+    }
+    c.blocks.erase(c.blocks.begin(), c.blocks.begin() + static_cast<std::ptrdiff_t>(drop));
+    c.blocks.emplace_back(bytes, p);
+    c.bytes += bytes;
+  }
+  for (void* e : evicted) std::free(e);
+}
 
 std::string_view memory_category_name(MemoryCategory c) {
   switch (c) {

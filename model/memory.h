@@ -66,9 +66,23 @@ class MemoryLedger {
   std::array<std::atomic<int64_t>, kNumMemoryCategories> peaks_{};
 };
 
+// Freed blocks of 2 MiB and more, kept for reuse up to kHugeBlockCacheBytes in all: a buffer
+// made and freed every layer (ZeRO-3's gathered parameters and staged gradients, a step's
+// activations) would otherwise map fresh pages, have the kernel zero them and unmap them,
+// interrupting every core that runs a thread of the process, each time. Not under
+// AddressSanitizer, which should see every use after free. Thread-safe: one mutex, taken
+// once per large allocation or free (never per message).
+inline constexpr size_t kHugeBlockCacheBytes = size_t{256} << 20;
+// A kept block of exactly `bytes` (a multiple of 2 MiB), or nullptr.
+void* take_huge_block(size_t bytes);
+// Keeps `p` (from std::aligned_alloc, `bytes` long) for reuse, freeing the oldest kept
+// blocks to make room (or `p` itself when it alone is larger than the cache).
+void keep_huge_block(void* p, size_t bytes);
+
 // std::allocator, except that blocks of 2 MiB and more are 2 MiB aligned and advised as
 // transparent huge pages (madvise: a hint the kernel may ignore), so a step that streams
-// the weights and gradients walks a few TLB entries instead of one per 4 KiB.
+// the weights and gradients walks a few TLB entries instead of one per 4 KiB; freed, they
+// are kept for reuse (take_huge_block).
 template <class T>
 struct LargePageAllocator {
   using value_type = T;
@@ -80,14 +94,16 @@ struct LargePageAllocator {
     const size_t bytes = n * sizeof(T);
     if (bytes < kHuge) return std::allocator<T>().allocate(n);
     const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    if (void* kept = take_huge_block(rounded)) return static_cast<T*>(kept);
     void* p = std::aligned_alloc(kHuge, rounded);
     if (p == nullptr) throw std::bad_alloc();
     madvise(p, rounded, MADV_HUGEPAGE);
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t n) {
-    if (n * sizeof(T) < kHuge) return std::allocator<T>().deallocate(p, n);
-    std::free(p);
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kHuge) return std::allocator<T>().deallocate(p, n);
+    keep_huge_block(p, (bytes + kHuge - 1) / kHuge * kHuge);
   }
   template <class U>
   bool operator==(const LargePageAllocator<U>&) const {

@@ -140,5 +140,34 @@ TEST(MemoryTest, LargeTrackedBuffersAreHugePageAlignedAndCountedByTheirSize) {
   EXPECT_EQ(ledger.bytes(MC::kWeights), static_cast<int64_t>(small * sizeof(float)));
 }
 
+// A large block freed is kept and handed to the next buffer of its rounded size, filled
+// afresh (ZeRO-3 gathers a layer into one every use); the ledger still counts each
+// buffer only while it lives.
+TEST(MemoryTest, FreedLargeBlocksAreReusedAndRefilled) {
+  MemoryLedger ledger;
+  const size_t big = (size_t{4} << 20) / sizeof(float) + 7;
+  const float* first = nullptr;
+  {
+    TrackedBuffer<float> a(&ledger, MC::kWeights, big, 1.5f);
+    a[3] = 9.0f;
+    first = a.data();
+  }
+  EXPECT_EQ(ledger.bytes(MC::kWeights), 0);
+  const size_t rounded = size_t{6} << 20;  // 4 MiB + 28 B, in 2 MiB pages
+#if !defined(__SANITIZE_ADDRESS__)
+  void* kept = take_huge_block(rounded);
+  EXPECT_EQ(kept, first) << "the freed block was not kept";
+  if (kept != nullptr) keep_huge_block(kept, rounded);
+#endif
+  TrackedBuffer<float> b(&ledger, MC::kWeights, big, 2.5f);
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(b.data(), first) << "the kept block was not reused";
+#endif
+  EXPECT_EQ(b[3], 2.5f);
+  EXPECT_EQ(b[big - 1], 2.5f);
+  EXPECT_EQ(ledger.bytes(MC::kWeights), static_cast<int64_t>(big * sizeof(float)));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % (size_t{2} << 20), 0u);
+}
+
 }  // namespace
 }  // namespace dtsim::model
