@@ -153,6 +153,33 @@ TEST(Projection, OversubscribedCollectivesOnSharedCores) {
   }
 }
 
+// A calibrated file with a shared buffer prices all_reduce as dtsim's runtime runs it:
+// recursive doubling on the link up to 32 KiB, one shared buffer (alpha + n beta) beyond.
+TEST(Projection, CalibratedAllReduceIsTheRuntimesAutoChoice) {
+  ProjectionInput in;
+  in.arch.kind = ArchKind::kMlp;
+  in.precision = model::Precision::kFp32;
+  in.hw.peak_flops = 1e10;
+  in.hw.devices_per_node = 512;
+  in.hw.intra = in.hw.inter = {1e-6, 1e9};
+  in.hw.shared_latency = 3e-6, in.hw.shared_bandwidth = 5e10;
+  in.dp = 2, in.global_batch = 2, in.micro_batch = 1;
+  for (int hidden : {8, 1024}) {  // 4 (2 x 8 x 8 + 8 + 8) + ... bytes; then megabytes
+    in.arch.mlp = {.input_dim = 8, .hidden_dim = hidden, .num_blocks = 2, .output_dim = 4};
+    const Projection p = project(in);
+    ASSERT_EQ(p.traffic.size(), 1u);
+    const AxisTraffic& t = p.traffic[0];
+    if (t.bytes <= kSmallAllReduce) {
+      EXPECT_EQ(t.algorithm, Algorithm::kRecursiveDoubling);
+      EXPECT_NEAR(t.seconds, 1e-6 + t.bytes / 1e9, 1e-15);
+    } else {
+      EXPECT_EQ(t.algorithm, Algorithm::kShared);
+      EXPECT_NEAR(t.seconds, 3e-6 + t.bytes / 5e10, 1e-15);
+      EXPECT_EQ(t.sent, t.bytes) << "each rank's buffer, as dtsim's counters record";
+    }
+  }
+}
+
 // ZeRO-3 gathers each layer before its forward and its backward and reduce-scatters it after
 // the backward, every micro-batch (dtsim's DataParallel does): 3 (L + 1) m calls a step, and
 // the bytes of 1 all-reduce's worth of gradients and 2 of parameters.

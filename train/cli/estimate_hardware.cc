@@ -90,10 +90,11 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
     const est::Calibration c = est::calibrate_links(base, job);
     if (!root) return 0;
     std::printf("compute: from %s\n", f.hardware.c_str());
-    std::printf("all_reduce (auto), %d processes (%s): 4 B in %s, %s in %s\n", c.link_ranks,
-                job.describe().c_str(), fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
+    std::printf("ring all_gather, %d processes (%s): 1 float a rank in %s, %s in %s\n",
+                c.link_ranks, job.describe().c_str(),
+                fmt::format("{:.4g} us", c.gather_small_seconds * 1e6).c_str(),
                 fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
-                fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str());
+                fmt::format("{:.4g} ms", c.gather_large_seconds * 1e3).c_str());
     return write_calibration(out, c);
   }
   const est::Calibration c = est::calibrate();
@@ -113,18 +114,29 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
       c.hw.param_seconds * 1e9, c.hw.step_seconds * 1e6, c.hw.cores, c.hw.parallel_speedup,
       c.hw.cores, c.hw.shared_slowdown);
   std::printf(
-      "all_reduce (auto), 2 rank threads: 4 B in %s, %s in %s; %d rank threads: 4 B in %s\n",
+      "2 rank threads: ring all_gather 1 float a rank in %s, %s in %s; shared all_reduce 4 B "
+      "in %s, %s in %s\n",
+      fmt::format("{:.4g} us", c.gather_small_seconds * 1e6).c_str(),
+      fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
+      fmt::format("{:.4g} ms", c.gather_large_seconds * 1e3).c_str(),
       fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
       fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
-      fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str(), c.oversubscribed_ranks,
-      fmt::format("{:.4g} us", c.oversubscribed_seconds * 1e6).c_str());
+      fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str());
+  std::printf("%d rank threads: all_gather 1 float a rank in %s\n", c.oversubscribed_ranks,
+              fmt::format("{:.4g} us", c.oversubscribed_seconds * 1e6).c_str());
   return write_calibration(out, c);
 }
 
 static int write_calibration(OutputFile& out, const est::Calibration& c) {
-  std::printf("alpha %s, beta 1 / (%.4g GB/s)\n",
+  std::printf("channels: alpha %s, beta 1 / (%.4g GB/s)",
               fmt::format("{:.4g} us", c.hw.intra.latency * 1e6).c_str(),
               c.hw.intra.bandwidth / 1e9);
+  if (c.hw.shared_bandwidth > 0) {
+    std::printf("; shared buffer: alpha %s, beta 1 / (%.4g GB/s)",
+                fmt::format("{:.4g} us", c.hw.shared_latency * 1e6).c_str(),
+                c.hw.shared_bandwidth / 1e9);
+  }
+  std::printf("\n");
   nlohmann::ordered_json j;
   j["name"] = c.hw.name;
   for (const est::HardwareField& field : est::hardware_fields()) j[field.name] = field.get(c.hw);

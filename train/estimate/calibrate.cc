@@ -21,52 +21,70 @@
 namespace dtsim::train::estimator {
 namespace {
 
-// Median seconds of one all_reduce (the algorithm dtsim train runs: Algo::kAuto) of `floats`
-// floats on `world`'s ranks, over `iters` calls per trial, 5 trials; under MPI every process
-// gets global rank 0's median.
-double all_reduce_seconds(World& world, size_t floats, int iters) {
-  std::vector<double> trials;
+// What a link is measured with: dtsim's own all_reduce in one shared buffer (Algo::kShared,
+// what Algo::kAuto runs beyond kSmallAllReduce bytes), and the ring all_gather whose messages
+// cross the transport's channels (as every other collective's do).
+enum class Probe { kSharedAllReduce, kAllGather };
+
+// Median seconds of one `probe` of `floats` floats (the all_gather's output) on `world`'s
+// ranks, over `iters` calls per trial, 5 trials; under MPI every process gets global rank
+// 0's median.
+double probe_seconds(World& world, Probe probe, size_t floats, int iters) {
   double median = 0;
   world.run([&](Communicator& comm) {
-    std::vector<float> buf(floats, 1.0f);
-    comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kAuto);  // warm-up
-    std::vector<double> mine;
+    const size_t p = static_cast<size_t>(comm.size());
+    std::vector<float> buf(std::max(floats, p), 1.0f);
+    const size_t part = buf.size() / p;
+    auto once = [&] {
+      if (probe == Probe::kSharedAllReduce && !world.model().mpi) {
+        comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kShared);
+      } else if (probe == Probe::kSharedAllReduce) {
+        comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kAuto);
+      } else {
+        const std::vector<float> mine(buf.begin(), buf.begin() + part);
+        comm.all_gather(std::span<const float>(mine), std::span<float>(buf.data(), part * p),
+                        Algo::kRing);
+      }
+    };
+    once();  // warm-up
+    std::vector<double> trials;
     for (int t = 0; t < 5; ++t) {
       comm.barrier();
       const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) {
-        comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kAuto);
-      }
-      mine.push_back(
+      for (int i = 0; i < iters; ++i) once();
+      trials.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters);
     }
-    std::sort(mine.begin(), mine.end());
-    double m = mine[mine.size() / 2];
+    std::sort(trials.begin(), trials.end());
+    double m = trials[trials.size() / 2];
     comm.broadcast(std::span<double>(&m, 1), 0);
     if (comm.rank() == world.first_rank()) median = m;
   });
   return median;
 }
 
-double all_reduce_seconds(size_t floats, int iters, int ranks = 2) {
-  World world(ranks);
-  return all_reduce_seconds(world, floats, iters);
-}
-
-// The links of `world` (2 or more ranks) into `c`: alpha and beta priced as a ring on its
-// ranks, 2 (n - 1) alpha + 2 (n - 1) / n bytes beta, from a 4-byte and a 16 MiB all_reduce.
+// The links of `world` (2 or more ranks) into `c`: the transport's channels (intra and
+// inter) from a ring all_gather, (p - 1) alpha + (p - 1) / p n beta, of 1 float a rank and of
+// 1 MiB; the shared buffer from an all_reduce of 4 bytes and of 1 MiB, alpha + n beta.
 void measure_links(World& world, Calibration& c) {
   const int n = world.size();
+  const size_t large = size_t{1} << 18;  // floats: 1 MiB, the size of a layer's buffers here
   c.link_ranks = n;
-  c.small_seconds = all_reduce_seconds(world, 1, 2000);
-  const size_t large = size_t{4} << 20;  // floats: 16 MiB
-  c.large_seconds = all_reduce_seconds(world, large, 5);
   c.large_bytes = large * sizeof(float);
-  c.hw.intra.latency = c.small_seconds / (2.0 * (n - 1));
-  const double beta =
-      std::max(1e-15, (c.large_seconds - c.small_seconds) / (2.0 * (n - 1) / n * c.large_bytes));
-  c.hw.intra.bandwidth = 1 / beta;
+  c.gather_small_seconds = probe_seconds(world, Probe::kAllGather, n, 2000);
+  c.gather_large_seconds = probe_seconds(world, Probe::kAllGather, large, 50);
+  c.hw.intra.latency = c.gather_small_seconds / (n - 1);
+  c.hw.intra.bandwidth = (n - 1.0) / n * c.large_bytes /
+                         std::max(1e-12, c.gather_large_seconds - c.gather_small_seconds);
   c.hw.inter = c.hw.intra;
+  c.small_seconds = probe_seconds(world, Probe::kSharedAllReduce, 1, 2000);
+  c.large_seconds = probe_seconds(world, Probe::kSharedAllReduce, large, 50);
+  if (world.model().mpi) {  // no shared buffer across processes: the algorithms on the link
+    c.hw.shared_latency = c.hw.shared_bandwidth = 0;
+    return;
+  }
+  c.hw.shared_latency = c.small_seconds;
+  c.hw.shared_bandwidth = c.large_bytes / std::max(1e-12, c.large_seconds - c.small_seconds);
 }
 
 // The calibration shapes: single-rank runs of shapes bench/estimate_vs_train.py does not
@@ -246,8 +264,11 @@ Calibration calibrate() {
   }
   // Twice as many ranks as cores: a message waits for its peer's turn on a core.
   c.oversubscribed_ranks = std::min(World::kMaxRanks, 2 * std::max(2, cores));
-  c.oversubscribed_seconds = all_reduce_seconds(1, 200, c.oversubscribed_ranks);
-  hw.oversubscribed_latency = c.oversubscribed_seconds / (2.0 * (c.oversubscribed_ranks - 1));
+  {
+    World over(c.oversubscribed_ranks);
+    c.oversubscribed_seconds = probe_seconds(over, Probe::kAllGather, over.size(), 200);
+  }
+  hw.oversubscribed_latency = c.oversubscribed_seconds / (c.oversubscribed_ranks - 1);
   hw.memory_bytes = 0;
   hw.cores = cores;
   return c;

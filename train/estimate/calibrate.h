@@ -11,10 +11,10 @@
 // file's one-core peak_flops, element_seconds, layer_seconds, param_seconds and
 // step_seconds. How ranks share the cores (train/intra_op.h): the same runs with the kernels
 // on every core give parallel_speedup, and `cores` one-core copies at once shared_slowdown
-// (medians of the ratios over the shapes). Links: the alpha and beta of a 2-rank thread
-// world's all_reduce as dtsim train runs it (Algo::kAuto), priced as a ring: a 4-byte call is
-// 2 alpha, a 16 MiB call 2 alpha + n beta; a 4-byte call on twice as many rank threads as
-// cores gives oversubscribed_latency (its 2 (n - 1) messages).
+// (medians of the ratios over the shapes). Links, on 2 rank threads: the channels' alpha and
+// beta from a ring all_gather (of 1 float a rank, and of 1 MiB), the shared buffer's from
+// dtsim's shared all_reduce (4 bytes, 1 MiB); an all_gather on twice as many rank threads as
+// cores gives oversubscribed_latency (its p - 1 messages).
 //
 // Thread safety: runs Worlds; call from one (non-rank) thread.
 #pragma once
@@ -39,7 +39,9 @@ struct CalibrationRun {
 struct Calibration {
   Hardware hw;
   std::vector<CalibrationRun> runs;
-  double small_seconds = 0, large_seconds = 0, large_bytes = 0;  // the all_reduce timings
+  double large_bytes = 0;
+  double small_seconds = 0, large_seconds = 0;                // the shared all_reduce's
+  double gather_small_seconds = 0, gather_large_seconds = 0;  // the ring all_gather's
   int link_ranks = 2;                 // the world the links were measured on
   int oversubscribed_ranks = 0;       // twice the cores
   double oversubscribed_seconds = 0;  // a 4-byte all_reduce on that many rank threads

@@ -30,6 +30,8 @@ const char* to_string(Algorithm a) {
       return "recursive-doubling";
     case Algorithm::kDirect:
       return "direct";
+    case Algorithm::kShared:
+      return "shared";
   }
   return "?";
 }
@@ -57,6 +59,7 @@ double collective_bytes_sent(CollectiveKind k, Algorithm a, int p, double bytes)
       if (a == Algorithm::kTree) return 2 * log_p * bytes;  // the root's, the busiest rank
       if (a == Algorithm::kRecursiveDoubling) return log_p * bytes;
       if (a == Algorithm::kDirect) return (p - 1) * bytes;
+      if (a == Algorithm::kShared) return bytes;  // what dtsim's counters record
       return 2 * share * bytes;
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllGather:
@@ -77,7 +80,7 @@ double collective_seconds(CollectiveKind k, Algorithm a, int p, double bytes, co
     case CollectiveKind::kAllReduce:
       if (a == Algorithm::kTree) return 2 * log_p * alpha + sent * beta;
       if (a == Algorithm::kRecursiveDoubling) return log_p * alpha + sent * beta;
-      if (a == Algorithm::kDirect) return alpha + sent * beta;
+      if (a == Algorithm::kDirect || a == Algorithm::kShared) return alpha + sent * beta;
       return 2 * (p - 1) * alpha + sent * beta;
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllGather:

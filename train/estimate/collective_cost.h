@@ -10,6 +10,8 @@
 //               direct (every rank sends its buffer to every other, at once)
 //                                   alpha + (p - 1) n beta
 //   reduce_scatter, all_gather ring (p - 1) alpha + (p - 1) / p  n beta
+//               shared (one buffer every rank reduces into and reads back: dtsim's threads)
+//                                   alpha + n beta, on the shared-memory link
 //   all_to_all  direct              alpha + (p - 1) / p  n beta (every message sent at once)
 //   send/recv                       alpha + n beta
 #pragma once
@@ -22,11 +24,11 @@
 namespace dtsim::train::estimator {
 
 enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kAllToAll, kSendRecv };
-enum class Algorithm { kRing, kTree, kRecursiveDoubling, kDirect };
+enum class Algorithm { kRing, kTree, kRecursiveDoubling, kDirect, kShared };
 
 const char* to_string(CollectiveKind k);
 const char* to_string(Algorithm a);
-// Parses ring, tree, recursive-doubling, direct.
+// Parses ring, tree, recursive-doubling, direct (kShared is the calibrated runtime's own).
 bool parse_algorithm(const std::string& s, Algorithm* out);
 std::vector<std::string> algorithm_names();
 

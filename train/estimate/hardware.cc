@@ -56,6 +56,8 @@ double* field(Hardware& h, const std::string& name) {
   if (name == "shared_slowdown") return &h.shared_slowdown;
   if (name == "parallel_speedup") return &h.parallel_speedup;
   if (name == "oversubscribed_latency") return &h.oversubscribed_latency;
+  if (name == "shared_buffer_latency") return &h.shared_latency;
+  if (name == "shared_buffer_bandwidth") return &h.shared_bandwidth;
   return nullptr;
 }
 

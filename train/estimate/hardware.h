@@ -14,6 +14,10 @@ struct Link {
   double bandwidth = 0;  // 1 / beta, bytes per second one device sends in one direction
 };
 
+// dtsim's runtime reduces an all_reduce of more bytes than this in one shared buffer
+// (runtime/algorithms/registry.cc, Algo::kAuto); up to it, by recursive doubling.
+inline constexpr double kSmallAllReduce = 32 * 1024;
+
 struct Hardware {
   std::string name;
   std::string source;
@@ -40,6 +44,11 @@ struct Hardware {
   // that (time-sliced). Collectives among more devices than cores pay
   // oversubscribed_latency a message (a peer must be scheduled) instead of the link's.
   double parallel_speedup = 0, shared_slowdown = 0, oversubscribed_latency = 0;
+  // A calibrated file's all_reduce as dtsim's runtime runs it (Algo::kAuto): recursive
+  // doubling on the link up to kSmallAllReduce bytes, beyond them one shared buffer at this
+  // latency and bandwidth (bandwidth 0: every all_reduce as the projection's algorithm on
+  // the link).
+  double shared_latency = 0, shared_bandwidth = 0;
 };
 
 const std::vector<Hardware>& hardware_presets();

@@ -26,10 +26,13 @@ double shared_cores_factor(const Hardware& hw, int devices) {
 struct Ctx {
   const ProjectionInput& in;
   int devices = 1;
-  // The link a group spanning `span` ranks uses; on shared cores, beyond them, its copies are
-  // time-sliced (bandwidth cores / devices) and each message waits for a peer's turn.
-  Link link(int span) const {
-    Link l = span <= in.hw.devices_per_node ? in.hw.intra : in.hw.inter;
+  // The link a group spanning `span` ranks uses (the shared buffer for Algorithm::kShared);
+  // on shared cores, beyond them, its copies are time-sliced (bandwidth cores / devices) and
+  // each message waits for a peer's turn.
+  Link link(int span, Algorithm algo) const {
+    Link l = algo == Algorithm::kShared       ? Link{in.hw.shared_latency, in.hw.shared_bandwidth}
+             : span <= in.hw.devices_per_node ? in.hw.intra
+                                              : in.hw.inter;
     if (in.hw.cores > 0 && devices > in.hw.cores) {
       l.bandwidth *= double(in.hw.cores) / devices;
       l.latency = std::max(l.latency, in.hw.oversubscribed_latency);
@@ -42,9 +45,12 @@ struct Ctx {
 void add(Projection& p, const Ctx& c, const char* axis, CollectiveKind kind, Algorithm algo,
          int group, int span, double calls, double bytes) {
   if (group <= 1 || calls == 0) return;
+  if (kind == CollectiveKind::kAllReduce && c.in.hw.shared_bandwidth > 0) {
+    algo = bytes <= kSmallAllReduce ? Algorithm::kRecursiveDoubling : Algorithm::kShared;
+  }
   AxisTraffic t{axis, kind, algo, group, span > c.in.hw.devices_per_node, calls, bytes};
   t.sent = calls * collective_bytes_sent(kind, algo, group, bytes);
-  t.seconds = calls * collective_seconds(kind, algo, group, bytes, c.link(span));
+  t.seconds = calls * collective_seconds(kind, algo, group, bytes, c.link(span, algo));
   p.traffic.push_back(t);
 }
 
