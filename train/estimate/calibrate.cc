@@ -65,10 +65,10 @@ double probe_seconds(World& world, Probe probe, size_t floats, int iters) {
 
 // The links of `world` (2 or more ranks) into `c`: the transport's channels (intra and
 // inter) from a ring all_gather, (p - 1) alpha + (p - 1) / p n beta, of 1 float a rank and of
-// 1 MiB; the shared buffer from an all_reduce of 4 bytes and of 1 MiB, alpha + n beta.
+// 4 MiB; the shared buffer from an all_reduce of 4 bytes and of 4 MiB, alpha + n beta.
 void measure_links(World& world, Calibration& c) {
   const int n = world.size();
-  const size_t large = size_t{1} << 18;  // floats: 1 MiB, the size of a layer's buffers here
+  const size_t large = size_t{1} << 20;  // floats: 4 MiB, a layer's gradients here
   c.link_ranks = n;
   c.large_bytes = large * sizeof(float);
   c.gather_small_seconds = probe_seconds(world, Probe::kAllGather, n, 2000);

@@ -12,8 +12,8 @@
 // step_seconds. How ranks share the cores (train/intra_op.h): the same runs with the kernels
 // on every core give parallel_speedup, and `cores` one-core copies at once shared_slowdown
 // (medians of the ratios over the shapes). Links, on 2 rank threads: the channels' alpha and
-// beta from a ring all_gather (of 1 float a rank, and of 1 MiB), the shared buffer's from
-// dtsim's shared all_reduce (4 bytes, 1 MiB); an all_gather on twice as many rank threads as
+// beta from a ring all_gather (of 1 float a rank, and of 4 MiB), the shared buffer's from
+// dtsim's shared all_reduce (4 bytes, 4 MiB); an all_gather on twice as many rank threads as
 // cores gives oversubscribed_latency (its p - 1 messages).
 //
 // Thread safety: runs Worlds; call from one (non-rank) thread.
