@@ -109,10 +109,10 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
   std::printf(
       "compute on 1 core: GEMM %.4g GFLOP/s, %.3g ns an activation element, %.3g us a layer, "
       "%.3g ns a parameter, %.3g us a step; one rank on %d cores %.3gx faster, %d at once "
-      "%.3gx slower\n",
+      "%.3gx slower, %d at once %.3gx\n",
       c.hw.peak_flops / 1e9, c.hw.element_seconds * 1e9, c.hw.layer_seconds * 1e6,
       c.hw.param_seconds * 1e9, c.hw.step_seconds * 1e6, c.hw.cores, c.hw.parallel_speedup,
-      c.hw.cores, c.hw.shared_slowdown);
+      c.hw.cores, c.hw.shared_slowdown, 2 * c.hw.cores, c.hw.oversubscribed_slowdown);
   std::printf(
       "2 rank threads: ring all_gather 1 float a rank in %s, %s in %s; shared all_reduce 4 B "
       "in %s, %s in %s\n",

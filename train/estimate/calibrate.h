@@ -10,11 +10,11 @@
 // layer_count; the parameters), each run's kernels on one core, whose terms become the
 // file's one-core peak_flops, element_seconds, layer_seconds, param_seconds and
 // step_seconds. How ranks share the cores (train/intra_op.h): the same runs with the kernels
-// on every core give parallel_speedup, and `cores` one-core copies at once shared_slowdown
-// (medians of the ratios over the shapes). Links, on 2 rank threads: the channels' alpha and
-// beta from a ring all_gather (of 1 float a rank, and of 4 MiB), the shared buffer's from
-// dtsim's shared all_reduce (4 bytes, 4 MiB); an all_gather on twice as many rank threads as
-// cores gives oversubscribed_latency (its p - 1 messages).
+// on every core give parallel_speedup, `cores` one-core copies at once shared_slowdown and
+// 2 x `cores` copies oversubscribed_slowdown (medians of the ratios over the shapes). Links, on 2
+// rank threads: the channels' alpha and beta from a ring all_gather (of 1 float a rank, and of 4
+// MiB), the shared buffer's from dtsim's shared all_reduce (4 bytes, 4 MiB); an all_gather on twice
+// as many rank threads as cores gives oversubscribed_latency (its p - 1 messages).
 //
 // Thread safety: runs Worlds; call from one (non-rank) thread.
 #pragma once
@@ -30,10 +30,11 @@ namespace dtsim::train::estimator {
 struct CalibrationRun {
   std::string name;
   double flops = 0, elements = 0, layers = 0, params = 0;  // of one step
-  double seconds = 0;     // measured median step, kernels on one core
-  double all_cores = 0;   // the same, kernels on every core
-  double concurrent = 0;  // the slowest of `cores` one-core copies run at once
-  double fitted = 0;      // the fit's step time
+  double seconds = 0;         // measured median step, kernels on one core
+  double all_cores = 0;       // the same, kernels on every core
+  double concurrent = 0;      // the slowest of `cores` one-core copies run at once
+  double oversubscribed = 0;  // the slowest of 2 x `cores` of them
+  double fitted = 0;          // the fit's step time
 };
 
 struct Calibration {

@@ -56,6 +56,7 @@ double* field(Hardware& h, const std::string& name) {
   if (name == "shared_slowdown") return &h.shared_slowdown;
   if (name == "parallel_speedup") return &h.parallel_speedup;
   if (name == "oversubscribed_latency") return &h.oversubscribed_latency;
+  if (name == "oversubscribed_slowdown") return &h.oversubscribed_slowdown;
   if (name == "shared_buffer_latency") return &h.shared_latency;
   if (name == "shared_buffer_bandwidth") return &h.shared_bandwidth;
   return nullptr;
@@ -104,7 +105,10 @@ const std::vector<HardwareField>& hardware_fields() {
                                                      {"param_seconds"},
                                                      {"shared_slowdown"},
                                                      {"parallel_speedup"},
-                                                     {"oversubscribed_latency"}};
+                                                     {"oversubscribed_latency"},
+                                                     {"oversubscribed_slowdown"},
+                                                     {"shared_buffer_latency"},
+                                                     {"shared_buffer_bandwidth"}};
   return kFields;
 }
 

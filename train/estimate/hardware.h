@@ -40,10 +40,12 @@ struct Hardware {
   // How a device's one-core time changes with the devices sharing the cores: one device alone
   // runs its kernels on every core, parallel_speedup times faster (0: 1); `cores` devices at
   // once are each shared_slowdown times slower than one alone on one core (memory bandwidth,
-  // caches; 0: 1), prorated between 1 and `cores` devices; beyond, devices / cores times
-  // that (time-sliced). Collectives among more devices than cores pay
-  // oversubscribed_latency a message (a peer must be scheduled) instead of the link's.
-  double parallel_speedup = 0, shared_slowdown = 0, oversubscribed_latency = 0;
+  // caches; 0: 1), prorated between 1 and `cores` devices; 2 x `cores` devices at once are
+  // each oversubscribed_slowdown times slower (time-sliced; 0: 2 x shared_slowdown),
+  // prorated between, and in proportion to the devices beyond. Collectives among more
+  // devices than cores pay oversubscribed_latency a message (a peer must be scheduled).
+  double parallel_speedup = 0, shared_slowdown = 0, oversubscribed_slowdown = 0;
+  double oversubscribed_latency = 0;
   // A calibrated file's all_reduce as dtsim's runtime runs it (Algo::kAuto): recursive
   // doubling on the link up to kSmallAllReduce bytes, beyond them one shared buffer at this
   // latency and bandwidth (bandwidth 0: every all_reduce as the projection's algorithm on

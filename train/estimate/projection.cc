@@ -19,7 +19,11 @@ double shared_cores_factor(const Hardware& hw, int devices) {
   if (hw.cores <= 0) return 1;
   const double shared = hw.shared_slowdown > 0 ? hw.shared_slowdown : 1;
   if (devices == 1) return 1 / (hw.parallel_speedup > 0 ? hw.parallel_speedup : 1);
-  if (devices >= hw.cores) return shared * devices / hw.cores;
+  if (devices >= hw.cores) {
+    const double over = hw.oversubscribed_slowdown > 0 ? hw.oversubscribed_slowdown : 2 * shared;
+    if (devices >= 2 * hw.cores) return over * devices / (2.0 * hw.cores);
+    return shared + (over - shared) * (devices - hw.cores) / hw.cores;
+  }
   return 1 + (shared - 1) * (devices - 1) / std::max(1, hw.cores - 1);
 }
 
