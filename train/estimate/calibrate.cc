@@ -194,18 +194,15 @@ double one_core_seconds(const TrainConfig& t) {
   return run_training(t).seconds_per_step;
 }
 
-// The slowest median step of `n` copies of single-rank run `t` at once, each its own thread
-// and World with its kernels on one thread (n ranks of a mesh on n cores).
+// The median step of run `t` as `dtsim train --strategy ddp` on `n` rank threads, each with
+// `t`'s batch (n ranks of a mesh sharing the cores, as train/intra_op.h leaves them: the
+// gradients' all_reduce is a few percent of these shapes' steps).
 double concurrent_seconds(const TrainConfig& t, int n) {
-  const tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
-  std::vector<double> s(n);
-  {
-    std::vector<std::jthread> runs;
-    for (int i = 0; i < n; ++i) {
-      runs.emplace_back([&, i] { s[i] = run_training(t).seconds_per_step; });
-    }
-  }
-  return *std::max_element(s.begin(), s.end());
+  TrainConfig ddp = t;
+  ddp.strategy = Strategy::kDdp;
+  ddp.ranks = n;
+  ddp.global_batch = t.global_batch * n;
+  return run_training(ddp).seconds_per_step;
 }
 
 double median(std::vector<double> v) {
