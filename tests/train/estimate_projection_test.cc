@@ -70,7 +70,8 @@ TEST(Projection, OneDeviceIsComputeAtTheStatedRate) {
   EXPECT_NEAR(p.step, flops / (312e12 * 0.6) + p.memory_bound, 1e-12);
 }
 
-TEST(Projection, RankThreadsShareTheCores) {
+// dtsim's mlp (D 64, H 256, 2 blocks, batch 64, fp32) on a one-node device of 10 GFLOP/s.
+ProjectionInput mlp_on_cores() {
   ProjectionInput in;
   in.arch.kind = ArchKind::kMlp;
   in.arch.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
@@ -78,6 +79,11 @@ TEST(Projection, RankThreadsShareTheCores) {
   in.precision = model::Precision::kFp32;
   in.hw.peak_flops = 1e10;
   in.hw.devices_per_node = 512;
+  return in;
+}
+
+TEST(Projection, RankThreadsShareTheCores) {
+  ProjectionInput in = mlp_on_cores();
   in.hw.intra = in.hw.inter = {0, 1e18};
   in.hw.cores = 2;
   const double flops = 3 * forward_flops(in.arch, 64).total();
@@ -122,18 +128,17 @@ TEST(Projection, CalibratedTermsAndSharedSlowdown) {
   EXPECT_NEAR(project(in).compute, 1.6 * 8 / 4 * eighth, 1e-12) << "eight ranks, any speedup";
   in.dp = 1, in.micro_batch = 64;
   EXPECT_NEAR(project(in).compute, one / 2.5, 1e-12) << "one rank on all four cores";
+  in.hw.oversubscribed_slowdown = 2.0;  // measured at 8 ranks on 4 cores: prorated from 1.6
+  in.dp = 6, in.global_batch = 48, in.micro_batch = 8;
+  EXPECT_NEAR(project(in).compute, (1.6 + 0.4 * 2 / 4) * eighth, 1e-12) << "six on four";
+  in.dp = 16, in.global_batch = 128;
+  EXPECT_NEAR(project(in).compute, 2.0 * 16 / 8 * eighth, 1e-12) << "sixteen on four";
 }
 
 // On shared cores, collectives among more devices than cores are time-sliced: the link's
 // bandwidth split cores / devices ways and every message at least oversubscribed_latency.
 TEST(Projection, OversubscribedCollectivesOnSharedCores) {
-  ProjectionInput in;
-  in.arch.kind = ArchKind::kMlp;
-  in.arch.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
-  in.global_batch = 64;
-  in.precision = model::Precision::kFp32;
-  in.hw.peak_flops = 1e10;
-  in.hw.devices_per_node = 512;
+  ProjectionInput in = mlp_on_cores();
   in.hw.intra = in.hw.inter = {1e-6, 1e9};
   in.hw.oversubscribed_latency = 1e-4;
   const double g = 4.0 * count_params(in.arch).total();
