@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -23,6 +24,12 @@ using stress::StepKind;
 
 constexpr size_t kMaxMessages = 8;
 
+// The deadline's allowance for work (stress.h, stress_allowance): what a call's messages and
+// bytes may take on a loaded, oversubscribed 2-core host. Measured there (load 7-100): 13 us
+// a message world-wide at 512 ranks, 150 MB/s of bytes sent at 8 ranks x 1 GB buffers.
+constexpr double kSecondsPerMessage = 50e-6;
+constexpr double kBytesPerSecond = 50e6;
+
 // Thrown by the rank that finds a wrong result (in a thread world): World::run then aborts
 // every other rank at once (instead of letting them wait out the deadline for a peer that
 // stopped making sense), and run_stress counts the failure from the slot, not twice.
@@ -39,7 +46,7 @@ struct LenderGivesUp : Error {
 // One rank's buffers: sized by the main thread before the run and never reallocated
 // during it (under unsafe_live_sends another rank may still read them).
 struct RankSlot {
-  std::vector<std::byte> in, out, first;
+  stress::Bytes in, out, first;       // uninitialised: each call fills or poisons what it uses
   std::vector<std::string> failures;  // the first kMaxMessages
   uint64_t checked = 0, failed = 0;
   uint64_t lends_refused = 0;  // kFailingLend receives refused as withdrawn
@@ -62,14 +69,14 @@ void report(const StressOptions& o, int iteration, int i, const Step& s, Communi
 // Runs step `i` on rank `me` of communicator `comm`, checks the result, then poisons the
 // buffers so that a receiver still reading them through a live pointer sees garbage.
 void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, const Step& s,
-              const std::vector<std::byte>& want, RankSlot& slot) {
+              const stress::Bytes& want, RankSlot& slot) {
   const int g = comm.size();
   const int r = comm.rank();
   const size_t es = dtype_size(s.dtype);
   const size_t in_n = stress::input_count(s, g, r);
   const size_t out_n = stress::output_count(s, g, r);
   for (int rep = 0; rep < s.repeats; ++rep) {
-    std::fill(slot.out.begin(), slot.out.end(), kPoison);
+    std::memset(slot.out.data(), static_cast<int>(kPoison), out_n * es);
     stress::fill_input(o.seed, iteration, i, s, g, r, slot.in.data());
     // Empty buffers are null, as an empty std::vector's data() may be.
     void* in = in_n ? slot.in.data() : nullptr;
@@ -123,8 +130,8 @@ void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, 
     if (rep == 0 && s.repeats > 1 && bytes) std::memcpy(slot.first.data(), result, bytes);
     if (!diff.empty()) report(o, iteration, i, s, comm, rep ? " (repeat)" : "", diff, slot);
     // A late reader of a live pointer must not find the right bytes by luck.
-    std::fill(slot.in.begin(), slot.in.end(), ~kPoison);
-    std::fill(slot.out.begin(), slot.out.end(), ~kPoison);
+    std::memset(slot.in.data(), static_cast<int>(~kPoison), in_n * es);
+    std::memset(slot.out.data(), static_cast<int>(~kPoison), out_n * es);
   }
 }
 
@@ -134,7 +141,7 @@ void run_call(Communicator& comm, const StressOptions& o, int iteration, int i, 
 // withdrawal error; it never sees the overwritten bytes. Both sides' communicator is
 // unusable after their error.
 void run_failing_lend(Communicator& comm, const StressOptions& o, int iteration, int i,
-                      const Step& s, const std::vector<std::byte>& want, RankSlot& slot) {
+                      const Step& s, const stress::Bytes& want, RankSlot& slot) {
   const int g = comm.size();
   const int r = comm.rank();
   const size_t es = dtype_size(s.dtype);
@@ -163,10 +170,10 @@ void run_failing_lend(Communicator& comm, const StressOptions& o, int iteration,
       error = e.what();
     }
     // The call is over: its buffer is the caller's again, and no receiver may read it now.
-    std::fill(slot.in.begin(), slot.in.end(), kPoison);
+    std::memset(slot.in.data(), static_cast<int>(kPoison), s.numel * es);
     if (error.empty()) report(o, iteration, i, s, comm, "", "lender's call did not fail", slot);
   } else {
-    std::fill(slot.out.begin(), slot.out.end(), ~kPoison);
+    std::memset(slot.out.data(), static_cast<int>(~kPoison), s.numel * es);
     int got = 0;  // chunks read
     std::byte first[8];
     try {
@@ -204,11 +211,9 @@ void run_failing_lend(Communicator& comm, const StressOptions& o, int iteration,
   report(o, iteration, i, s, comm, "", "communicator still usable after its call failed", slot);
 }
 
-void run_rank(Communicator& world, const StressOptions& o, int iteration,
-              const std::vector<std::vector<std::vector<std::byte>>>& want, RankSlot& slot) {
-  // Derived here, independently of every other rank: same seed, same plan.
-  const Plan plan =
-      stress::make_plan(o.seed, iteration, o.ranks, o.calls_per_iteration, o.max_numel);
+// Runs `plan` (built once per process, read-only here) on rank `world.rank()`.
+void run_rank(Communicator& world, const StressOptions& o, int iteration, const Plan& plan,
+              const std::vector<std::vector<stress::Bytes>>& want, RankSlot& slot) {
   std::vector<std::unique_ptr<Communicator>> comms(plan.groups.size());
   Communicator* self = &world;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -263,7 +268,29 @@ std::string flight_report(const World& world) {
   return out;
 }
 
+StressAllowance allowance(const StressOptions& o, const Plan& plan) {
+  double work_s = 0;
+  StressAllowance a{o.timeout};
+  for (const Step& s : plan.steps) {
+    if (s.kind != StepKind::kCall && s.kind != StepKind::kFailingLend) continue;
+    const stress::Work w = stress::work(s, static_cast<int>(plan.groups[s.group].size()));
+    work_s = std::max(work_s, static_cast<double>(w.messages) * kSecondsPerMessage +
+                                  static_cast<double>(w.bytes) / kBytesPerSecond);
+    a.max_bytes_in_flight =
+        std::max<size_t>(a.max_bytes_in_flight, 2 * w.in_flight + 64 * w.messages);
+  }
+  if (o.timeout != std::chrono::milliseconds::max()) {
+    a.timeout += std::chrono::milliseconds(static_cast<int64_t>(std::ceil(work_s * 1000)));
+  }
+  return a;
+}
+
 }  // namespace
+
+StressAllowance stress_allowance(const StressOptions& o, int iteration) {
+  return allowance(
+      o, stress::make_plan(o.seed, iteration, o.ranks, o.calls_per_iteration, o.max_numel));
+}
 
 uint64_t estimate_peak_bytes(const StressOptions& o, int iteration) {
   const Plan plan =
@@ -283,8 +310,9 @@ uint64_t estimate_peak_bytes(const StressOptions& o, int iteration) {
       out += u;
     }
     want += out;
-    // The reference's inputs and result, and each rank's snapshot of its input in flight.
-    call_peak = std::max(call_peak, 2 * in + out);
+    // The reference's inputs and result, and each rank's snapshot of its input in flight;
+    // or the copies in flight at once (work()), when more.
+    call_peak = std::max({call_peak, 2 * in + out, stress::work(s, g).in_flight});
   }
   uint64_t buffers = 0;
   for (uint64_t b : need) buffers += 3 * b;  // in, out, first
@@ -307,7 +335,7 @@ StressResult run_stress(const StressOptions& o,
   for (int it = o.first_iteration; it < o.first_iteration + o.iterations; ++it) {
     const Plan plan = stress::make_plan(o.seed, it, o.ranks, o.calls_per_iteration, o.max_numel);
     // The single-threaded reference, and buffer sizes, from the same plan.
-    std::vector<std::vector<std::vector<std::byte>>> want(plan.steps.size());
+    std::vector<std::vector<stress::Bytes>> want(plan.steps.size());
     std::vector<size_t> need(o.ranks, 1);
     for (size_t i = 0; i < plan.steps.size(); ++i) {
       const Step& s = plan.steps[i];
@@ -323,11 +351,15 @@ StressResult run_stress(const StressOptions& o,
     }
     for (int r = 0; r < o.ranks; ++r) {
       RankSlot& slot = slots[r];
-      for (auto* v : {&slot.in, &slot.out, &slot.first}) v->assign(need[r], std::byte{0});
+      for (stress::Bytes* b : {&slot.in, &slot.out, &slot.first}) {
+        if (b->size() != need[r]) *b = stress::Bytes(need[r]);
+      }
       slot.failures.clear();
     }
     WorldOptions wo;
-    wo.timeout = o.timeout;
+    const StressAllowance allow = allowance(o, plan);
+    wo.timeout = allow.timeout;
+    wo.max_bytes_in_flight = allow.max_bytes_in_flight;
     wo.jitter_us = o.jitter_us;
     wo.jitter_seed = o.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(it);
     wo.unsafe_live_sends = o.unsafe_live_sends;
@@ -344,7 +376,7 @@ StressResult run_stress(const StressOptions& o,
     }
     bool failed = false;
     try {
-      world.run([&](Communicator& c) { run_rank(c, o, it, want, slots[c.rank()]); });
+      world.run([&](Communicator& c) { run_rank(c, o, it, plan, want, slots[c.rank()]); });
     } catch (const RankFailure& e) {
       // Across processes a failed run may mean a lost process: stop, with the error
       // (sum_counts below would wait out another deadline for the lost process).

@@ -9,8 +9,9 @@
 // whose call fails after lending, which every receiver must survive with intact bytes or
 // the withdrawal error.
 //
-// Every rank derives the same plan from (seed, iteration) on its own, with no
-// communication; the reference is computed once from the same plan. Between calls each
+// Every process derives the same plan from (seed, iteration) on its own, with no
+// communication, once; its rank threads share it read-only, and the reference is computed
+// once from the same plan. Between calls each
 // rank overwrites its buffers, so a transport that handed out live pointers instead of
 // snapshots (WorldOptions::unsafe_live_sends) shows up as wrong results.
 #pragma once
@@ -34,6 +35,8 @@ struct StressOptions {
   uint64_t seed = 1;
   uint32_t jitter_us = 0;
   bool unsafe_live_sends = false;
+  // The base deadline of a blocked wait; each iteration's World gets more for its work
+  // (stress_allowance).
   std::chrono::milliseconds timeout{10000};
   int calls_per_iteration = 16;         // collective calls (group creations come on top)
   size_t max_numel = 2048;              // typical length; one call in ten is up to 8x longer
@@ -68,6 +71,23 @@ struct StressResult {
 StressResult run_stress(
     const StressOptions& options,
     const std::function<void(int iteration, const StressResult&)>& on_iteration = {});
+
+// What iteration `iteration`'s World gets beyond the options, from the work of its largest
+// call (stress_plan.h, work(): messages, bytes sent and bytes in flight, over all its ranks):
+//   - timeout: o.timeout plus 50 us a message and 1 s per 50 MB sent (milliseconds::max()
+//     stays so). A wait may span a whole call of the world's, and every rank shares the
+//     host's cores, so the allowance grows with the call's world-wide work.
+//   - max_bytes_in_flight: at least twice the bytes the call may have in flight at once,
+//     plus 64 B a message (payload buffers are powers of two), and never below the default,
+//     so that no call waits on flow control: a direct schedule that sends everything before
+//     it receives cannot progress once the budget is full. The runtime's tests cover the
+//     budget; stress looks for wrong results. estimate_peak_bytes counts those bytes.
+// Thread safety: a pure function.
+struct StressAllowance {
+  std::chrono::milliseconds timeout;
+  size_t max_bytes_in_flight = WorldOptions::kDefaultMaxBytesInFlight;
+};
+StressAllowance stress_allowance(const StressOptions& o, int iteration);
 
 // An estimate of the memory iteration `iteration` of `o` needs at its peak, in bytes: the
 // ranks' buffers (input, output, the deterministic algorithms' first result), the reference

@@ -1,8 +1,13 @@
 #include "runtime/stress/stress_plan.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <numeric>
+
+#include <sys/mman.h>
 
 #include "common/splitmix.h"
 #include "runtime/algorithms/registry.h"
@@ -243,6 +248,32 @@ size_t output_count(const Step& s, int g, int r) {
   }
 }
 
+Work work(const Step& s, int g) {
+  const uint64_t n = static_cast<uint64_t>(g);
+  const uint64_t es = dtype_size(s.dtype);
+  if (s.kind == StepKind::kFailingLend) {
+    const uint64_t lent = (n - 1) * s.numel * es;
+    return {(n - 1) * static_cast<uint64_t>(s.chunks + 1), lent, lent};
+  }
+  uint64_t per_rank = 0, in = 0, out = 0;  // elements
+  for (int r = 0; r < g; ++r) {
+    per_rank =
+        std::max({per_rank, uint64_t{input_count(s, g, r)}, uint64_t{output_count(s, g, r)}});
+    in += input_count(s, g, r);
+    out += output_count(s, g, r);
+  }
+  uint64_t buffers = 2;  // buffers a rank sends: ring, tree, direct and shared send at most 2
+  uint64_t in_flight = std::max(in, out);
+  if (s.op == OpKind::kAllReduce && s.algo == Algo::kDirect) {
+    buffers = n - 1;
+    in_flight = (n - 1) * in;
+  }
+  if (s.op == OpKind::kAllReduce && s.algo == Algo::kRecursiveDoubling) {
+    buffers = static_cast<uint64_t>(std::bit_width(n - 1)) + 2;
+  }
+  return {2 * n * n, buffers * n * per_rank * es, in_flight * es};
+}
+
 void fill_input(uint64_t seed, int iteration, int step, const Step& s, int g, int r, void* out) {
   const size_t base = s.op == OpKind::kAllGather ? split_offset(s.numel, g, r) : 0;
   with_type(s.dtype, [&](auto zero) {
@@ -254,46 +285,66 @@ void fill_input(uint64_t seed, int iteration, int step, const Step& s, int g, in
   });
 }
 
-std::vector<std::vector<std::byte>> reference(uint64_t seed, int iteration, int step, const Step& s,
-                                              int g) {
-  std::vector<std::vector<std::byte>> out(g);
+Bytes::Bytes(size_t n) : size_(n) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const bool huge = n >= 2 * kHuge;
+  const size_t align = huge ? kHuge : 64;
+  void* p = std::aligned_alloc(align, std::max(align, (n + align - 1) / align * align));
+  if (p == nullptr) throw std::bad_alloc();
+  if (huge) madvise(p, n, MADV_HUGEPAGE);  // advice only: without THP, ordinary pages
+  p_.reset(static_cast<std::byte*>(p));
+}
+
+void Bytes::Free::operator()(std::byte* p) const { std::free(p); }
+
+std::vector<Bytes> reference(uint64_t seed, int iteration, int step, const Step& s, int g) {
+  std::vector<Bytes> out;
+  out.reserve(g);
   with_type(s.dtype, [&](auto zero) {
     using T = decltype(zero);
-    std::vector<std::vector<T>> in(g);
+    constexpr size_t es = sizeof(T);
+    std::vector<Bytes> in;
+    in.reserve(g);
     for (int r = 0; r < g; ++r) {
-      in[r].resize(input_count(s, g, r));
+      in.emplace_back(input_count(s, g, r) * es);
       fill_input(seed, iteration, step, s, g, r, in[r].data());
     }
-    std::vector<T> red;  // reduction in rank order 0..g-1, then AVG's division
+    Bytes red;  // reduction in rank order 0..g-1, then AVG's division
     if (reduces(s.op)) {
-      red = in[0];
+      red = Bytes(in[0].size());
+      T* acc = reinterpret_cast<T*>(red.data());
+      std::memcpy(acc, in[0].data(), red.size());
+      const size_t n = red.size() / es;
       for (int r = 1; r < g; ++r) {
-        for (size_t i = 0; i < red.size(); ++i) red[i] = combine(s.reduce, red[i], in[r][i]);
+        const T* x = reinterpret_cast<const T*>(in[r].data());
+        for (size_t i = 0; i < n; ++i) acc[i] = combine(s.reduce, acc[i], x[i]);
       }
-      if (s.reduce == ReduceOp::kAvg)
-        reducer_for(s.dtype, s.reduce).divide(red.data(), red.size(), g);
+      if (s.reduce == ReduceOp::kAvg) reducer_for(s.dtype, s.reduce).divide(acc, n, g);
     }
     for (int r = 0; r < g; ++r) {
-      std::vector<T> o;
+      // Copies `n` elements of `src` from element `from` to the output's element `at`.
+      Bytes& o = out.emplace_back(output_count(s, g, r) * es);
+      auto put = [&](size_t at, const Bytes& src, size_t from, size_t n) {
+        if (n) std::memcpy(o.data() + at * es, src.data() + from * es, n * es);
+      };
       switch (s.op) {
         case OpKind::kAllReduce:
-          o = red;
+          put(0, red, 0, s.numel);
           break;
         case OpKind::kReduce:
-          o = r == s.root ? red : in[r];
+          put(0, r == s.root ? red : in[r], 0, s.numel);
           break;
-        case OpKind::kReduceScatter: {
-          const size_t off = split_offset(s.numel, g, r);
-          o.assign(red.begin() + off, red.begin() + off + split_size(s.numel, g, r));
+        case OpKind::kReduceScatter:
+          put(0, red, split_offset(s.numel, g, r), split_size(s.numel, g, r));
           break;
-        }
         case OpKind::kAllGather:
-          for (int i = 0; i < g; ++i) o.insert(o.end(), in[i].begin(), in[i].end());
+          for (int i = 0; i < g; ++i) put(split_offset(s.numel, g, i), in[i], 0, in[i].size() / es);
           break;
         case OpKind::kBroadcast:
-          o = in[s.root];
+          put(0, in[s.root], 0, s.numel);
           break;
-        case OpKind::kAllToAll:
+        case OpKind::kAllToAll: {
+          size_t at = 0;
           for (int i = 0; i < g; ++i) {
             size_t off = 0, len = 0;
             if (s.single) {
@@ -303,14 +354,14 @@ std::vector<std::vector<std::byte>> reference(uint64_t seed, int iteration, int 
               off = split_offset(s.numel, g, r);
               len = split_size(s.numel, g, r);
             }
-            o.insert(o.end(), in[i].begin() + off, in[i].begin() + off + len);
+            put(at, in[i], off, len);
+            at += len;
           }
           break;
+        }
         default:
           break;
       }
-      out[r].resize(o.size() * sizeof(T));
-      if (!o.empty()) std::memcpy(out[r].data(), o.data(), out[r].size());
     }
   });
   return out;

@@ -1,7 +1,7 @@
 // The stress plan (internal to stress.cc): the random sequence of steps of one iteration,
 // the inputs each rank fills in, and the single-threaded reference results.
 //
-// make_plan is a pure function of (seed, iteration, ranks, ...): every rank calls it on
+// make_plan is a pure function of (seed, iteration, ranks, ...): every process calls it on
 // its own and gets the same plan, so ranks agree on the sequence without communicating.
 // With two or more ranks every plan holds one kFailingLend step, at a random place (drawn
 // from a stream of its own, so the other steps do not depend on it).
@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,25 @@ enum class StepKind : uint8_t {
   // unusable afterwards on every rank that saw an error. op is kBroadcast: the reference
   // of every member is the lender's input.
   kFailingLend,
+};
+
+// A byte buffer left uninitialised (its owner writes what it uses, so untouched pages cost
+// neither a memset nor a page fault); from 4 MiB up backed by transparent huge pages where
+// the kernel offers them (madvise), a 512th of the page faults. Move-only.
+class Bytes {
+ public:
+  Bytes() = default;
+  explicit Bytes(size_t n);
+  size_t size() const { return size_; }
+  std::byte* data() { return p_.get(); }
+  const std::byte* data() const { return p_.get(); }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, Free> p_;
+  size_t size_ = 0;
 };
 
 struct Step {
@@ -59,11 +79,20 @@ Plan make_plan(uint64_t seed, int iteration, int ranks, int calls, size_t max_nu
 // Element counts of local rank r's input and output buffers for a kCall step.
 size_t input_count(const Step& s, int g, int r);
 size_t output_count(const Step& s, int g, int r);
+// An upper bound on the work of a kCall or kFailingLend step on a group of g ranks: the
+// messages and payload bytes all its ranks send together under s.algo (direct all_reduce
+// sends every buffer to every peer, rd log2 g + 2 buffers a rank, the others at most two),
+// and the payload bytes that may be sent and not yet received at once (the direct
+// schedules send everything before they receive): the larger of all inputs and all
+// outputs, (g - 1) times all inputs for direct all_reduce.
+struct Work {
+  uint64_t messages = 0, bytes = 0, in_flight = 0;
+};
+Work work(const Step& s, int g);
 // Fills local rank r's input (input_count elements of s.dtype).
 void fill_input(uint64_t seed, int iteration, int step, const Step& s, int g, int r, void* out);
 // The reference: per local rank, its output bytes (for reduce, every rank's buffer).
-std::vector<std::vector<std::byte>> reference(uint64_t seed, int iteration, int step, const Step& s,
-                                              int g);
+std::vector<Bytes> reference(uint64_t seed, int iteration, int step, const Step& s, int g);
 // "element 7 is 12 but the reference is 4" for the first difference, "" when equal.
 std::string first_difference(DType t, const std::byte* got, const std::byte* want, size_t n);
 // "all_reduce(numel=100, dtype=int32, op=sum, algo=ring, root=...)"

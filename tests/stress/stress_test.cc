@@ -97,6 +97,62 @@ TEST(Stress, EveryRankDerivesTheSamePlan) {
   EXPECT_TRUE(zero && uneven && group && deterministic);
 }
 
+// work(): counts a reader can check by hand (stress_plan.h).
+TEST(Stress, WorkOfACallByHand) {
+  stress::Step s;
+  s.op = OpKind::kAllReduce;
+  s.dtype = DType::kFloat32;
+  s.numel = 1000;  // 4000 B a rank
+  s.algo = Algo::kDirect;
+  stress::Work w = stress::work(s, 4);  // every rank sends its buffer to 3 peers
+  EXPECT_EQ(w.messages, 2u * 4 * 4);
+  EXPECT_EQ(w.bytes, 3u * 4 * 4000);
+  EXPECT_EQ(w.in_flight, 3u * 4 * 4000);
+  s.algo = Algo::kRing;
+  s.dtype = DType::kFloat64;  // 8000 B a rank
+  w = stress::work(s, 8);
+  EXPECT_EQ(w.bytes, 2u * 8 * 8000);
+  EXPECT_EQ(w.in_flight, 8u * 8000);
+  s.op = OpKind::kAllGather;  // each rank's output is the whole 8000 B
+  w = stress::work(s, 8);
+  EXPECT_EQ(w.in_flight, 8u * 8000);
+}
+
+// Defects 6 and 8 of issue 37: at 512 ranks, or with 1 GB buffers, a call's world-wide work
+// outlasts a fixed 10 s deadline on a 2-core host; the allowance grows with it.
+TEST(Stress, AllowanceGrowsWithTheLargestCallsWork) {
+  using std::chrono::milliseconds;
+  StressOptions o;  // 8 ranks, max_numel 2048: a few milliseconds more
+  for (int it = 0; it < 10; ++it) {
+    const StressAllowance a = stress_allowance(o, it);
+    EXPECT_GE(a.timeout, o.timeout);
+    EXPECT_LE(a.timeout, o.timeout + milliseconds(1000)) << "iteration " << it;
+    EXPECT_EQ(a.max_bytes_in_flight, WorldOptions::kDefaultMaxBytesInFlight);
+  }
+  o.max_numel = size_t{1} << 24;  // defect 8's command: calls of up to 1 GB a rank
+  milliseconds longest{0};
+  size_t budget = 0;
+  for (int it = 0; it < 3; ++it) {
+    const StressAllowance a = stress_allowance(o, it);
+    longest = std::max(longest, a.timeout);
+    budget = std::max(budget, a.max_bytes_in_flight);
+    const auto plan = stress::make_plan(o.seed, it, o.ranks, o.calls_per_iteration, o.max_numel);
+    for (const auto& s : plan.steps) {
+      if (s.kind == stress::StepKind::kNewGroup || s.kind == stress::StepKind::kSplit) continue;
+      const auto w = stress::work(s, static_cast<int>(plan.groups[s.group].size()));
+      EXPECT_GE(a.max_bytes_in_flight, 2 * w.in_flight) << stress::describe(s);
+      EXPECT_GE(estimate_peak_bytes(o, it), w.in_flight) << stress::describe(s);
+    }
+  }
+  EXPECT_GE(longest, o.timeout + milliseconds(30000));
+  EXPECT_GT(budget, WorldOptions::kDefaultMaxBytesInFlight);
+  o = StressOptions();  // defect 6's command: 2 processes x 256 threads
+  o.ranks = 512;
+  EXPECT_GE(stress_allowance(o, 0).timeout, o.timeout + milliseconds(2 * 512 * 512 / 20));
+  o.timeout = milliseconds::max();  // waits forever: stays so
+  EXPECT_EQ(stress_allowance(o, 0).timeout, milliseconds::max());
+}
+
 TEST(Stress, CatchesLiveSendsWithinBoundedIterations) {
   // The switch makes receivers read the senders' live buffers: an intended data race (and
   // use-after-free once a scratch buffer grows), which the sanitizers would rightly flag.

@@ -297,7 +297,9 @@ Command add_stress(CLI::App& dtsim) {
   app->add_option("--calls", f->calls, "collectives per iteration")->transform(Integer(1, 100000));
   app->add_option("--max-numel", f->max_numel, "typical max length; one call in ten is up to 8x")
       ->transform(Integer(1, 1 << 24));
-  app->add_option("--timeout-ms", f->timeout_ms, "deadline of a blocked collective")
+  app->add_option("--timeout-ms", f->timeout_ms,
+                  "deadline of a blocked wait, plus per iteration 50 us a message and 1 s per "
+                  "50 MB that its largest call sends over all ranks")
       ->transform(Integer(1, 3600000));
   app->add_flag("--unsafe-live-sends", f->unsafe_live_sends,
                 "break the snapshot rule on purpose: stress must catch it");
