@@ -126,8 +126,17 @@ TEST(Projection, CalibratedTermsAndSharedSlowdown) {
   EXPECT_NEAR(project(in).compute, 1.6 * 8 / 4 * eighth, 1e-12) << "eight ranks on four cores";
   in.hw.parallel_speedup = 2.5;  // only a lone rank runs its kernels on every core
   EXPECT_NEAR(project(in).compute, 1.6 * 8 / 4 * eighth, 1e-12) << "eight ranks, any speedup";
-  in.dp = 1, in.micro_batch = 64;
-  EXPECT_NEAR(project(in).compute, one / 2.5, 1e-12) << "one rank on all four cores";
+  in.dp = 1, in.micro_batch = 64;  // 64 x 64 x 256 multiply-adds a GEMM: not split
+  EXPECT_NEAR(project(in).compute, one, 1e-12) << "one rank whose GEMMs are not split";
+  // D 512 x H 2048 x 64 samples = 67M multiply-adds: the blocks' GEMMs are split (>= 16M),
+  // the head's (64 x 512 x 4) is not; a lone rank runs the split share 2.5x faster.
+  ProjectionInput big = in;
+  big.arch.mlp = {.input_dim = 512, .hidden_dim = 2048, .num_blocks = 2, .output_dim = 4};
+  const double f = splittable_share(big.arch, 64, 1);
+  EXPECT_NEAR(f, 4.0 * 64 * 512 * 2048 / (4.0 * 64 * 512 * 2048 + 64 * 512 * 4), 1e-12);
+  const double alone = project(big).compute;
+  big.hw.parallel_speedup = 1;
+  EXPECT_NEAR(alone, (1 - f + f / 2.5) * project(big).compute, 1e-12) << "split GEMMs";
   in.hw.oversubscribed_slowdown = 2.0;  // measured at 8 ranks on 4 cores: prorated from 1.6
   in.dp = 6, in.global_batch = 48, in.micro_batch = 8;
   EXPECT_NEAR(project(in).compute, (1.6 + 0.4 * 2 / 4) * eighth, 1e-12) << "six on four";

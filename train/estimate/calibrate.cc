@@ -234,7 +234,8 @@ Calibration calibrate() {
       r.concurrent = std::min(r.concurrent, concurrent_seconds(t, cores));
       r.oversubscribed = std::min(r.oversubscribed, concurrent_seconds(t, 2 * cores));
     }
-    speedups.push_back(r.seconds / r.all_cores);
+    // Only shapes whose GEMMs the kernels split say what splitting gains.
+    if (splittable_share(a, t.global_batch, 1) >= 0.9) speedups.push_back(r.seconds / r.all_cores);
     slowdowns.push_back(r.concurrent / r.seconds);
     oversubscribed.push_back(r.oversubscribed / r.seconds);
     rows.push_back({r.flops / r.seconds, r.elements / r.seconds, r.layers / r.seconds,
@@ -250,7 +251,7 @@ Calibration calibrate() {
   hw.efficiency = 1;
   hw.element_seconds = k[1], hw.layer_seconds = k[2], hw.param_seconds = k[3];
   hw.step_seconds = k[4];
-  hw.parallel_speedup = std::max(1.0, median(speedups));
+  hw.parallel_speedup = speedups.empty() ? 1 : std::max(1.0, median(speedups));
   hw.shared_slowdown = std::max(1.0, median(slowdowns));
   hw.oversubscribed_slowdown = std::max(hw.shared_slowdown, median(oversubscribed));
   for (CalibrationRun& r : c.runs) {

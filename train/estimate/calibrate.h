@@ -10,9 +10,9 @@
 // layer_count; the parameters), each run's kernels on one core, whose terms become the
 // file's one-core peak_flops, element_seconds, layer_seconds, param_seconds and
 // step_seconds. How ranks share the cores (train/intra_op.h): the same runs with the kernels
-// on every core give parallel_speedup; the same runs as ddp on `cores` rank threads (each rank
-// the same batch) shared_slowdown, on 2 x `cores` oversubscribed_slowdown (medians of the
-// ratios to the one-core run over the shapes). Links, on 2
+// on every core give parallel_speedup (over the shapes whose GEMMs the kernels split); the same
+// runs as ddp on `cores` rank threads (each rank the same batch) shared_slowdown, on 2 x `cores`
+// oversubscribed_slowdown (medians of the ratios to the one-core run over the shapes). Links, on 2
 // rank threads: the channels' alpha and beta from a ring all_gather (of 1 float a rank, and of 4
 // MiB), the shared buffer's from dtsim's shared all_reduce (4 bytes, 4 MiB); an all_gather on twice
 // as many rank threads as cores gives oversubscribed_latency (its p - 1 messages).

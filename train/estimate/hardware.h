@@ -38,7 +38,8 @@ struct Hardware {
   // optimizer), all on one core.
   double step_seconds = 0, layer_seconds = 0, element_seconds = 0, param_seconds = 0;
   // How a device's one-core time changes with the devices sharing the cores: one device alone
-  // runs its kernels on every core, parallel_speedup times faster (0: 1); `cores` devices at
+  // runs the GEMMs its kernels split (projection.h's splittable_share) on every core,
+  // parallel_speedup times faster (0: 1), the rest as on one core; `cores` devices at
   // once are each shared_slowdown times slower than one alone on one core (memory bandwidth,
   // caches; 0: 1), prorated between 1 and `cores` devices; 2 x `cores` devices at once are
   // each oversubscribed_slowdown times slower (time-sliced; 0: 2 x shared_slowdown),

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/parallel.h"
 #include "train/config.h"
 #include "train/pipeline_parallel/schedule_check.h"
 #include "train/placement_plan.h"
@@ -18,7 +19,7 @@ namespace {
 double shared_cores_factor(const Hardware& hw, int devices) {
   if (hw.cores <= 0) return 1;
   const double shared = hw.shared_slowdown > 0 ? hw.shared_slowdown : 1;
-  if (devices == 1) return 1 / (hw.parallel_speedup > 0 ? hw.parallel_speedup : 1);
+  if (devices == 1) return 1;  // a lone device: project() applies parallel_speedup
   if (devices >= hw.cores) {
     const double over = hw.oversubscribed_slowdown > 0 ? hw.oversubscribed_slowdown : 2 * shared;
     if (devices >= 2 * hw.cores) return over * devices / (2.0 * hw.cores);
@@ -115,6 +116,32 @@ double forward_elements(const Architecture& a, int samples, int tp, int cp) {
   const double layer =
       gpt_layer_activations(g, {tp, false, Recompute::kNone, samples, false}).total() / 2;
   return (g.layers * layer + b * g.seq * double(g.vocab) / tp) / cp;
+}
+
+double splittable_share(const Architecture& a, int samples, int tp) {
+  const double split = 2.0 * model::kGemmSliceWork, b = samples;
+  auto macs = [&](double m) { return m >= split ? m : 0; };  // one GEMM's, if split
+  double total = 0, splittable = 0;
+  auto gemm = [&](double m, double count) { total += count * m, splittable += count * macs(m); };
+  if (a.kind == ArchKind::kMlp) {
+    const double d = a.mlp.input_dim, h = double(a.mlp.hidden_dim) / tp;
+    gemm(b * d * h, 2.0 * a.mlp.num_blocks);
+    gemm(b * d * a.mlp.output_dim, 1);
+  } else if (a.kind == ArchKind::kMoe) {
+    const model::MoeConfig& m = a.moe.moe;
+    const double tokens = b * m.top_k / m.num_experts;
+    gemm(tokens * m.d_model * m.d_ff, 2.0 * m.num_experts * a.moe.num_blocks);
+    gemm(b * m.d_model * m.num_experts, a.moe.num_blocks);
+    gemm(b * m.d_model * (a.moe.input_dim + a.moe.num_classes), 1);
+  } else {
+    const GptShape& g = a.gpt;
+    const double t = b * g.seq, h = g.hidden;
+    gemm(t * h * 3 * h / tp, g.layers);
+    gemm(t * h * h / tp, g.layers);
+    gemm(t * h * g.ffn_width() / tp, 2.0 * g.layers);
+    gemm(t * h * g.vocab / tp, 1);
+  }
+  return total > 0 ? splittable / total : 0;
 }
 
 int layer_count(const Architecture& a) {
@@ -225,7 +252,12 @@ Projection project(const ProjectionInput& in) {
   if (in.recompute == Recompute::kFull) recomputed = f.layers;
   if (in.recompute == Recompute::kSelective) recomputed = f.attention_scores;
   const double model_parallel = double(in.tp) * in.pp * in.cp;
-  const double slow = shared_cores_factor(in.hw, p.devices);
+  // A lone device on shared cores runs its split GEMMs' share of the compute on every core.
+  double slow = shared_cores_factor(in.hw, p.devices);
+  if (in.hw.cores > 0 && p.devices == 1 && in.hw.parallel_speedup > 1) {
+    const double f = splittable_share(a, in.micro_batch, in.tp);
+    slow = 1 - f + f / in.hw.parallel_speedup;
+  }
   const double rate = in.hw.peak_flops * in.hw.efficiency / slow;
   const int stage_layers = layer_count(a) / in.pp;
   // A calibrated file's element-wise and per-layer costs of one micro-batch on this stage.
