@@ -3,8 +3,6 @@
 // formula (mixed-precision Adam: 2 + 2 + 4 + 4 + 4 = 16 bytes per parameter).
 #pragma once
 
-#include <sys/mman.h>
-
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -16,6 +14,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/huge_pages.h"
 
 namespace dtsim::model {
 
@@ -86,24 +86,20 @@ void keep_huge_block(void* p, size_t bytes);
 template <class T>
 struct LargePageAllocator {
   using value_type = T;
-  static constexpr size_t kHuge = size_t{2} << 20;
   LargePageAllocator() = default;
   template <class U>
   LargePageAllocator(const LargePageAllocator<U>&) {}
   T* allocate(size_t n) {
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHuge) return std::allocator<T>().allocate(n);
-    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    if (bytes < kHugePage) return std::allocator<T>().allocate(n);
+    const size_t rounded = huge_page_bytes(bytes);
     if (void* kept = take_huge_block(rounded)) return static_cast<T*>(kept);
-    void* p = std::aligned_alloc(kHuge, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    madvise(p, rounded, MADV_HUGEPAGE);
-    return static_cast<T*>(p);
+    return static_cast<T*>(allocate_huge_pages(rounded));
   }
   void deallocate(T* p, size_t n) {
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHuge) return std::allocator<T>().deallocate(p, n);
-    keep_huge_block(p, (bytes + kHuge - 1) / kHuge * kHuge);
+    if (bytes < kHugePage) return std::allocator<T>().deallocate(p, n);
+    keep_huge_block(p, huge_page_bytes(bytes));
   }
   template <class U>
   bool operator==(const LargePageAllocator<U>&) const {

@@ -7,8 +7,7 @@
 #include <new>
 #include <numeric>
 
-#include <sys/mman.h>
-
+#include "common/huge_pages.h"
 #include "common/splitmix.h"
 #include "runtime/algorithms/registry.h"
 #include "runtime/reduce_kernels.h"
@@ -286,12 +285,9 @@ void fill_input(uint64_t seed, int iteration, int step, const Step& s, int g, in
 }
 
 Bytes::Bytes(size_t n) : size_(n) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const bool huge = n >= 2 * kHuge;
-  const size_t align = huge ? kHuge : 64;
-  void* p = std::aligned_alloc(align, std::max(align, (n + align - 1) / align * align));
+  void* p = n >= 2 * kHugePage ? allocate_huge_pages(n)
+                               : std::aligned_alloc(64, std::max<size_t>(64, (n + 63) / 64 * 64));
   if (p == nullptr) throw std::bad_alloc();
-  if (huge) madvise(p, n, MADV_HUGEPAGE);  // advice only: without THP, ordinary pages
   p_.reset(static_cast<std::byte*>(p));
 }
 
