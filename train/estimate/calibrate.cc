@@ -35,13 +35,11 @@ double probe_seconds(World& world, Probe probe, size_t floats, int iters) {
     const size_t p = static_cast<size_t>(comm.size());
     std::vector<float> buf(std::max(floats, p), 1.0f);
     const size_t part = buf.size() / p;
+    const std::vector<float> mine(part, 1.0f);  // the all_gather's input, made once
     auto once = [&] {
-      if (probe == Probe::kSharedAllReduce && !world.model().mpi) {
+      if (probe == Probe::kSharedAllReduce) {
         comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kShared);
-      } else if (probe == Probe::kSharedAllReduce) {
-        comm.all_reduce(std::span<float>(buf), ReduceOp::kSum, Algo::kAuto);
       } else {
-        const std::vector<float> mine(buf.begin(), buf.begin() + part);
         comm.all_gather(std::span<const float>(mine), std::span<float>(buf.data(), part * p),
                         Algo::kRing);
       }
@@ -77,12 +75,12 @@ void measure_links(World& world, Calibration& c) {
   c.hw.intra.bandwidth = (n - 1.0) / n * c.large_bytes /
                          std::max(1e-12, c.gather_large_seconds - c.gather_small_seconds);
   c.hw.inter = c.hw.intra;
-  c.small_seconds = probe_seconds(world, Probe::kSharedAllReduce, 1, 2000);
-  c.large_seconds = probe_seconds(world, Probe::kSharedAllReduce, large, 50);
   if (world.model().mpi) {  // no shared buffer across processes: the algorithms on the link
     c.hw.shared_latency = c.hw.shared_bandwidth = 0;
     return;
   }
+  c.small_seconds = probe_seconds(world, Probe::kSharedAllReduce, 1, 2000);
+  c.large_seconds = probe_seconds(world, Probe::kSharedAllReduce, large, 50);
   c.hw.shared_latency = c.small_seconds;
   c.hw.shared_bandwidth = c.large_bytes / std::max(1e-12, c.large_seconds - c.small_seconds);
 }

@@ -15,11 +15,15 @@ namespace dtsim::train::estimator {
 namespace {
 
 // How many times a device's one-core time it takes when `devices` share `hw.cores` cores
-// (Hardware::parallel_speedup, shared_slowdown); 1 when they do not share.
-double shared_cores_factor(const Hardware& hw, int devices) {
+// (Hardware::parallel_speedup, shared_slowdown, oversubscribed_slowdown); 1 when they do not
+// share. A lone device runs the `split` share of its compute (splittable_share) on every core.
+double shared_cores_factor(const Hardware& hw, int devices, double split) {
   if (hw.cores <= 0) return 1;
   const double shared = hw.shared_slowdown > 0 ? hw.shared_slowdown : 1;
-  if (devices == 1) return 1;  // a lone device: project() applies parallel_speedup
+  if (devices == 1) {
+    const double speedup = hw.parallel_speedup > 1 ? hw.parallel_speedup : 1;
+    return 1 - split + split / speedup;
+  }
   if (devices >= hw.cores) {
     const double over = hw.oversubscribed_slowdown > 0 ? hw.oversubscribed_slowdown : 2 * shared;
     if (devices >= 2 * hw.cores) return over * devices / (2.0 * hw.cores);
@@ -252,12 +256,8 @@ Projection project(const ProjectionInput& in) {
   if (in.recompute == Recompute::kFull) recomputed = f.layers;
   if (in.recompute == Recompute::kSelective) recomputed = f.attention_scores;
   const double model_parallel = double(in.tp) * in.pp * in.cp;
-  // A lone device on shared cores runs its split GEMMs' share of the compute on every core.
-  double slow = shared_cores_factor(in.hw, p.devices);
-  if (in.hw.cores > 0 && p.devices == 1 && in.hw.parallel_speedup > 1) {
-    const double f = splittable_share(a, in.micro_batch, in.tp);
-    slow = 1 - f + f / in.hw.parallel_speedup;
-  }
+  const double slow =
+      shared_cores_factor(in.hw, p.devices, splittable_share(a, in.micro_batch, in.tp));
   const double rate = in.hw.peak_flops * in.hw.efficiency / slow;
   const int stage_layers = layer_count(a) / in.pp;
   // A calibrated file's element-wise and per-layer costs of one micro-batch on this stage.
