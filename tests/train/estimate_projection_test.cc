@@ -144,6 +144,32 @@ TEST(Projection, CalibratedTermsAndSharedSlowdown) {
   EXPECT_NEAR(project(in).compute, 2.0 * 16 / 8 * eighth, 1e-12) << "sixteen on four";
 }
 
+// A moe or gpt forward's elements cost moe_element_seconds or gpt_element_seconds when the
+// file has them, element_seconds when it does not; an mlp's always element_seconds.
+TEST(Projection, ElementCostByModelKind) {
+  ProjectionInput in;
+  in.arch.kind = ArchKind::kMoe;
+  in.arch.moe.input_dim = 32, in.arch.moe.moe.d_model = 32, in.arch.moe.moe.d_ff = 64;
+  in.arch.moe.moe.num_experts = 4;
+  in.global_batch = in.micro_batch = 64;
+  in.precision = model::Precision::kFp32;
+  in.hw.peak_flops = 1e10;
+  in.hw.devices_per_node = 512;
+  in.hw.intra = in.hw.inter = {0, 1e18};
+  in.hw.element_seconds = 1e-9;
+  const double elements = forward_elements(in.arch, 64, 1, 1);
+  const double base = project(in).compute;
+  in.hw.moe_element_seconds = 3e-9;
+  EXPECT_NEAR(project(in).compute - base, elements * 2e-9, 1e-15) << "moe's own cost";
+  in.hw.gpt_element_seconds = 5e-9;  // not a gpt: no change
+  EXPECT_NEAR(project(in).compute - base, elements * 2e-9, 1e-15);
+  in.arch.kind = ArchKind::kMlp;
+  in.arch.mlp = {.input_dim = 32, .hidden_dim = 64, .num_blocks = 1, .output_dim = 4};
+  const double mlp = project(in).compute;
+  in.hw.moe_element_seconds = in.hw.gpt_element_seconds = 0;
+  EXPECT_DOUBLE_EQ(project(in).compute, mlp) << "an mlp's elements at element_seconds";
+}
+
 // On shared cores, collectives among more devices than cores are time-sliced: the link's
 // bandwidth split cores / devices ways and every message at least oversubscribed_latency.
 TEST(Projection, OversubscribedCollectivesOnSharedCores) {

@@ -100,6 +100,7 @@ std::vector<std::pair<std::string, TrainConfig>> calibration_configs() {
   mlp(320, 640, 1, 128);
   mlp(64, 256, 6, 256);
   mlp(384, 1536, 1, 64);
+  mlp(32, 128, 1, 32);  // mostly the step's fixed cost
   auto moe = [&](int d, int f, int e, int l, int b) {
     TrainConfig t;
     t.model = ModelKind::kMoe;
@@ -110,6 +111,7 @@ std::vector<std::pair<std::string, TrainConfig>> calibration_configs() {
   };
   moe(96, 384, 4, 1, 256);
   moe(64, 256, 8, 2, 384);
+  moe(32, 128, 4, 1, 64);
   auto gpt = [&](int d, int heads, int f, int l, int s, int b) {
     TrainConfig t;
     t.model = ModelKind::kGpt;
@@ -125,7 +127,8 @@ std::vector<std::pair<std::string, TrainConfig>> calibration_configs() {
   };
   gpt(48, 4, 192, 2, 24, 32);
   gpt(96, 4, 384, 1, 16, 16);
-  for (auto& [name, t] : out) t.strategy = Strategy::kSingle, t.ranks = 1, t.steps = 7;
+  gpt(16, 2, 64, 1, 8, 8);
+  for (auto& [name, t] : out) t.strategy = Strategy::kSingle, t.ranks = 1, t.steps = 20;
   return out;
 }
 
@@ -145,43 +148,50 @@ Architecture architecture(const TrainConfig& t) {
   return a;
 }
 
-// Least squares of rows x . c = 1 (each run's features over its seconds: relative error)
-// with c >= 0: drop the most negative coefficient and solve again.
-std::array<double, 5> fit(const std::vector<std::array<double, 5>>& rows) {
-  std::array<bool, 5> on{true, true, true, true, true};
+// Least squares of rows x . c = 1 (each run's terms over its seconds: relative error) with
+// c >= 0: drop the most negative coefficient and solve again.
+template <size_t N>
+std::array<double, N> fit(const std::vector<std::array<double, N>>& x) {
+  std::array<bool, N> on;
+  on.fill(true);
   for (;;) {
-    std::array<std::array<double, 6>, 5> m{};  // normal equations, augmented
-    for (const auto& r : rows) {
-      for (int i = 0; i < 5; ++i) {
-        for (int j = 0; j < 5; ++j) m[i][j] += on[i] && on[j] ? r[i] * r[j] : 0;
-        m[i][5] += on[i] ? r[i] : 0;
+    std::array<std::array<double, N + 1>, N> m{};  // normal equations, augmented
+    for (size_t r = 0; r < x.size(); ++r) {
+      for (size_t i = 0; i < N; ++i) {
+        for (size_t j = 0; j < N; ++j) m[i][j] += on[i] && on[j] ? x[r][i] * x[r][j] : 0;
+        m[i][N] += on[i] ? x[r][i] : 0;
       }
     }
-    for (int i = 0; i < 5; ++i) {
+    for (size_t i = 0; i < N; ++i) {
       if (!on[i]) m[i][i] = 1;
     }
-    for (int i = 0; i < 5; ++i) {  // Gauss-Jordan, partial pivoting
-      int piv = i;
-      for (int k = i + 1; k < 5; ++k) {
+    for (size_t i = 0; i < N; ++i) {  // Gauss-Jordan, partial pivoting
+      size_t piv = i;
+      for (size_t k = i + 1; k < N; ++k) {
         if (std::abs(m[k][i]) > std::abs(m[piv][i])) piv = k;
       }
       std::swap(m[i], m[piv]);
       if (std::abs(m[i][i]) < 1e-300) continue;
-      for (int k = 0; k < 5; ++k) {
+      for (size_t k = 0; k < N; ++k) {
         if (k == i) continue;
         const double f = m[k][i] / m[i][i];
-        for (int j = i; j < 6; ++j) m[k][j] -= f * m[i][j];
+        for (size_t j = i; j <= N; ++j) m[k][j] -= f * m[i][j];
       }
     }
-    std::array<double, 5> c{};
+    std::array<double, N> c{};
     int worst = -1;
-    for (int i = 0; i < 5; ++i) {
-      c[i] = on[i] && std::abs(m[i][i]) > 1e-300 ? m[i][5] / m[i][i] : 0;
-      if (c[i] < 0 && (worst < 0 || c[i] < c[worst])) worst = i;
+    for (size_t i = 0; i < N; ++i) {
+      c[i] = on[i] && std::abs(m[i][i]) > 1e-300 ? m[i][N] / m[i][i] : 0;
+      if (c[i] < 0 && (worst < 0 || c[i] < c[worst])) worst = static_cast<int>(i);
     }
     if (worst < 0) return c;
     on[worst] = false;
   }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 constexpr int kTrials = 5;
@@ -203,17 +213,13 @@ double concurrent_seconds(const TrainConfig& t, int n) {
   return run_training(ddp).seconds_per_step;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 Calibration calibrate() {
   Calibration c;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::array<double, 5>> rows;
+  std::vector<std::array<double, 6>> rows;
+  std::vector<ArchKind> kinds;
   std::vector<double> slowdowns, speedups, oversubscribed;
   for (auto& [name, t] : calibration_configs()) {
     const Architecture a = architecture(t);
@@ -223,37 +229,43 @@ Calibration calibrate() {
         3 * forward_flops(a, double(t.global_batch) * (a.kind == ArchKind::kGpt ? a.gpt.seq : 1))
                 .total();
     r.elements = forward_elements(a, t.global_batch, 1, 1);
-    r.layers = layer_count(a);
     r.params = count_params(a).total();
-    r.seconds = r.all_cores = r.concurrent = r.oversubscribed = 1e30;
-    for (int trial = 0; trial < kTrials; ++trial) {  // the least disturbed of a few, interleaved
-      r.seconds = std::min(r.seconds, one_core_seconds(t));
-      r.all_cores = std::min(r.all_cores, run_training(t).seconds_per_step);
-      r.concurrent = std::min(r.concurrent, concurrent_seconds(t, cores));
-      r.oversubscribed = std::min(r.oversubscribed, concurrent_seconds(t, 2 * cores));
+    std::array<std::vector<double>, 4> trials;
+    for (int trial = 0; trial < kTrials; ++trial) {  // interleaved: drift spoils no one kind
+      trials[0].push_back(one_core_seconds(t));
+      trials[1].push_back(run_training(t).seconds_per_step);
+      trials[2].push_back(concurrent_seconds(t, cores));
+      trials[3].push_back(concurrent_seconds(t, 2 * cores));
     }
+    r.seconds = median(trials[0]), r.all_cores = median(trials[1]);
+    r.concurrent = median(trials[2]), r.oversubscribed = median(trials[3]);
     // Only shapes whose GEMMs the kernels split say what splitting gains.
     if (splittable_share(a, t.global_batch, 1) >= 0.9) speedups.push_back(r.seconds / r.all_cores);
     slowdowns.push_back(r.concurrent / r.seconds);
     oversubscribed.push_back(r.oversubscribed / r.seconds);
-    rows.push_back({r.flops / r.seconds, r.elements / r.seconds, r.layers / r.seconds,
+    const double e = r.elements / r.seconds;
+    rows.push_back({r.flops / r.seconds, a.kind == ArchKind::kMlp ? e : 0,
+                    a.kind == ArchKind::kMoe ? e : 0, a.kind == ArchKind::kGpt ? e : 0,
                     r.params / r.seconds, 1 / r.seconds});
+    kinds.push_back(a.kind);
     c.runs.push_back(r);
   }
-  const std::array<double, 5> k = fit(rows);
+  const std::array<double, 6> k = fit(rows);
 
   Hardware& hw = c.hw;
   hw.name = "calibrated";
   hw.source = "dtsim estimate --calibrate on this machine";
   hw.peak_flops = k[0] > 0 ? 1 / k[0] : 1e30;  // one rank's GEMM rate on one core
   hw.efficiency = 1;
-  hw.element_seconds = k[1], hw.layer_seconds = k[2], hw.param_seconds = k[3];
-  hw.step_seconds = k[4];
+  hw.element_seconds = k[1], hw.moe_element_seconds = k[2], hw.gpt_element_seconds = k[3];
+  hw.param_seconds = k[4], hw.step_seconds = k[5];
   hw.parallel_speedup = speedups.empty() ? 1 : std::max(1.0, median(speedups));
   hw.shared_slowdown = std::max(1.0, median(slowdowns));
   hw.oversubscribed_slowdown = std::max(hw.shared_slowdown, median(oversubscribed));
-  for (CalibrationRun& r : c.runs) {
-    r.fitted = r.flops * k[0] + r.elements * k[1] + r.layers * k[2] + r.params * k[3] + k[4];
+  for (size_t i = 0; i < c.runs.size(); ++i) {
+    CalibrationRun& r = c.runs[i];
+    const double e = kinds[i] == ArchKind::kMlp ? k[1] : kinds[i] == ArchKind::kMoe ? k[2] : k[3];
+    r.fitted = r.flops * k[0] + r.elements * e + r.params * k[4] + k[5];
   }
 
   hw.devices_per_node = World::kMaxRanks;  // one machine: every group is "intra"

@@ -1,21 +1,22 @@
 // Measures this machine as a hardware file for the projection. Compute: `dtsim train
-// --strategy single` on nine calibration shapes (mlp, moe and gpt; none of them a run
-// bench/estimate_vs_train.py holds out), each the fastest of 5 runs (the least disturbed on a
-// shared machine), and a least-squares fit, non-negative and in relative error, of each
-// run's step time to
+// --strategy single` on twelve calibration shapes (mlp, moe and gpt, three of them tiny; none
+// of them a run bench/estimate_vs_train.py holds out), each the median of 5 runs of 20 steps
+// (interleaved with the runs below, so drift on a shared machine spoils no one kind), and a
+// least-squares fit, non-negative and in relative error, of each run's step time to
 //
-//   step = 3 FLOPs / peak + elements e + layers l + params q + s
+//   step = 3 FLOPs / peak + elements e_kind + params q + s
 //
-// (a forward's activation elements and the layers: projection.h's forward_elements and
-// layer_count; the parameters), each run's kernels on one core, whose terms become the
-// file's one-core peak_flops, element_seconds, layer_seconds, param_seconds and
-// step_seconds. How ranks share the cores (train/intra_op.h): the same runs with the kernels
-// on every core give parallel_speedup (over the shapes whose GEMMs the kernels split); the same
-// runs as ddp on `cores` rank threads (each rank the same batch) shared_slowdown, on 2 x `cores`
-// oversubscribed_slowdown (medians of the ratios to the one-core run over the shapes). Links, on 2
-// rank threads: the channels' alpha and beta from a ring all_gather (of 1 float a rank, and of 4
-// MiB), the shared buffer's from dtsim's shared all_reduce (4 bytes, 4 MiB); an all_gather on twice
-// as many rank threads as cores gives oversubscribed_latency (its p - 1 messages).
+// (a forward's activation elements: projection.h's forward_elements, at a cost per model
+// kind, as moe's routing and gpt's attention run other element-wise kernels than mlp's),
+// each run's kernels on one core, whose terms become the file's one-core peak_flops,
+// element_seconds (moe_, gpt_), param_seconds and step_seconds. How ranks share the cores
+// (train/intra_op.h): the same runs with the kernels on every core give parallel_speedup
+// (over the shapes whose GEMMs the kernels split); the same runs as ddp on `cores` rank
+// threads (each rank the same batch) shared_slowdown, on 2 x `cores` oversubscribed_slowdown
+// (medians of the ratios to the one-core run over the shapes). Links, on 2 rank threads: the
+// channels' alpha and beta from a ring all_gather (of 1 float a rank, and of 4 MiB), the shared
+// buffer's from dtsim's shared all_reduce (4 bytes, 4 MiB); an all_gather on twice as many rank
+// threads as cores gives oversubscribed_latency (its p - 1 messages).
 //
 // Thread safety: runs Worlds; call from one (non-rank) thread.
 #pragma once
@@ -30,8 +31,8 @@ namespace dtsim::train::estimator {
 
 struct CalibrationRun {
   std::string name;
-  double flops = 0, elements = 0, layers = 0, params = 0;  // of one step
-  double seconds = 0;         // measured median step, kernels on one core
+  double flops = 0, elements = 0, params = 0;  // of one step
+  double seconds = 0;         // measured median step, kernels on one core (median of 5)
   double all_cores = 0;       // the same, kernels on every core
   double concurrent = 0;      // the slowest of `cores` one-core copies run at once
   double oversubscribed = 0;  // the slowest of 2 x `cores` of them
@@ -49,7 +50,7 @@ struct Calibration {
   double oversubscribed_seconds = 0;  // a 4-byte all_reduce on that many rank threads
 };
 
-// Takes some seconds.
+// Takes about half a minute.
 Calibration calibrate();
 
 // Under mpirun: `base` (a thread-world calibration's file) with its links measured on the

@@ -52,6 +52,8 @@ double* field(Hardware& h, const std::string& name) {
   if (name == "step_seconds") return &h.step_seconds;
   if (name == "layer_seconds") return &h.layer_seconds;
   if (name == "element_seconds") return &h.element_seconds;
+  if (name == "moe_element_seconds") return &h.moe_element_seconds;
+  if (name == "gpt_element_seconds") return &h.gpt_element_seconds;
   if (name == "param_seconds") return &h.param_seconds;
   if (name == "shared_slowdown") return &h.shared_slowdown;
   if (name == "parallel_speedup") return &h.parallel_speedup;
@@ -102,6 +104,8 @@ const std::vector<HardwareField>& hardware_fields() {
                                                      {"step_seconds"},
                                                      {"layer_seconds"},
                                                      {"element_seconds"},
+                                                     {"moe_element_seconds"},
+                                                     {"gpt_element_seconds"},
                                                      {"param_seconds"},
                                                      {"shared_slowdown"},
                                                      {"parallel_speedup"},

@@ -37,6 +37,9 @@ struct Hardware {
   // writes (its element-wise work, both passes), per parameter held (gradient zeroing, the
   // optimizer), all on one core.
   double step_seconds = 0, layer_seconds = 0, element_seconds = 0, param_seconds = 0;
+  // The same per element of a moe or gpt forward, whose element-wise kernels differ (routing,
+  // dispatch; attention, norms); 0: element_seconds.
+  double moe_element_seconds = 0, gpt_element_seconds = 0;
   // How a device's one-core time changes with the devices sharing the cores: one device alone
   // runs the GEMMs its kernels split (projection.h's splittable_share) on every core,
   // parallel_speedup times faster (0: 1), the rest as on one core; `cores` devices at

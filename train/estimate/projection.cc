@@ -261,8 +261,10 @@ Projection project(const ProjectionInput& in) {
   const double rate = in.hw.peak_flops * in.hw.efficiency / slow;
   const int stage_layers = layer_count(a) / in.pp;
   // A calibrated file's element-wise and per-layer costs of one micro-batch on this stage.
+  const double kind_element = gpt ? in.hw.gpt_element_seconds : moe ? in.hw.moe_element_seconds : 0;
+  const double element = kind_element > 0 ? kind_element : in.hw.element_seconds;
   const double t_overhead =
-      slow * (in.hw.element_seconds * forward_elements(a, in.micro_batch, in.tp, in.cp) / in.pp +
+      slow * (element * forward_elements(a, in.micro_batch, in.tp, in.cp) / in.pp +
               in.hw.layer_seconds * stage_layers);
   double t_memory = 0;
   if (gpt && in.hw.memory_bandwidth > 0) {
