@@ -1,21 +1,20 @@
 #!/usr/bin/env python3
 """Predicted against measured step time on this machine (issue 35).
 
-Calibrates with `dtsim estimate --calibrate FILE` (single-rank `dtsim train` runs of mlp, moe
-and gpt shapes none of the runs below uses, on one core and on all, fitted to GEMM FLOPs,
-activation elements, layers, parameters and a fixed cost; the all_reduce's alpha and beta on 2
-rank threads: calibrate.h) and, when mpirun is here, `mpirun -np 2 dtsim estimate --calibrate
-MPI_FILE --hardware FILE` (the links of a 2-process job). Then for each held-out `dtsim
-train` run (threads, or under mpirun) prints `dtsim estimate --hardware FILE`'s step time
-beside the run's measured median step (`--report`'s seconds_per_step), and the median and
-worst |error|. Speed is measured here, never asserted in tests: paste the output, with the
-load average it prints, into docs/estimate.md.
+Each of R rounds calibrates with `dtsim estimate --calibrate FILE` (single-rank `dtsim train`
+runs of mlp, moe and gpt shapes none of the runs below uses, alone on one core, on all, and
+as ddp on as many and twice as many rank threads as cores: calibrate.h) and, when mpirun is
+here, `mpirun -np 2 dtsim estimate --calibrate MPI_FILE --hardware FILE` (the links of a
+2-process job); then runs every held-out `dtsim train` run once (threads, or under mpirun)
+and predicts it with `dtsim estimate --hardware` on that round's file. Each run's error is
+the median over the rounds of predicted / measured - 1 (measured: `--report`'s
+seconds_per_step, the median step): a round's calibration and runs see the machine in the
+same state, so a shared machine's slow minutes move both. Prints each run's median
+predicted and measured step beside its error, then the median and worst |error|. Speed is
+measured here, never asserted in tests: paste the output, with the load average it prints,
+into docs/estimate.md.
 
-  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R]
-
---repeat R runs the held-out runs in R rounds and keeps each one's fastest median step: on a
-shared machine the least disturbed of R is the closest to a quiet one (the calibration keeps
-the fastest of 5 of each of its runs).
+  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R]   (40, 5)
 """
 import json
 import os
@@ -123,7 +122,7 @@ def main():
     dtsim = "build/dtsim"
     if args and not args[0].startswith("--"):
         dtsim = args.pop(0)
-    steps, repeat = 20, 1
+    steps, repeat = 40, 5
     while args:
         a = args.pop(0)
         if a == "--steps" and args:
@@ -133,49 +132,57 @@ def main():
         else:
             sys.exit(__doc__)
     mpirun = shutil.which("mpirun")
+    mpi = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np"] if mpirun else None
+    runs = [r for r in RUNS if r[4] == 1 or mpi]
     with tempfile.TemporaryDirectory() as tmp:
         hw, mpi_hw = os.path.join(tmp, "here.json"), os.path.join(tmp, "mpi.json")
-        mpi = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np"] if mpirun else None
+        report = os.path.join(tmp, "report.json")
 
-        def calibrate():  # each calibration run is the fastest of 5 (calibrate.h)
+        def calibrate():
             out = run([dtsim, "estimate", "--calibrate", hw])
             if mpi:  # the links of a 2-process job; compute from the thread calibration
                 out += run(mpi + ["2", dtsim, "estimate", "--calibrate", mpi_hw, "--hardware", hw])
             return out
 
-        print(calibrate())
-        print(f"repeat {repeat}, {steps} steps a run")
-        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
-        print(f"{'held-out dtsim train run':64} {'predicted':>10} {'measured':>10} {'error':>8}")
-        errors = []
-        report = os.path.join(tmp, "report.json")
-        runs = [r for r in RUNS if r[4] == 1 or mpi]
-        measured = [1e30] * len(runs)
-        for _ in range(repeat):  # rounds: a burst of other load spoils one round, not R runs
-            for i, (model, strategy, ranks, batch, processes) in enumerate(runs):
-                train = [dtsim, "train", *model.split(), *train_flags(strategy, ranks), "--batch",
-                         str(batch), "--steps", str(steps), "--quiet", "--report", report]
-                if processes > 1:
-                    train = mpi + [str(processes), *train, "--threads-per-process",
-                                   str(ranks // processes)]
-                run(train)
-                with open(report) as f:
-                    measured[i] = min(measured[i], json.load(f)["seconds_per_step"])
-        for i, (model, strategy, ranks, batch, processes) in enumerate(runs):
+        def predict(model, strategy, ranks, batch, processes):
             est = [dtsim, "estimate", *estimate_model(model), *mesh_flags(strategy, ranks, batch),
                    "--precision", "fp32", "--optimizer", "sgd", "--hardware",
                    mpi_hw if processes > 1 else hw]
             if "--model gpt" in model:
                 est.append("--no-dropout")
-            out = run(est)
-            predicted = seconds(re.search(r"^step time: (.*)$", out, re.M).group(1))
-            err = predicted / measured[i] - 1
+            return seconds(re.search(r"^step time: (.*)$", run(est), re.M).group(1))
+
+        def measure(model, strategy, ranks, batch, processes):
+            train = [dtsim, "train", *model.split(), *train_flags(strategy, ranks), "--batch",
+                     str(batch), "--steps", str(steps), "--quiet", "--report", report]
+            if processes > 1:
+                train = mpi + [str(processes), *train, "--threads-per-process",
+                               str(ranks // processes)]
+            run(train)
+            with open(report) as f:
+                return json.load(f)["seconds_per_step"]
+
+        print(f"{repeat} rounds, each a calibration and then every held-out run ({steps} steps)")
+        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+        predicted = [[] for _ in runs]
+        measured = [[] for _ in runs]
+        for r in range(repeat):
+            out = calibrate()
+            if r == 0:
+                print(out)
+            for i, spec in enumerate(runs):
+                measured[i].append(measure(*spec))
+                predicted[i].append(predict(*spec))
+        print(f"{'held-out dtsim train run':64} {'predicted':>10} {'measured':>10} {'error':>8}")
+        errors = []
+        for i, (model, strategy, ranks, batch, processes) in enumerate(runs):
+            err = statistics.median(p / m - 1 for p, m in zip(predicted[i], measured[i]))
             errors.append(abs(err))
             where = f"mpirun -np {processes} x {ranks // processes}" if processes > 1 else "threads"
             name = (f"{strategy} x{ranks} {where} "
                     f"{model.replace('--model ', '').replace('--', '')} B{batch}")
-            print(f"{name:64} {predicted * 1e3:7.2f} ms {measured[i] * 1e3:7.2f} ms "
-                  f"{100 * err:+7.1f}%", flush=True)
+            print(f"{name:64} {statistics.median(predicted[i]) * 1e3:7.2f} ms "
+                  f"{statistics.median(measured[i]) * 1e3:7.2f} ms {100 * err:+7.1f}%", flush=True)
         print(f"\n{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
               f"worst {100 * max(errors):.1f}%; load average at end {os.getloadavg()[0]:.1f}")
 
