@@ -128,6 +128,7 @@ std::vector<std::pair<std::string, TrainConfig>> calibration_configs() {
   gpt(48, 4, 192, 2, 24, 32);
   gpt(96, 4, 384, 1, 16, 16);
   gpt(16, 2, 64, 1, 8, 8);
+  gpt(32, 2, 128, 1, 48, 8);  // long sequences: attention's s^2 work
   for (auto& [name, t] : out) t.strategy = Strategy::kSingle, t.ranks = 1, t.steps = 20;
   return out;
 }

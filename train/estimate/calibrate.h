@@ -1,8 +1,8 @@
 // Measures this machine as a hardware file for the projection. Compute: `dtsim train
-// --strategy single` on twelve calibration shapes (mlp, moe and gpt, three of them tiny; none
-// of them a run bench/estimate_vs_train.py holds out), each the median of 5 runs of 20 steps
-// (interleaved with the runs below, so drift on a shared machine spoils no one kind), and a
-// least-squares fit, non-negative and in relative error, of each run's step time to
+// --strategy single` on thirteen calibration shapes (mlp, moe and gpt, three of them tiny;
+// none of them a run bench/estimate_vs_train.py holds out), each the median of 5 runs of 20
+// steps (interleaved with the runs below, so drift on a shared machine spoils no one kind),
+// and a least-squares fit, non-negative and in relative error, of each run's step time to
 //
 //   step = 3 FLOPs / peak + elements e_kind + params q + s
 //
