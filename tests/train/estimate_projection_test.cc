@@ -144,6 +144,18 @@ TEST(Projection, CalibratedTermsAndSharedSlowdown) {
   EXPECT_NEAR(project(in).compute, 2.0 * 16 / 8 * eighth, 1e-12) << "sixteen on four";
 }
 
+// A GEMM is split only along the side its kernel cuts, and only when that side holds two
+// 64-wide slices: D 64 x H 512 x 512 samples is 16.8M multiply-adds (two slices' worth), but
+// a side of 64 cannot be cut, so each block linear splits two of its three GEMMs.
+TEST(Projection, SplittableShareFollowsTheKernelsCuts) {
+  Architecture a;
+  a.kind = ArchKind::kMlp;
+  a.mlp = {.input_dim = 64, .hidden_dim = 512, .num_blocks = 1, .output_dim = 4};
+  const double block = 512.0 * 64 * 512, head = 512.0 * 64 * 4;
+  EXPECT_NEAR(splittable_share(a, 512, 1), 4 * block / (6 * block + 3 * head), 1e-12);
+  EXPECT_EQ(splittable_share(a, 256, 1), 0) << "8.4M multiply-adds: one slice";
+}
+
 // A moe or gpt forward's elements cost moe_element_seconds or gpt_element_seconds when the
 // file has them, element_seconds when it does not; an mlp's always element_seconds.
 TEST(Projection, ElementCostByModelKind) {

@@ -123,29 +123,43 @@ double forward_elements(const Architecture& a, int samples, int tp, int cp) {
 }
 
 double splittable_share(const Architecture& a, int samples, int tp) {
-  const double split = 2.0 * model::kGemmSliceWork, b = samples;
-  auto macs = [&](double m) { return m >= split ? m : 0; };  // one GEMM's, if split
-  double total = 0, splittable = 0;
-  auto gemm = [&](double m, double count) { total += count * m, splittable += count * macs(m); };
+  double total = 0, split = 0;
+  // A linear layer of (rows, in, out): its forward cut along out, its input gradient along
+  // in, its weight gradient along the larger side (model/linear_kernels.cc), each split
+  // when gemm_slice_width leaves two slices or more.
+  auto linear = [&](double rows, double in, double out, double count) {
+    const double macs = rows * in * out;
+    const auto work = static_cast<int64_t>(macs);
+    for (const double dim : {out, in, std::max(in, out)}) {
+      const int d = static_cast<int>(dim);
+      total += count * macs;
+      if (d > model::gemm_slice_width(d, work)) split += count * macs;
+    }
+  };
+  const double b = samples;
   if (a.kind == ArchKind::kMlp) {
     const double d = a.mlp.input_dim, h = double(a.mlp.hidden_dim) / tp;
-    gemm(b * d * h, 2.0 * a.mlp.num_blocks);
-    gemm(b * d * a.mlp.output_dim, 1);
+    linear(b, d, h, a.mlp.num_blocks);
+    linear(b, h, d, a.mlp.num_blocks);
+    linear(b, d, a.mlp.output_dim, 1);
   } else if (a.kind == ArchKind::kMoe) {
     const model::MoeConfig& m = a.moe.moe;
-    const double tokens = b * m.top_k / m.num_experts;
-    gemm(tokens * m.d_model * m.d_ff, 2.0 * m.num_experts * a.moe.num_blocks);
-    gemm(b * m.d_model * m.num_experts, a.moe.num_blocks);
-    gemm(b * m.d_model * (a.moe.input_dim + a.moe.num_classes), 1);
+    const double tokens = b * m.top_k / m.num_experts, layers = a.moe.num_blocks;
+    linear(tokens, m.d_model, m.d_ff, m.num_experts * layers);
+    linear(tokens, m.d_ff, m.d_model, m.num_experts * layers);
+    linear(b, m.d_model, m.num_experts, layers);
+    linear(b, a.moe.input_dim, m.d_model, 1);
+    linear(b, m.d_model, a.moe.num_classes, 1);
   } else {
     const GptShape& g = a.gpt;
     const double t = b * g.seq, h = g.hidden;
-    gemm(t * h * 3 * h / tp, g.layers);
-    gemm(t * h * h / tp, g.layers);
-    gemm(t * h * g.ffn_width() / tp, 2.0 * g.layers);
-    gemm(t * h * g.vocab / tp, 1);
+    linear(t, h, 3 * h / tp, g.layers);
+    linear(t, h / tp, h, g.layers);
+    linear(t, h, g.ffn_width() / tp, g.layers);
+    linear(t, g.ffn_width() / tp, h, g.layers);
+    linear(t, h, g.vocab / tp, 1);
   }
-  return total > 0 ? splittable / total : 0;
+  return total > 0 ? split / total : 0;
 }
 
 int layer_count(const Architecture& a) {

@@ -107,11 +107,12 @@ double forward_elements(const Architecture& a, int samples, int tp, int cp);
 // Transformer layers (gpt), blocks (mlp) or MoE layers (moe).
 int layer_count(const Architecture& a);
 
-// The share of one forward's FLOPs (of `samples` samples on one tp rank) in GEMMs that
-// dtsim's kernels split across cores: those of at least 2 x model::kGemmSliceWork
-// multiply-adds (model/parallel.h); a lone rank's intra-op threads speed up only these
-// (Hardware::parallel_speedup). mlp: the blocks' b x D x H / tp products; moe: each
-// expert's b k / E tokens x D x F; gpt: QKV, projection, MLP and LM head of b s tokens.
+// The share of a step's linear-layer FLOPs (forward, input and weight gradients of `samples`
+// samples on one tp rank) in GEMMs that dtsim's kernels cut into two slices or more
+// (model/parallel.h's gemm_slice_width, along the side model/linear_kernels.cc cuts); a lone
+// rank's intra-op threads speed up only these (Hardware::parallel_speedup). mlp: the
+// blocks' and the head's; moe: each expert's (b k / E tokens), the router's, input and head;
+// gpt: QKV, projection, MLP and LM head of b s tokens.
 double splittable_share(const Architecture& a, int samples, int tp);
 
 // The projection of `in` (validate(in) must be "").
