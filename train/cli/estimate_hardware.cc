@@ -102,15 +102,14 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
       "calibration runs (dtsim train --strategy single; none held out by "
       "bench/estimate_vs_train.py):\n");
   for (const est::CalibrationRun& r : c.runs) {
-    std::printf(
-        "  %-32s %7.3f ms on 1 core, %7.3f on %d, %d at once %7.3f, %d %7.3f, fit %7.3f ms\n",
-        r.name.c_str(), r.seconds * 1e3, r.all_cores * 1e3, c.hw.cores, c.hw.cores,
-        r.concurrent * 1e3, 2 * c.hw.cores, r.oversubscribed * 1e3, r.fitted * 1e3);
+    std::printf("  %-32s %7.3f ms on 1 core, %7.3f on %d, ddp x%d %7.3f, x%d %7.3f, fit %7.3f ms\n",
+                r.name.c_str(), r.seconds * 1e3, r.all_cores * 1e3, c.hw.cores, c.hw.cores,
+                r.concurrent * 1e3, 2 * c.hw.cores, r.oversubscribed * 1e3, r.fitted * 1e3);
   }
   std::printf(
       "compute on 1 core: GEMM %.4g GFLOP/s, %.3g ns an activation element (moe %.3g, gpt %.3g), "
-      "%.3g ns a parameter, %.3g us a step; one rank on %d cores %.3gx faster, %d at once "
-      "%.3gx slower, %d at once %.3gx\n",
+      "%.3g ns a parameter, %.3g us a step; one rank on %d cores %.3gx faster, ddp x%d a rank "
+      "%.3gx slower, x%d %.3gx\n",
       c.hw.peak_flops / 1e9, c.hw.element_seconds * 1e9, c.hw.moe_element_seconds * 1e9,
       c.hw.gpt_element_seconds * 1e9, c.hw.param_seconds * 1e9, c.hw.step_seconds * 1e6, c.hw.cores,
       c.hw.parallel_speedup, c.hw.cores, c.hw.shared_slowdown, 2 * c.hw.cores,

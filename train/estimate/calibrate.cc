@@ -203,14 +203,20 @@ double one_core_seconds(const TrainConfig& t) {
   return run_training(t).seconds_per_step;
 }
 
+// The batch each of `n` ranks runs when `t` runs as ddp: t's batch split n ways, as a mesh
+// splits its global batch (or all of it when it does not divide).
+int rank_batch(const TrainConfig& t, int n) {
+  return t.global_batch % n == 0 ? t.global_batch / n : t.global_batch;
+}
+
 // The median step of run `t` as `dtsim train --strategy ddp` on `n` rank threads, each with
-// `t`'s batch (n ranks of a mesh sharing the cores, as train/intra_op.h leaves them: the
-// gradients' all_reduce is a few percent of these shapes' steps).
+// rank_batch(t, n) samples (n ranks of a mesh sharing the cores, as train/intra_op.h leaves
+// them; the gradients' all_reduce is a few percent of these shapes' steps).
 double concurrent_seconds(const TrainConfig& t, int n) {
   TrainConfig ddp = t;
   ddp.strategy = Strategy::kDdp;
   ddp.ranks = n;
-  ddp.global_batch = t.global_batch * n;
+  ddp.global_batch = rank_batch(t, n) * n;
   return run_training(ddp).seconds_per_step;
 }
 
@@ -221,7 +227,7 @@ Calibration calibrate() {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::array<double, 6>> rows;
   std::vector<ArchKind> kinds;
-  std::vector<double> slowdowns, speedups, oversubscribed;
+  std::vector<double> speedups;
   for (auto& [name, t] : calibration_configs()) {
     const Architecture a = architecture(t);
     CalibrationRun r;
@@ -242,8 +248,6 @@ Calibration calibrate() {
     r.concurrent = median(trials[2]), r.oversubscribed = median(trials[3]);
     // Only shapes whose GEMMs the kernels split say what splitting gains.
     if (splittable_share(a, t.global_batch, 1) >= 0.9) speedups.push_back(r.seconds / r.all_cores);
-    slowdowns.push_back(r.concurrent / r.seconds);
-    oversubscribed.push_back(r.oversubscribed / r.seconds);
     const double e = r.elements / r.seconds;
     rows.push_back({r.flops / r.seconds, a.kind == ArchKind::kMlp ? e : 0,
                     a.kind == ArchKind::kMoe ? e : 0, a.kind == ArchKind::kGpt ? e : 0,
@@ -261,13 +265,24 @@ Calibration calibrate() {
   hw.element_seconds = k[1], hw.moe_element_seconds = k[2], hw.gpt_element_seconds = k[3];
   hw.param_seconds = k[4], hw.step_seconds = k[5];
   hw.parallel_speedup = speedups.empty() ? 1 : std::max(1.0, median(speedups));
-  hw.shared_slowdown = std::max(1.0, median(slowdowns));
-  hw.oversubscribed_slowdown = std::max(hw.shared_slowdown, median(oversubscribed));
+  // A rank's time as the ddp runs share the cores over the fit's one-core time for its
+  // batch: what the projection multiplies (the runs measure one core at the whole batch).
+  std::vector<double> slowdowns, oversubscribed;
+  const auto configs = calibration_configs();
   for (size_t i = 0; i < c.runs.size(); ++i) {
     CalibrationRun& r = c.runs[i];
     const double e = kinds[i] == ArchKind::kMlp ? k[1] : kinds[i] == ArchKind::kMoe ? k[2] : k[3];
-    r.fitted = r.flops * k[0] + r.elements * e + r.params * k[4] + k[5];
+    auto fitted = [&](int n) {
+      const TrainConfig& t = configs[i].second;
+      const double share = double(rank_batch(t, n)) / t.global_batch;
+      return (r.flops * k[0] + r.elements * e) * share + r.params * k[4] + k[5];
+    };
+    r.fitted = fitted(1);
+    slowdowns.push_back(r.concurrent / fitted(cores));
+    oversubscribed.push_back(r.oversubscribed / fitted(2 * cores));
   }
+  hw.shared_slowdown = std::max(1.0, median(slowdowns));
+  hw.oversubscribed_slowdown = std::max(hw.shared_slowdown, median(oversubscribed));
 
   hw.devices_per_node = World::kMaxRanks;  // one machine: every group is "intra"
   {

@@ -12,8 +12,9 @@
 // element_seconds (moe_, gpt_), param_seconds and step_seconds. How ranks share the cores
 // (train/intra_op.h): the same runs with the kernels on every core give parallel_speedup
 // (over the shapes whose GEMMs the kernels split); the same runs as ddp on `cores` rank
-// threads (each rank the same batch) shared_slowdown, on 2 x `cores` oversubscribed_slowdown
-// (medians of the ratios to the one-core run over the shapes). Links, on 2 rank threads: the
+// threads (the batch split among them, as a mesh splits its global batch) shared_slowdown,
+// on 2 x `cores` oversubscribed_slowdown (medians over the shapes of the ratio to the fit's
+// one-core time for a rank's share of the batch). Links, on 2 rank threads: the
 // channels' alpha and beta from a ring all_gather (of 1 float a rank, and of 4 MiB), the shared
 // buffer's from dtsim's shared all_reduce (4 bytes, 4 MiB); an all_gather on twice as many rank
 // threads as cores gives oversubscribed_latency (its p - 1 messages).
@@ -34,8 +35,8 @@ struct CalibrationRun {
   double flops = 0, elements = 0, params = 0;  // of one step
   double seconds = 0;         // measured median step, kernels on one core (median of 5)
   double all_cores = 0;       // the same, kernels on every core
-  double concurrent = 0;      // the slowest of `cores` one-core copies run at once
-  double oversubscribed = 0;  // the slowest of 2 x `cores` of them
+  double concurrent = 0;      // as ddp on `cores` rank threads, the batch split among them
+  double oversubscribed = 0;  // the same on 2 x `cores`
   double fitted = 0;          // the fit's step time
 };
 
