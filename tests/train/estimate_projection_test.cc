@@ -255,6 +255,27 @@ ProjectionInput small_mlp() {  // Psi = 2 (2 x 256 x 64 + 256 + 64) + 4 x 64 + 4
   return in;
 }
 
+// The cp ranks of a replica hold the same weights: ZeRO shards, and the gradients sync,
+// over dp x cp (dtsim's Mesh::dp_cp, Megatron-LM's dp-cp group), as over dp alone.
+TEST(Projection, ContextParallelRanksAreDataParallelReplicas) {
+  ProjectionInput in = small_gpt();
+  in.zero = 1;
+  in.global_batch = 8, in.micro_batch = 4;
+  in.dp = 2;
+  const Projection dp2 = project(in);
+  in.dp = 1, in.cp = 2, in.micro_batch = 8;
+  const Projection cp2 = project(in);
+  for (int c = 0; c < model::kNumMemoryCategories; ++c) {
+    EXPECT_DOUBLE_EQ(cp2.mesh.state.bytes[c], dp2.mesh.state.bytes[c]) << "category " << c;
+  }
+  for (const AxisTraffic& t : cp2.traffic) {
+    if (t.axis == "dp") {
+      EXPECT_EQ(t.group, 2) << to_string(t.kind);
+    }
+  }
+  EXPECT_DOUBLE_EQ(cp2.exposed_seconds("dp"), dp2.exposed_seconds("dp"));
+}
+
 // dtsim's own models take their model state from their placements: on a data-parallel mesh
 // that is the flat estimate's, category by category (every shard even here).
 TEST(Projection, DtsimModelStateFromPlacementsIsTheFormulaOnDataParallelMeshes) {

@@ -245,8 +245,9 @@ int run_model_estimate(const CLI::App& app, const EstimateFlags& f) {
       model::MemoryCategory::kMasterWeights, model::MemoryCategory::kAdamM,
       model::MemoryCategory::kAdamV};
   std::printf(
-      "\nmodel state per device: %s params, ZeRO-%d over dp %d, %s%s\n",
-      count_str(p.params_per_device).c_str(), in.zero, in.dp, optimizer_name(in.optimizer),
+      "\nmodel state per device: %s params, ZeRO-%d over dp %d%s, %s%s\n",
+      count_str(p.params_per_device).c_str(), in.zero, in.dp,
+      in.cp > 1 ? fmt::format(" x cp {}", in.cp).c_str() : "", optimizer_name(in.optimizer),
       in.arch.kind == est::ArchKind::kGpt ? "" : " (the largest device's, from the placements)");
   std::vector<std::string> header, row;
   for (model::MemoryCategory c : kCats) {

@@ -252,6 +252,11 @@ Projection project(const ProjectionInput& in) {
   p.micro_batch_activations = micro_batch_activations(a, ai);
   mi.activation_bytes = p.micro_batch_activations;
   p.mesh = estimate_mesh(mi);
+  if (in.cp > 1) {  // the cp ranks of a replica hold the same weights: dp x cp replicas
+    MeshEstimateInput replicas = mi;
+    replicas.dp = in.dp * in.cp;
+    p.mesh.state = estimate_mesh(replicas).state;
+  }
   if (!gpt) {
     const StateElements e = largest_device(in, m);
     p.mesh.state = estimate_from_elements(e, in.dp, in.zero, in.precision, in.optimizer);
@@ -294,7 +299,8 @@ Projection project(const ProjectionInput& in) {
       (3 * f.total() + recomputed) / model_parallel / rate + t_memory + t_overhead;
 
   // Per micro-batch collectives (on the pipeline's critical path).
-  const double act_elem = gpt ? 2 : 4;  // bf16 activations on a GPU; dtsim's are fp32
+  // bf16 activations on a GPU (mixed precision); fp32 ones as dtsim trains them.
+  const double act_elem = gpt && in.precision != model::Precision::kFp32 ? 2 : 4;
   const double hidden = gpt ? a.gpt.hidden : moe ? a.moe.moe.d_model : a.mlp.input_dim;
   const double tokens = in.micro_batch * seq / in.cp;
   const double act = tokens * hidden * act_elem;  // one layer's (b, s, h) activations
@@ -313,13 +319,15 @@ Projection project(const ProjectionInput& in) {
       add(per_micro, c, "tp", CollectiveKind::kAllReduce, in.all_reduce, in.tp, in.tp, calls, act);
     }
   }
-  if (in.cp > 1) {  // K and V of the whole sequence gathered in forward, scattered back
-    const double kv = tokens * in.cp * 2.0 * a.gpt.kv() * (a.gpt.hidden / a.gpt.heads) / in.tp;
-    const double fwd = 1 + (in.recompute == Recompute::kFull ? 1 : 0);
-    add(per_micro, c, "cp", CollectiveKind::kAllGather, Algorithm::kRing, in.cp, in.tp * in.cp,
-        fwd * stage_layers, kv * act_elem);
-    add(per_micro, c, "cp", CollectiveKind::kReduceScatter, Algorithm::kRing, in.cp, in.tp * in.cp,
-        stage_layers, kv * act_elem);
+  if (in.cp > 1) {
+    // Ring attention (model/ring_attention.h; Megatron-LM's p2p context parallelism): each
+    // layer passes its K/V chunk cp - 1 times forward (again when recomputation redoes the
+    // attention, selective or full), and in backward the K/V chunk and its gradients'
+    // partial cp - 1 times each.
+    const double chunk = tokens * 2.0 * a.gpt.kv() * (a.gpt.hidden / a.gpt.heads) / in.tp;
+    const double passes = 1 + (in.recompute != Recompute::kNone ? 1 : 0) + 2;
+    add(per_micro, c, "cp", CollectiveKind::kSendRecv, Algorithm::kDirect, 2, in.tp * in.cp,
+        passes * (in.cp - 1) * stage_layers, chunk * act_elem);
   }
   if (in.ep > 1) {  // dispatch and combine, forward and backward, of the k copies of a token
     const double buf = tokens * a.moe.moe.top_k * hidden * act_elem;
@@ -349,19 +357,21 @@ Projection project(const ProjectionInput& in) {
   p.memory_bound = m * t_memory;
   p.bubble = t_pipe - busy;
 
-  // The data-parallel sync of the device's slice (train/estimate.h's traffic by stage).
-  if (in.dp > 1) {
+  // The data-parallel sync of the device's slice (train/estimate.h's traffic by stage), over
+  // the dp x cp ranks that hold the same weights (Mesh::dp_cp; Megatron-LM's dp-cp group).
+  const int replicas = in.dp * in.cp;
+  if (replicas > 1) {
     const double g = p.mesh.state.gradient_bytes, w = p.mesh.state.parameter_bytes;
     const int span = in.tp * in.cp * in.dp;
     if (in.zero == 0) {
-      add(p, c, "dp", CollectiveKind::kAllReduce, in.all_reduce, in.dp, span, 1, g);
+      add(p, c, "dp", CollectiveKind::kAllReduce, in.all_reduce, replicas, span, 1, g);
     } else {
       // ZeRO-3 gathers each layer before its forward and its backward and reduce-scatters
       // its gradients after the backward, every micro-batch; stages 1 and 2 once a step.
       const double segments = in.zero == 3 ? double(m) * (layer_count(a) + 1) : 1;
-      add(p, c, "dp", CollectiveKind::kReduceScatter, Algorithm::kRing, in.dp, span, segments,
+      add(p, c, "dp", CollectiveKind::kReduceScatter, Algorithm::kRing, replicas, span, segments,
           g / (in.zero == 3 ? layer_count(a) + 1 : 1));
-      add(p, c, "dp", CollectiveKind::kAllGather, Algorithm::kRing, in.dp, span,
+      add(p, c, "dp", CollectiveKind::kAllGather, Algorithm::kRing, replicas, span,
           (in.zero == 3 ? 2 : 1) * segments, w / (in.zero == 3 ? layer_count(a) + 1 : 1));
     }
   }
