@@ -99,14 +99,8 @@ ProjectionInput small_mlp();
 // A calibrated file's terms beside the GEMMs, and its shared_slowdown: prorated up to
 // `cores` ranks, times ranks / cores beyond.
 TEST(Projection, CalibratedTermsAndSharedSlowdown) {
-  ProjectionInput in;
-  in.arch.kind = ArchKind::kMlp;
-  in.arch.mlp = {.input_dim = 64, .hidden_dim = 256, .num_blocks = 2, .output_dim = 4};
-  in.global_batch = 64;
+  ProjectionInput in = mlp_on_cores();
   in.micro_batch = 64;
-  in.precision = model::Precision::kFp32;
-  in.hw.peak_flops = 1e10;
-  in.hw.devices_per_node = 512;
   in.hw.intra = in.hw.inter = {0, 1e18};
   in.hw.cores = 4;
   in.hw.element_seconds = 1e-9, in.hw.layer_seconds = 1e-5, in.hw.param_seconds = 1e-10;
@@ -159,14 +153,11 @@ TEST(Projection, SplittableShareFollowsTheKernelsCuts) {
 // A moe or gpt forward's elements cost moe_element_seconds or gpt_element_seconds when the
 // file has them, element_seconds when it does not; an mlp's always element_seconds.
 TEST(Projection, ElementCostByModelKind) {
-  ProjectionInput in;
+  ProjectionInput in = mlp_on_cores();
   in.arch.kind = ArchKind::kMoe;
   in.arch.moe.input_dim = 32, in.arch.moe.moe.d_model = 32, in.arch.moe.moe.d_ff = 64;
   in.arch.moe.moe.num_experts = 4;
-  in.global_batch = in.micro_batch = 64;
-  in.precision = model::Precision::kFp32;
-  in.hw.peak_flops = 1e10;
-  in.hw.devices_per_node = 512;
+  in.micro_batch = 64;
   in.hw.intra = in.hw.inter = {0, 1e18};
   in.hw.element_seconds = 1e-9;
   const double elements = forward_elements(in.arch, 64, 1, 1);

@@ -197,6 +197,11 @@ double median(std::vector<double> v) {
 
 constexpr int kTrials = 5;
 
+// The fit's column of a model kind's element cost (element_seconds, moe_, gpt_).
+int element_column(ArchKind kind) {
+  return kind == ArchKind::kMlp ? 1 : kind == ArchKind::kMoe ? 2 : 3;
+}
+
 // The median step of single-rank run `t`, its kernels on one thread.
 double one_core_seconds(const TrainConfig& t) {
   const tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
@@ -226,9 +231,9 @@ Calibration calibrate() {
   Calibration c;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::array<double, 6>> rows;
-  std::vector<ArchKind> kinds;
   std::vector<double> speedups;
-  for (auto& [name, t] : calibration_configs()) {
+  const auto configs = calibration_configs();
+  for (const auto& [name, t] : configs) {
     const Architecture a = architecture(t);
     CalibrationRun r;
     r.name = name;
@@ -248,11 +253,9 @@ Calibration calibrate() {
     r.concurrent = median(trials[2]), r.oversubscribed = median(trials[3]);
     // Only shapes whose GEMMs the kernels split say what splitting gains.
     if (splittable_share(a, t.global_batch, 1) >= 0.9) speedups.push_back(r.seconds / r.all_cores);
-    const double e = r.elements / r.seconds;
-    rows.push_back({r.flops / r.seconds, a.kind == ArchKind::kMlp ? e : 0,
-                    a.kind == ArchKind::kMoe ? e : 0, a.kind == ArchKind::kGpt ? e : 0,
-                    r.params / r.seconds, 1 / r.seconds});
-    kinds.push_back(a.kind);
+    std::array<double, 6> row{r.flops / r.seconds, 0, 0, 0, r.params / r.seconds, 1 / r.seconds};
+    row[element_column(a.kind)] = r.elements / r.seconds;
+    rows.push_back(row);
     c.runs.push_back(r);
   }
   const std::array<double, 6> k = fit(rows);
@@ -268,12 +271,11 @@ Calibration calibrate() {
   // A rank's time as the ddp runs share the cores over the fit's one-core time for its
   // batch: what the projection multiplies (the runs measure one core at the whole batch).
   std::vector<double> slowdowns, oversubscribed;
-  const auto configs = calibration_configs();
   for (size_t i = 0; i < c.runs.size(); ++i) {
     CalibrationRun& r = c.runs[i];
-    const double e = kinds[i] == ArchKind::kMlp ? k[1] : kinds[i] == ArchKind::kMoe ? k[2] : k[3];
+    const TrainConfig& t = configs[i].second;
+    const double e = k[element_column(architecture(t).kind)];
     auto fitted = [&](int n) {
-      const TrainConfig& t = configs[i].second;
       const double share = double(rank_batch(t, n)) / t.global_batch;
       return (r.flops * k[0] + r.elements * e) * share + r.params * k[4] + k[5];
     };

@@ -241,7 +241,7 @@ Projection project(const ProjectionInput& in) {
   // from their placements below.
   MeshEstimateInput mi;
   mi.params = p.params.total();
-  mi.dp = in.dp;
+  mi.dp = in.dp * in.cp;  // the cp ranks of a replica hold the same weights: dp x cp replicas
   mi.tp = in.tp;
   mi.zero_stage = in.zero;
   mi.precision = in.precision;
@@ -252,18 +252,13 @@ Projection project(const ProjectionInput& in) {
   p.micro_batch_activations = micro_batch_activations(a, ai);
   mi.activation_bytes = p.micro_batch_activations;
   p.mesh = estimate_mesh(mi);
-  if (in.cp > 1) {  // the cp ranks of a replica hold the same weights: dp x cp replicas
-    MeshEstimateInput replicas = mi;
-    replicas.dp = in.dp * in.cp;
-    p.mesh.state = estimate_mesh(replicas).state;
-  }
   if (!gpt) {
     const StateElements e = largest_device(in, m);
     p.mesh.state = estimate_from_elements(e, in.dp, in.zero, in.precision, in.optimizer);
     p.mesh.params_per_device = static_cast<double>(e.params);
   }
   p.params_per_device = p.mesh.params_per_device;
-  p.devices = p.mesh.devices * in.cp;
+  p.devices = p.mesh.devices;
   p.activation_peak =
       *std::max_element(p.mesh.activation_bytes.begin(), p.mesh.activation_bytes.end());
   p.device_bytes = p.mesh.state.static_bytes + p.activation_peak;
