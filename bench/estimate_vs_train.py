@@ -10,7 +10,8 @@ and predicts it with `dtsim estimate --hardware` on that round's file. Each run'
 the median over the rounds of predicted / measured - 1 (measured: `--report`'s
 seconds_per_step, the median step): a round's calibration and runs see the machine in the
 same state, so a shared machine's slow minutes move both. Prints each run's median
-predicted and measured step beside its error, then the median and worst |error|. Speed is
+predicted and measured step beside its error and the range of the rounds' errors, then the
+median and worst |error|. Speed is
 measured here, never asserted in tests: paste the output, with the load average it prints,
 into docs/estimate.md.
 
@@ -173,16 +174,19 @@ def main():
             for i, spec in enumerate(runs):
                 measured[i].append(measure(*spec))
                 predicted[i].append(predict(*spec))
-        print(f"{'held-out dtsim train run':64} {'predicted':>10} {'measured':>10} {'error':>8}")
+        print(f"{'held-out dtsim train run':64} {'predicted':>10} {'measured':>10} {'error':>8}"
+              f"  {'rounds':>13}")
         errors = []
         for i, (model, strategy, ranks, batch, processes) in enumerate(runs):
-            err = statistics.median(p / m - 1 for p, m in zip(predicted[i], measured[i]))
+            each = [p / m - 1 for p, m in zip(predicted[i], measured[i])]
+            err = statistics.median(each)
             errors.append(abs(err))
             where = f"mpirun -np {processes} x {ranks // processes}" if processes > 1 else "threads"
             name = (f"{strategy} x{ranks} {where} "
                     f"{model.replace('--model ', '').replace('--', '')} B{batch}")
             print(f"{name:64} {statistics.median(predicted[i]) * 1e3:7.2f} ms "
-                  f"{statistics.median(measured[i]) * 1e3:7.2f} ms {100 * err:+7.1f}%", flush=True)
+                  f"{statistics.median(measured[i]) * 1e3:7.2f} ms {100 * err:+7.1f}%  "
+                  f"{100 * min(each):+5.0f}..{100 * max(each):+4.0f}%", flush=True)
         print(f"\n{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
               f"worst {100 * max(errors):.1f}%; load average at end {os.getloadavg()[0]:.1f}")
 

@@ -95,6 +95,12 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
                 fmt::format("{:.4g} us", c.gather_small_seconds * 1e6).c_str(),
                 fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
                 fmt::format("{:.4g} ms", c.gather_large_seconds * 1e3).c_str());
+    for (int k = 0; k < 2; ++k) {
+      std::printf(
+          "ddp on %d ranks (%d rank threads a process): a rank %.3gx slower, its gradients' "
+          "all_reduce %.3g ms a MB\n",
+          c.job_ranks[k], job.threads << k, c.job_slowdown[k], c.job_sync_seconds[k] * 1e9);
+    }
     return write_calibration(out, c);
   }
   const est::Calibration c = est::calibrate();
@@ -102,18 +108,23 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
       "calibration runs (dtsim train --strategy single; none held out by "
       "bench/estimate_vs_train.py):\n");
   for (const est::CalibrationRun& r : c.runs) {
-    std::printf("  %-32s %7.3f ms on 1 core, %7.3f on %d, ddp x%d %7.3f, x%d %7.3f, fit %7.3f ms\n",
-                r.name.c_str(), r.seconds * 1e3, r.all_cores * 1e3, c.hw.cores, c.hw.cores,
-                r.concurrent * 1e3, 2 * c.hw.cores, r.oversubscribed * 1e3, r.fitted * 1e3);
+    std::printf(
+        "  %-32s %7.3f ms on 1 core, %7.3f on %d, ddp x%d %7.3f, x%d %7.3f, x%d %7.3f, fit %7.3f "
+        "ms\n",
+        r.name.c_str(), r.seconds * 1e3, r.all_cores * 1e3, c.hw.cores, c.hw.cores,
+        r.concurrent * 1e3, 2 * c.hw.cores, r.oversubscribed * 1e3, 4 * c.hw.cores, r.crowded * 1e3,
+        r.fitted * 1e3);
   }
   std::printf(
       "compute on 1 core: GEMM %.4g GFLOP/s, %.3g ns an activation element (moe %.3g, gpt %.3g), "
-      "%.3g ns a parameter, %.3g us a step; one rank on %d cores %.3gx faster, ddp x%d a rank "
-      "%.3gx slower, x%d %.3gx\n",
+      "%.3g ns a parameter, %.3g us a step; one rank on %d cores %.3gx faster\n"
+      "ddp: a rank %.3gx slower on %d rank threads, %.3gx on %d, %.3gx on %d; its gradients' "
+      "all_reduce %.3g, %.3g, %.3g ms a MB\n",
       c.hw.peak_flops / 1e9, c.hw.element_seconds * 1e9, c.hw.moe_element_seconds * 1e9,
       c.hw.gpt_element_seconds * 1e9, c.hw.param_seconds * 1e9, c.hw.step_seconds * 1e6, c.hw.cores,
-      c.hw.parallel_speedup, c.hw.cores, c.hw.shared_slowdown, 2 * c.hw.cores,
-      c.hw.oversubscribed_slowdown);
+      c.hw.parallel_speedup, c.hw.shared_slowdown, c.hw.cores, c.hw.oversubscribed_slowdown,
+      2 * c.hw.cores, c.hw.crowded_slowdown, 4 * c.hw.cores, c.hw.shared_sync_seconds * 1e9,
+      c.hw.oversubscribed_sync_seconds * 1e9, c.hw.crowded_sync_seconds * 1e9);
   std::printf(
       "2 rank threads: ring all_gather 1 float a rank in %s, %s in %s; shared all_reduce 4 B "
       "in %s, %s in %s\n",
@@ -123,6 +134,14 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
       fmt::format("{:.4g} us", c.small_seconds * 1e6).c_str(),
       fmt::format("{:.4g} MB", c.large_bytes / 1e6).c_str(),
       fmt::format("{:.4g} ms", c.large_seconds * 1e3).c_str());
+  std::printf("%s: %.3f ms a step, projected %.3f ms without its blocks: %.3g us a block\n",
+              c.ring_name.c_str(), c.ring_seconds * 1e3, c.ring_projected * 1e3,
+              c.hw.ring_block_seconds * 1e6);
+  if (!c.expert_name.empty()) {
+    std::printf("%s: %.3f ms a step, projected %.3f ms balanced: its expert compute +%.0f%%\n",
+                c.expert_name.c_str(), c.expert_seconds * 1e3, c.expert_projected * 1e3,
+                c.hw.expert_imbalance * 100);
+  }
   std::printf("%d rank threads: all_gather 1 float a rank in %s\n", c.oversubscribed_ranks,
               fmt::format("{:.4g} us", c.oversubscribed_seconds * 1e6).c_str());
   return write_calibration(out, c);

@@ -6,7 +6,9 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <oneapi/tbb/global_control.h>
@@ -87,7 +89,9 @@ void measure_links(World& world, Calibration& c) {
 
 // The calibration shapes: single-rank runs of shapes bench/estimate_vs_train.py does not
 // hold out (keep them disjoint).
-std::vector<std::pair<std::string, TrainConfig>> calibration_configs() {
+using CalibrationConfigs = std::vector<std::pair<std::string, TrainConfig>>;
+
+CalibrationConfigs calibration_configs() {
   std::vector<std::pair<std::string, TrainConfig>> out;
   auto mlp = [&](int d, int h, int l, int b) {
     TrainConfig t;
@@ -197,6 +201,18 @@ double median(std::vector<double> v) {
 
 constexpr int kTrials = 5;
 
+// Calibration shape `t`'s work: one step's FLOPs, activation elements and parameters.
+CalibrationRun calibration_run(const std::string& name, const TrainConfig& t) {
+  const Architecture a = architecture(t);
+  CalibrationRun r;
+  r.name = name;
+  const double tokens = double(t.global_batch) * (a.kind == ArchKind::kGpt ? a.gpt.seq : 1);
+  r.flops = 3 * forward_flops(a, tokens).total();
+  r.elements = forward_elements(a, t.global_batch, 1, 1);
+  r.params = count_params(a).total();
+  return r;
+}
+
 // The fit's column of a model kind's element cost (element_seconds, moe_, gpt_).
 int element_column(ArchKind kind) {
   return kind == ArchKind::kMlp ? 1 : kind == ArchKind::kMoe ? 2 : 3;
@@ -216,13 +232,98 @@ int rank_batch(const TrainConfig& t, int n) {
 
 // The median step of run `t` as `dtsim train --strategy ddp` on `n` rank threads, each with
 // rank_batch(t, n) samples (n ranks of a mesh sharing the cores, as train/intra_op.h leaves
-// them; the gradients' all_reduce is a few percent of these shapes' steps).
+// them; fit_sharing separates the gradients' all_reduce).
 double concurrent_seconds(const TrainConfig& t, int n) {
   TrainConfig ddp = t;
   ddp.strategy = Strategy::kDdp;
   ddp.ranks = n;
   ddp.global_batch = rank_batch(t, n) * n;
   return run_training(ddp).seconds_per_step;
+}
+
+// One rank's one-core step when `n` ranks split calibration run `r` (shape `t`), by the
+// compute terms of `hw` (the fit).
+double fitted_seconds(const Hardware& hw, const CalibrationRun& r, const TrainConfig& t, int n) {
+  const ArchKind kind = architecture(t).kind;
+  const double e = kind == ArchKind::kMoe   ? hw.moe_element_seconds
+                   : kind == ArchKind::kGpt ? hw.gpt_element_seconds
+                                            : hw.element_seconds;
+  const double share = double(rank_batch(t, n)) / t.global_batch;
+  return (r.flops / hw.peak_flops + r.elements * e) * share + r.params * hw.param_seconds +
+         hw.step_seconds;
+}
+
+// How `n` ranks share the cores, fitted (relative error) to ddp steps `measured` of the runs:
+// a rank's step is its share's one-core time (fitted_seconds) times a slowdown, plus its
+// gradients' all_reduce at a cost per byte (buffers out of cache, ranks arriving apart,
+// time-sliced: what a training step pays, not a loop of all_reduces). {slowdown, seconds
+// per byte}.
+std::array<double, 2> fit_sharing(const Hardware& hw, const std::vector<CalibrationRun>& runs,
+                                  const CalibrationConfigs& configs,
+                                  const std::vector<double>& measured, int n) {
+  std::vector<std::array<double, 2>> rows;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    rows.push_back({fitted_seconds(hw, runs[i], configs[i].second, n) / measured[i],
+                    runs[i].params * sizeof(float) / measured[i]});
+  }
+  return fit(rows);
+}
+
+// The sharing regime of `n` ranks on `cores` cores: 0 up to `cores` (Hardware's shared_),
+// 1 up to 2 x `cores` (oversubscribed_), 2 beyond (crowded_).
+int regime(int n, int cores) { return n <= cores ? 0 : n <= 2 * cores ? 1 : 2; }
+
+// Sets regime `j`'s slowdown and all_reduce cost per byte in `hw` (fit_sharing's pair).
+void set_sharing(Hardware& hw, int j, std::array<double, 2> s) {
+  double* slowdown[3] = {&hw.shared_slowdown, &hw.oversubscribed_slowdown, &hw.crowded_slowdown};
+  double* sync[3] = {&hw.shared_sync_seconds, &hw.oversubscribed_sync_seconds,
+                     &hw.crowded_sync_seconds};
+  *slowdown[j] = std::max(j == 0 ? 1.0 : *slowdown[j - 1], s[0]);
+  *sync[j] = s[1];
+}
+
+// The first gpt calibration shape as context parallelism on 2 ranks (dtsim train --cp 2),
+// its name.
+std::pair<std::string, TrainConfig> context_parallel_config(const CalibrationConfigs& configs) {
+  for (const auto& [name, t] : configs) {
+    if (t.model != ModelKind::kGpt) continue;
+    TrainConfig cp = t;
+    cp.strategy = Strategy::kMesh;
+    cp.widths = {.dp = 1, .tp = 1, .pp = 1, .ep = 1, .cp = 2};
+    cp.ranks = 2;
+    return {name + " cp x2", cp};
+  }
+  throw Error("calibration_configs has no gpt shape");
+}
+
+// The first moe calibration shape whose experts split `ranks` ways as expert parallelism on
+// `ranks` ranks (dtsim train --strategy ep), its name; none when no shape's experts split.
+std::optional<std::pair<std::string, TrainConfig>> expert_parallel_config(
+    const CalibrationConfigs& configs, int ranks) {
+  for (const auto& [name, t] : configs) {
+    if (t.model != ModelKind::kMoe || t.moe.moe.num_experts % ranks != 0) continue;
+    TrainConfig ep = t;
+    ep.strategy = Strategy::kEp;
+    ep.ranks = ranks;
+    ep.global_batch = rank_batch(t, ranks) * ranks;
+    return std::pair{fmt::format("{} ep x{}", name, ranks), ep};
+  }
+  return std::nullopt;
+}
+
+// The projection of calibration run `t` (a mesh of dp, ep, cp; fp32, sgd, no dropout) on `hw`.
+Projection project_run(const TrainConfig& t, const Hardware& hw) {
+  ProjectionInput in;
+  in.arch = architecture(t);
+  in.cp = t.strategy == Strategy::kMesh ? t.widths.cp : 1;
+  in.dp = in.ep = t.strategy == Strategy::kEp ? t.ranks : 1;
+  in.global_batch = t.global_batch;
+  in.micro_batch = t.global_batch / in.dp;
+  in.dropout = false;
+  in.precision = model::Precision::kFp32;
+  in.optimizer = model::OptimizerKind::kSgd;
+  in.hw = hw;
+  return project(in);
 }
 
 }  // namespace
@@ -233,24 +334,31 @@ Calibration calibrate() {
   std::vector<std::array<double, 6>> rows;
   std::vector<double> speedups;
   const auto configs = calibration_configs();
-  for (const auto& [name, t] : configs) {
-    const Architecture a = architecture(t);
-    CalibrationRun r;
-    r.name = name;
-    r.flops =
-        3 * forward_flops(a, double(t.global_batch) * (a.kind == ArchKind::kGpt ? a.gpt.seq : 1))
-                .total();
-    r.elements = forward_elements(a, t.global_batch, 1, 1);
-    r.params = count_params(a).total();
-    std::array<std::vector<double>, 4> trials;
-    for (int trial = 0; trial < kTrials; ++trial) {  // interleaved: drift spoils no one kind
-      trials[0].push_back(one_core_seconds(t));
-      trials[1].push_back(run_training(t).seconds_per_step);
-      trials[2].push_back(concurrent_seconds(t, cores));
-      trials[3].push_back(concurrent_seconds(t, 2 * cores));
+  // trials[shape][kind of run]: the trials outermost, so a slow stretch of a shared machine
+  // falls on one trial of every shape (which the median drops), not on a run of shapes.
+  std::vector<std::array<std::vector<double>, 5>> trials(configs.size());
+  const auto& [ring_name, ring] = context_parallel_config(configs);
+  std::vector<double> ring_trials, expert_trials;
+  const auto expert = expert_parallel_config(configs, 2 * cores);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    ring_trials.push_back(run_training(ring).seconds_per_step);
+    if (expert) expert_trials.push_back(run_training(expert->second).seconds_per_step);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const TrainConfig& t = configs[i].second;
+      trials[i][0].push_back(one_core_seconds(t));
+      trials[i][1].push_back(run_training(t).seconds_per_step);
+      trials[i][2].push_back(concurrent_seconds(t, cores));
+      trials[i][3].push_back(concurrent_seconds(t, 2 * cores));
+      trials[i][4].push_back(concurrent_seconds(t, 4 * cores));
     }
-    r.seconds = median(trials[0]), r.all_cores = median(trials[1]);
-    r.concurrent = median(trials[2]), r.oversubscribed = median(trials[3]);
+  }
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const auto& [name, t] = configs[i];
+    const Architecture a = architecture(t);
+    CalibrationRun r = calibration_run(name, t);
+    r.seconds = median(trials[i][0]), r.all_cores = median(trials[i][1]);
+    r.concurrent = median(trials[i][2]), r.oversubscribed = median(trials[i][3]);
+    r.crowded = median(trials[i][4]);
     // Only shapes whose GEMMs the kernels split say what splitting gains.
     if (splittable_share(a, t.global_batch, 1) >= 0.9) speedups.push_back(r.seconds / r.all_cores);
     std::array<double, 6> row{r.flops / r.seconds, 0, 0, 0, r.params / r.seconds, 1 / r.seconds};
@@ -268,23 +376,17 @@ Calibration calibrate() {
   hw.element_seconds = k[1], hw.moe_element_seconds = k[2], hw.gpt_element_seconds = k[3];
   hw.param_seconds = k[4], hw.step_seconds = k[5];
   hw.parallel_speedup = speedups.empty() ? 1 : std::max(1.0, median(speedups));
-  // A rank's time as the ddp runs share the cores over the fit's one-core time for its
-  // batch: what the projection multiplies (the runs measure one core at the whole batch).
-  std::vector<double> slowdowns, oversubscribed;
+  // How ranks share the cores: the ddp runs on `cores`, 2 x and 4 x `cores` rank threads.
   for (size_t i = 0; i < c.runs.size(); ++i) {
-    CalibrationRun& r = c.runs[i];
-    const TrainConfig& t = configs[i].second;
-    const double e = k[element_column(architecture(t).kind)];
-    auto fitted = [&](int n) {
-      const double share = double(rank_batch(t, n)) / t.global_batch;
-      return (r.flops * k[0] + r.elements * e) * share + r.params * k[4] + k[5];
-    };
-    r.fitted = fitted(1);
-    slowdowns.push_back(r.concurrent / fitted(cores));
-    oversubscribed.push_back(r.oversubscribed / fitted(2 * cores));
+    c.runs[i].fitted = fitted_seconds(hw, c.runs[i], configs[i].second, 1);
   }
-  hw.shared_slowdown = std::max(1.0, median(slowdowns));
-  hw.oversubscribed_slowdown = std::max(hw.shared_slowdown, median(oversubscribed));
+  for (int j = 0; j < 3; ++j) {
+    std::vector<double> measured;
+    for (const CalibrationRun& r : c.runs) {
+      measured.push_back(j == 0 ? r.concurrent : j == 1 ? r.oversubscribed : r.crowded);
+    }
+    set_sharing(hw, j, fit_sharing(hw, c.runs, configs, measured, cores << j));
+  }
 
   hw.devices_per_node = World::kMaxRanks;  // one machine: every group is "intra"
   {
@@ -300,6 +402,22 @@ Calibration calibrate() {
   hw.oversubscribed_latency = c.oversubscribed_seconds / (c.oversubscribed_ranks - 1);
   hw.memory_bytes = 0;
   hw.cores = cores;
+  // Ring attention's blocks: what the projection of the cp run, without them, leaves out;
+  // then the expert-parallel run's, over its expert compute.
+  const Projection ring_p = project_run(ring, hw);
+  c.ring_name = ring_name;
+  c.ring_seconds = median(ring_trials);
+  c.ring_projected = ring_p.step;
+  const double blocks =
+      ring_attention_blocks(architecture(ring), ring.global_batch, 1, 2, Recompute::kNone);
+  hw.ring_block_seconds = std::max(0.0, c.ring_seconds - ring_p.step) / (blocks * ring_p.sharing);
+  if (!expert) return c;  // no shape's experts split 2 x cores ways: expert_imbalance 0
+  const Projection expert_p = project_run(expert->second, hw);
+  c.expert_name = expert->first;
+  c.expert_seconds = median(expert_trials);
+  c.expert_projected = expert_p.step;
+  hw.expert_imbalance =
+      std::max(0.0, c.expert_seconds - expert_p.step) / std::max(1e-12, expert_p.expert_compute);
   return c;
 }
 
@@ -309,9 +427,47 @@ Calibration calibrate_links(const Hardware& base, const ProcessModel& model) {
   c.hw.name = "calibrated";
   c.hw.source = fmt::format("dtsim estimate --calibrate under mpirun ({}), compute from {}",
                             model.describe(), base.source);
-  World world(model);
-  if (world.size() < 2) throw UsageError("--calibrate under mpirun needs 2 or more ranks");
-  measure_links(world, c);
+  const int n = model.world_size();
+  if (n < 2) throw UsageError("--calibrate under mpirun needs 2 or more ranks");
+  {
+    World world(model);
+    measure_links(world, c);
+  }
+  // The job's ddp steps on the calibration shapes, as calibrate() measures a thread world's,
+  // with its rank threads a process and twice as many: the sharing regimes of their worlds
+  // (against base's cores) get the job's slowdowns and all_reduce costs; the others stay
+  // base's. Every process runs them; global rank 0 fits.
+  const auto configs = calibration_configs();
+  c.job_ranks = {n, 2 * n};
+  std::vector<std::array<std::vector<double>, 2>> trials(configs.size());
+  for (int trial = 0; trial < kTrials; ++trial) {
+    for (size_t i = 0; i < configs.size(); ++i) {
+      for (int k = 0; k < 2; ++k) {
+        TrainConfig ddp = configs[i].second;
+        ddp.strategy = Strategy::kDdp;
+        ddp.ranks = c.job_ranks[k];
+        ddp.threads_per_process = model.threads << k;
+        ddp.global_batch = rank_batch(ddp, ddp.ranks) * ddp.ranks;
+        const std::optional<RunResult> result = launch_training(ddp);
+        if (result) trials[i][k].push_back(result->seconds_per_step);
+      }
+    }
+  }
+  if (trials[0][0].empty()) return c;  // not global rank 0: prints and writes nothing
+  for (size_t i = 0; i < configs.size(); ++i) {
+    CalibrationRun r = calibration_run(configs[i].first, configs[i].second);
+    r.concurrent = median(trials[i][0]), r.oversubscribed = median(trials[i][1]);
+    c.runs.push_back(r);
+  }
+  const int cores = base.cores > 0 ? base.cores : n;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<double> measured;
+    for (const CalibrationRun& r : c.runs)
+      measured.push_back(k == 0 ? r.concurrent : r.oversubscribed);
+    const std::array<double, 2> s = fit_sharing(c.hw, c.runs, configs, measured, c.job_ranks[k]);
+    set_sharing(c.hw, regime(c.job_ranks[k], cores), s);
+    c.job_slowdown[k] = s[0], c.job_sync_seconds[k] = s[1];
+  }
   return c;
 }
 

@@ -54,11 +54,17 @@ double* field(Hardware& h, const std::string& name) {
   if (name == "element_seconds") return &h.element_seconds;
   if (name == "moe_element_seconds") return &h.moe_element_seconds;
   if (name == "gpt_element_seconds") return &h.gpt_element_seconds;
+  if (name == "ring_block_seconds") return &h.ring_block_seconds;
   if (name == "param_seconds") return &h.param_seconds;
   if (name == "shared_slowdown") return &h.shared_slowdown;
   if (name == "parallel_speedup") return &h.parallel_speedup;
   if (name == "oversubscribed_latency") return &h.oversubscribed_latency;
   if (name == "oversubscribed_slowdown") return &h.oversubscribed_slowdown;
+  if (name == "crowded_slowdown") return &h.crowded_slowdown;
+  if (name == "shared_sync_seconds") return &h.shared_sync_seconds;
+  if (name == "oversubscribed_sync_seconds") return &h.oversubscribed_sync_seconds;
+  if (name == "crowded_sync_seconds") return &h.crowded_sync_seconds;
+  if (name == "expert_imbalance") return &h.expert_imbalance;
   if (name == "shared_buffer_latency") return &h.shared_latency;
   if (name == "shared_buffer_bandwidth") return &h.shared_bandwidth;
   return nullptr;
@@ -106,11 +112,17 @@ const std::vector<HardwareField>& hardware_fields() {
                                                      {"element_seconds"},
                                                      {"moe_element_seconds"},
                                                      {"gpt_element_seconds"},
+                                                     {"ring_block_seconds"},
                                                      {"param_seconds"},
                                                      {"shared_slowdown"},
                                                      {"parallel_speedup"},
                                                      {"oversubscribed_latency"},
                                                      {"oversubscribed_slowdown"},
+                                                     {"crowded_slowdown"},
+                                                     {"shared_sync_seconds"},
+                                                     {"oversubscribed_sync_seconds"},
+                                                     {"crowded_sync_seconds"},
+                                                     {"expert_imbalance"},
                                                      {"shared_buffer_latency"},
                                                      {"shared_buffer_bandwidth"}};
   return kFields;

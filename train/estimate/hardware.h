@@ -40,15 +40,29 @@ struct Hardware {
   // The same per element of a moe or gpt forward, whose element-wise kernels differ (routing,
   // dispatch; attention, norms); 0: element_seconds.
   double moe_element_seconds = 0, gpt_element_seconds = 0;
+  // A calibrated file's seconds per ring-attention block of a cp rank (projection.h's
+  // ring_attention_blocks: the block's call, merge and ring bookkeeping) on one core.
+  double ring_block_seconds = 0;
   // How a device's one-core time changes with the devices sharing the cores: one device alone
   // runs the GEMMs its kernels split (projection.h's splittable_share) on every core,
-  // parallel_speedup times faster (0: 1), the rest as on one core; `cores` devices at
-  // once are each shared_slowdown times slower than one alone on one core (memory bandwidth,
-  // caches; 0: 1), prorated between 1 and `cores` devices; 2 x `cores` devices at once are
-  // each oversubscribed_slowdown times slower (time-sliced; 0: 2 x shared_slowdown),
-  // prorated between, and in proportion to the devices beyond. Collectives among more
-  // devices than cores pay oversubscribed_latency a message (a peer must be scheduled).
+  // parallel_speedup times faster (0: 1), the rest as on one core; `cores` devices at once
+  // are each shared_slowdown times slower than one alone on one core (memory bandwidth,
+  // caches; 0: 1), prorated from 1 device; beyond `cores`, ranks sync every step, so the
+  // core holding the most of them sets the pace: 2 a core are each oversubscribed_slowdown
+  // times slower (time-sliced; 0: 2 x shared_slowdown), 4 a core crowded_slowdown times
+  // (0: 2 x oversubscribed_slowdown), prorated between, in proportion beyond.
   double parallel_speedup = 0, shared_slowdown = 0, oversubscribed_slowdown = 0;
+  double crowded_slowdown = 0;
+  // A calibrated file's seconds per byte of a step's gradient all_reduce (no ZeRO) among
+  // `cores` devices sharing the cores, 2 and 4 a core, as ddp training steps paid it (buffers
+  // out of cache, ranks arriving apart, time-sliced; a loop of all_reduces pays ~10x less);
+  // by the devices as above. 0: the links' cost.
+  double shared_sync_seconds = 0, oversubscribed_sync_seconds = 0, crowded_sync_seconds = 0;
+  // A calibrated file's extra share of a device's expert compute when expert-parallel
+  // devices outnumber the cores: the rank holding the busiest experts sets the pace of each
+  // all_to_all, time-sliced (measured with an ep run on 2 x `cores` devices); 0: none.
+  double expert_imbalance = 0;
+  // Collectives among more devices than cores pay oversubscribed_latency a message.
   double oversubscribed_latency = 0;
   // A calibrated file's all_reduce as dtsim's runtime runs it (Algo::kAuto): recursive
   // doubling on the link up to kSmallAllReduce bytes, beyond them one shared buffer at this

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -14,22 +15,41 @@
 namespace dtsim::train::estimator {
 namespace {
 
+// A quantity measured with `cores`, 2 x and 4 x `cores` devices sharing the cores (`at`), for
+// `devices` of them: `one` for one device, prorated up to `cores`; beyond, the devices sync
+// every step, so the core holding the most of them (ceil(devices / cores)) sets the pace:
+// that many a core as measured with 2 and 4 a core, prorated between, in proportion beyond.
+double at_devices(int cores, int devices, double one, std::array<double, 3> at) {
+  if (devices <= 1) return one;
+  if (devices <= cores) return one + (at[0] - one) * (devices - 1) / std::max(1, cores - 1);
+  const int per_core = (devices + cores - 1) / cores;
+  if (per_core <= 2) return at[1];
+  if (per_core <= 4) return at[1] + (at[2] - at[1]) * (per_core - 2) / 2.0;
+  return at[2] * per_core / 4.0;
+}
+
 // How many times a device's one-core time it takes when `devices` share `hw.cores` cores
-// (Hardware::parallel_speedup, shared_slowdown, oversubscribed_slowdown); 1 when they do not
-// share. A lone device runs the `split` share of its compute (splittable_share) on every core.
+// (Hardware::parallel_speedup and the slowdowns); 1 when they do not share. A lone device
+// runs the `split` share of its compute (splittable_share) on every core.
 double shared_cores_factor(const Hardware& hw, int devices, double split) {
   if (hw.cores <= 0) return 1;
-  const double shared = hw.shared_slowdown > 0 ? hw.shared_slowdown : 1;
   if (devices == 1) {
     const double speedup = hw.parallel_speedup > 1 ? hw.parallel_speedup : 1;
     return 1 - split + split / speedup;
   }
-  if (devices >= hw.cores) {
-    const double over = hw.oversubscribed_slowdown > 0 ? hw.oversubscribed_slowdown : 2 * shared;
-    if (devices >= 2 * hw.cores) return over * devices / (2.0 * hw.cores);
-    return shared + (over - shared) * (devices - hw.cores) / hw.cores;
-  }
-  return 1 + (shared - 1) * (devices - 1) / std::max(1, hw.cores - 1);
+  const double shared = hw.shared_slowdown > 0 ? hw.shared_slowdown : 1;
+  const double over = hw.oversubscribed_slowdown > 0 ? hw.oversubscribed_slowdown : 2 * shared;
+  const double crowded = hw.crowded_slowdown > 0 ? hw.crowded_slowdown : 2 * over;
+  return at_devices(hw.cores, devices, 1, {shared, over, crowded});
+}
+
+// A calibrated file's seconds per byte of a step's gradient all_reduce among `devices`
+// sharing the cores (Hardware::shared_sync_seconds); 0 when not calibrated.
+double sync_byte_seconds(const Hardware& hw, int devices) {
+  if (hw.cores <= 0 || hw.shared_sync_seconds <= 0) return 0;
+  return at_devices(
+      hw.cores, devices, 0,
+      {hw.shared_sync_seconds, hw.oversubscribed_sync_seconds, hw.crowded_sync_seconds});
 }
 
 struct Ctx {
@@ -120,6 +140,13 @@ double forward_elements(const Architecture& a, int samples, int tp, int cp) {
   const double layer =
       gpt_layer_activations(g, {tp, false, Recompute::kNone, samples, false}).total() / 2;
   return (g.layers * layer + b * g.seq * double(g.vocab) / tp) / cp;
+}
+
+double ring_attention_blocks(const Architecture& a, int samples, int tp, int cp,
+                             Recompute recompute) {
+  if (a.kind != ArchKind::kGpt || cp <= 1) return 0;
+  const double passes = 2 + (recompute != Recompute::kNone ? 1 : 0);
+  return double(samples) * a.gpt.heads / tp * a.gpt.layers * passes * (2 * cp + 1);
 }
 
 double splittable_share(const Architecture& a, int samples, int tp) {
@@ -272,6 +299,7 @@ Projection project(const ProjectionInput& in) {
   const double model_parallel = double(in.tp) * in.pp * in.cp;
   const double slow =
       shared_cores_factor(in.hw, p.devices, splittable_share(a, in.micro_batch, in.tp));
+  p.sharing = slow;
   const double rate = in.hw.peak_flops * in.hw.efficiency / slow;
   const int stage_layers = layer_count(a) / in.pp;
   // A calibrated file's element-wise and per-layer costs of one micro-batch on this stage.
@@ -279,7 +307,9 @@ Projection project(const ProjectionInput& in) {
   const double element = kind_element > 0 ? kind_element : in.hw.element_seconds;
   const double t_overhead =
       slow * (element * forward_elements(a, in.micro_batch, in.tp, in.cp) / in.pp +
-              in.hw.layer_seconds * stage_layers);
+              in.hw.layer_seconds * stage_layers +
+              in.hw.ring_block_seconds *
+                  ring_attention_blocks(a, in.micro_batch, in.tp, in.cp, in.recompute) / in.pp);
   double t_memory = 0;
   if (gpt && in.hw.memory_bandwidth > 0) {
     const double layer =
@@ -290,8 +320,15 @@ Projection project(const ProjectionInput& in) {
         kActivationTraffic + (in.recompute == Recompute::kFull ? kRecomputeTraffic : 0);
     t_memory = traffic * layer / in.cp * (double(a.gpt.layers) / in.pp) / in.hw.memory_bandwidth;
   }
-  const double t_compute =
-      (3 * f.total() + recomputed) / model_parallel / rate + t_memory + t_overhead;
+  // Expert FFNs of the tokens a device's experts take (b k of them a layer, on average).
+  if (moe && in.ep > 1) {
+    const model::MoeConfig& e = a.moe.moe;
+    p.expert_compute =
+        m * 3 * 2.0 * in.micro_batch * e.top_k * 2.0 * e.d_ff * e.d_model * stage_layers / rate;
+  }
+  const double imbalance = in.hw.cores > 0 && p.devices > in.hw.cores ? in.hw.expert_imbalance : 0;
+  const double t_compute = (3 * f.total() + recomputed) / model_parallel / rate + t_memory +
+                           t_overhead + imbalance * p.expert_compute / m;
 
   // Per micro-batch collectives (on the pipeline's critical path).
   // bf16 activations on a GPU (mixed precision); fp32 ones as dtsim trains them.
@@ -360,6 +397,8 @@ Projection project(const ProjectionInput& in) {
     const int span = in.tp * in.cp * in.dp;
     if (in.zero == 0) {
       add(p, c, "dp", CollectiveKind::kAllReduce, in.all_reduce, replicas, span, 1, g);
+      const double per_byte = sync_byte_seconds(in.hw, p.devices);
+      if (per_byte > 0) p.traffic.back().seconds = g * per_byte;  // as training steps showed
     } else {
       // ZeRO-3 gathers each layer before its forward and its backward and reduce-scatters
       // its gradients after the backward, every micro-batch; stages 1 and 2 once a step.

@@ -90,6 +90,8 @@ struct Projection {
   // Seconds per step.
   double compute = 0, bubble = 0, step = 0;
   double memory_bound = 0;    // the element-wise part of compute
+  double sharing = 1;         // times a device's one-core time, as devices share the cores
+  double expert_compute = 0;  // a device's expert FFNs (ep > 1), balanced, in compute
   double model_flops = 0;     // per step, all devices: 3 forwards
   double hardware_flops = 0;  // + recomputed forwards
   double tokens_per_second = 0;
@@ -106,6 +108,14 @@ struct Projection {
 double forward_elements(const Architecture& a, int samples, int tp, int cp);
 // Transformer layers (gpt), blocks (mlp) or MoE layers (moe).
 int layer_count(const Architecture& a);
+
+// Ring-attention blocks one cp rank computes for `samples` sequences in a forward and backward
+// (and the forward again under recomputation) on one tp rank: each layer's heads / tp times
+// 2 cp + 1 blocks a pass (model/ring_attention.h: a full block and two diagonal ones at the
+// first ring step, two full ones at each later step); 0 when cp is 1 (Hardware::
+// ring_block_seconds prices each, its merge and bookkeeping beyond the FLOPs and elements).
+double ring_attention_blocks(const Architecture& a, int samples, int tp, int cp,
+                             Recompute recompute);
 
 // The share of a step's linear-layer FLOPs (forward, input and weight gradients of `samples`
 // samples on one tp rank) in GEMMs that dtsim's kernels cut into two slices or more
