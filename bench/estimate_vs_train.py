@@ -15,7 +15,7 @@ median and worst |error|. Speed is
 measured here, never asserted in tests: paste the output, with the load average it prints,
 into docs/estimate.md.
 
-  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R]   (40, 5)
+  python3 bench/estimate_vs_train.py [build/dtsim] [--steps N] [--repeat R]   (40, 9)
 """
 import json
 import os
@@ -123,7 +123,7 @@ def main():
     dtsim = "build/dtsim"
     if args and not args[0].startswith("--"):
         dtsim = args.pop(0)
-    steps, repeat = 40, 5
+    steps, repeat = 40, 9
     while args:
         a = args.pop(0)
         if a == "--steps" and args:
