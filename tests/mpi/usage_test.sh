@@ -38,7 +38,7 @@ run() {  # run NP WANT ARGS...: dtsim ARGS under mpiexec -np NP
 flags=("$@")
 run 4 "unknown flag --stratgy" train --stratgy x
 run 4 "--batch 30 is not divisible" train --batch 30
-run 2 "--calibrate under mpirun measures the links only" estimate --calibrate cal.json
+run 2 "--calibrate under mpirun measures the links and ddp steps, not compute" estimate --calibrate cal.json
 run 4 "--report notes.txt exists and is not a file dtsim wrote" train --report notes.txt --steps 2
 run 2 "--trace nowhere/t.json: folder nowhere does not exist" train --trace nowhere/t.json
 run 4 "--algo mpi has no bfloat16" train --algo mpi --precision bf16

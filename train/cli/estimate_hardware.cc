@@ -56,9 +56,9 @@ est::Hardware hardware_from_flags(const CLI::App& app, const EstimateFlags& f) {
   return hw;
 }
 
-// Under mpirun, only the links are measured (on the job's world, one rank a process) and
-// compute comes from --hardware, a thread-world calibration: processes calibrating compute
-// at once would share the cores they measure.
+// Under mpirun, the links and the ddp steps of the job's world (one rank a process, and two)
+// are measured and compute comes from --hardware, a thread-world calibration: processes
+// calibrating compute at once would share the cores they measure.
 static int write_calibration(OutputFile& out, const est::Calibration& c);
 
 int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
@@ -73,7 +73,8 @@ int run_calibrate(const CLI::App& app, const EstimateFlags& f) {
   }
   if (job.mpi && (!given(app, "--hardware") || est::find_hardware(f.hardware) != nullptr)) {
     fail("estimate",
-         "--calibrate under mpirun measures the links only: give --hardware FILE, the file "
+         "--calibrate under mpirun measures the links and ddp steps, not compute: give "
+         "--hardware FILE, the file "
          "`dtsim estimate --calibrate FILE` wrote without mpirun, for compute");
   }
   if (job.mpi && job.processes < 2) {
