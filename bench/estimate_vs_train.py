@@ -3,9 +3,9 @@
 
 Each of R rounds calibrates with `dtsim estimate --calibrate FILE` (single-rank `dtsim train`
 runs of mlp, moe and gpt shapes none of the runs below uses, alone on one core, on all, and
-as ddp on as many and twice as many rank threads as cores: calibrate.h) and, when mpirun is
-here, `mpirun -np 2 dtsim estimate --calibrate MPI_FILE --hardware FILE` (the links of a
-2-process job); then runs every held-out `dtsim train` run once (threads, or under mpirun)
+as ddp on 1, 2 and 4 times as many rank threads as cores, plus a cp and an ep run:
+calibrate.h) and, when mpirun is here, `mpirun -np 2 dtsim estimate --calibrate MPI_FILE
+--hardware FILE` (the links and ddp steps of a 2-process job); then runs every held-out `dtsim train` run once (threads, or under mpirun)
 and predicts it with `dtsim estimate --hardware` on that round's file. Each run's error is
 the median over the rounds of predicted / measured - 1 (measured: `--report`'s
 seconds_per_step, the median step): a round's calibration and runs see the machine in the

@@ -230,24 +230,26 @@ int rank_batch(const TrainConfig& t, int n) {
   return t.global_batch % n == 0 ? t.global_batch / n : t.global_batch;
 }
 
-// The median step of run `t` as `dtsim train --strategy ddp` on `n` rank threads, each with
-// rank_batch(t, n) samples (n ranks of a mesh sharing the cores, as train/intra_op.h leaves
-// them; fit_sharing separates the gradients' all_reduce).
-double concurrent_seconds(const TrainConfig& t, int n) {
+// Shape `t` as `dtsim train --strategy ddp` on `n` ranks, each with rank_batch(t, n) samples.
+TrainConfig ddp_config(const TrainConfig& t, int n) {
   TrainConfig ddp = t;
   ddp.strategy = Strategy::kDdp;
   ddp.ranks = n;
   ddp.global_batch = rank_batch(t, n) * n;
-  return run_training(ddp).seconds_per_step;
+  return ddp;
+}
+
+// The median step of run `t` as `dtsim train --strategy ddp` on `n` rank threads, each with
+// rank_batch(t, n) samples (n ranks of a mesh sharing the cores, as train/intra_op.h leaves
+// them; fit_sharing separates the gradients' all_reduce).
+double concurrent_seconds(const TrainConfig& t, int n) {
+  return run_training(ddp_config(t, n)).seconds_per_step;
 }
 
 // One rank's one-core step when `n` ranks split calibration run `r` (shape `t`), by the
 // compute terms of `hw` (the fit).
 double fitted_seconds(const Hardware& hw, const CalibrationRun& r, const TrainConfig& t, int n) {
-  const ArchKind kind = architecture(t).kind;
-  const double e = kind == ArchKind::kMoe   ? hw.moe_element_seconds
-                   : kind == ArchKind::kGpt ? hw.gpt_element_seconds
-                                            : hw.element_seconds;
+  const double e = element_seconds(hw, architecture(t).kind);
   const double share = double(rank_batch(t, n)) / t.global_batch;
   return (r.flops / hw.peak_flops + r.elements * e) * share + r.params * hw.param_seconds +
          hw.step_seconds;
@@ -443,11 +445,8 @@ Calibration calibrate_links(const Hardware& base, const ProcessModel& model) {
   for (int trial = 0; trial < kTrials; ++trial) {
     for (size_t i = 0; i < configs.size(); ++i) {
       for (int k = 0; k < 2; ++k) {
-        TrainConfig ddp = configs[i].second;
-        ddp.strategy = Strategy::kDdp;
-        ddp.ranks = c.job_ranks[k];
+        TrainConfig ddp = ddp_config(configs[i].second, c.job_ranks[k]);
         ddp.threads_per_process = model.threads << k;
-        ddp.global_batch = rank_batch(ddp, ddp.ranks) * ddp.ranks;
         const std::optional<RunResult> result = launch_training(ddp);
         if (result) trials[i][k].push_back(result->seconds_per_step);
       }

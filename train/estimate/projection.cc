@@ -142,6 +142,13 @@ double forward_elements(const Architecture& a, int samples, int tp, int cp) {
   return (g.layers * layer + b * g.seq * double(g.vocab) / tp) / cp;
 }
 
+double element_seconds(const Hardware& hw, ArchKind kind) {
+  const double own = kind == ArchKind::kMoe   ? hw.moe_element_seconds
+                     : kind == ArchKind::kGpt ? hw.gpt_element_seconds
+                                              : 0;
+  return own > 0 ? own : hw.element_seconds;
+}
+
 double ring_attention_blocks(const Architecture& a, int samples, int tp, int cp,
                              Recompute recompute) {
   if (a.kind != ArchKind::kGpt || cp <= 1) return 0;
@@ -303,13 +310,12 @@ Projection project(const ProjectionInput& in) {
   const double rate = in.hw.peak_flops * in.hw.efficiency / slow;
   const int stage_layers = layer_count(a) / in.pp;
   // A calibrated file's element-wise and per-layer costs of one micro-batch on this stage.
-  const double kind_element = gpt ? in.hw.gpt_element_seconds : moe ? in.hw.moe_element_seconds : 0;
-  const double element = kind_element > 0 ? kind_element : in.hw.element_seconds;
   const double t_overhead =
-      slow * (element * forward_elements(a, in.micro_batch, in.tp, in.cp) / in.pp +
-              in.hw.layer_seconds * stage_layers +
-              in.hw.ring_block_seconds *
-                  ring_attention_blocks(a, in.micro_batch, in.tp, in.cp, in.recompute) / in.pp);
+      slow *
+      (element_seconds(in.hw, a.kind) * forward_elements(a, in.micro_batch, in.tp, in.cp) / in.pp +
+       in.hw.layer_seconds * stage_layers +
+       in.hw.ring_block_seconds *
+           ring_attention_blocks(a, in.micro_batch, in.tp, in.cp, in.recompute) / in.pp);
   double t_memory = 0;
   if (gpt && in.hw.memory_bandwidth > 0) {
     const double layer =
@@ -321,14 +327,15 @@ Projection project(const ProjectionInput& in) {
     t_memory = traffic * layer / in.cp * (double(a.gpt.layers) / in.pp) / in.hw.memory_bandwidth;
   }
   // Expert FFNs of the tokens a device's experts take (b k of them a layer, on average).
+  double t_experts = 0;  // one micro-batch's
   if (moe && in.ep > 1) {
     const model::MoeConfig& e = a.moe.moe;
-    p.expert_compute =
-        m * 3 * 2.0 * in.micro_batch * e.top_k * 2.0 * e.d_ff * e.d_model * stage_layers / rate;
+    t_experts = 3 * 2.0 * in.micro_batch * e.top_k * 2.0 * e.d_ff * e.d_model * stage_layers / rate;
   }
+  p.expert_compute = m * t_experts;
   const double imbalance = in.hw.cores > 0 && p.devices > in.hw.cores ? in.hw.expert_imbalance : 0;
   const double t_compute = (3 * f.total() + recomputed) / model_parallel / rate + t_memory +
-                           t_overhead + imbalance * p.expert_compute / m;
+                           t_overhead + imbalance * t_experts;
 
   // Per micro-batch collectives (on the pipeline's critical path).
   // bf16 activations on a GPU (mixed precision); fp32 ones as dtsim trains them.

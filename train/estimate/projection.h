@@ -109,6 +109,10 @@ double forward_elements(const Architecture& a, int samples, int tp, int cp);
 // Transformer layers (gpt), blocks (mlp) or MoE layers (moe).
 int layer_count(const Architecture& a);
 
+// A calibrated file's cost per activation element of a `kind` model's forward
+// (Hardware::moe_, gpt_element_seconds; element_seconds for mlp or when those are 0).
+double element_seconds(const Hardware& hw, ArchKind kind);
+
 // Ring-attention blocks one cp rank computes for `samples` sequences in a forward and backward
 // (and the forward again under recomputation) on one tp rank: each layer's heads / tp times
 // 2 cp + 1 blocks a pass (model/ring_attention.h: a full block and two diagonal ones at the
